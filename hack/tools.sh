@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Builds the pinned control-plane tools from the Go module proxy into .cache/bin.
+#
+# Idempotent: a tool is rebuilt only when its binary is missing or was built
+# for another version (recorded in .cache/bin/.stamps/<tool>).
+#
+# Usage: hack/tools.sh [tool ...]   (default: every control-plane tool)
+# Tools: kube-apiserver kube-controller-manager kube-scheduler kubectl
+#        kubelet kube-proxy etcd kwok kwokctl
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "${ROOT}/hack/versions.env"
+
+CACHE="${OFFLOAD_CACHE_DIR:-${ROOT}/.cache}"
+BIN="${CACHE}/bin"
+SRC="${CACHE}/src"
+STAMPS="${BIN}/.stamps"
+mkdir -p "${BIN}" "${SRC}" "${STAMPS}"
+
+export GOFLAGS="${GOFLAGS:-} -mod=mod"
+export CGO_ENABLED=0
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# up_to_date TOOL VERSION: true when TOOL is built for VERSION.
+up_to_date() {
+  [[ -x "${BIN}/$1" && -f "${STAMPS}/$1" && "$(cat "${STAMPS}/$1")" == "$2" ]]
+}
+
+stamp() { printf '%s' "$2" > "${STAMPS}/$1"; }
+
+# kube_module prepares a wrapper module that requires k8s.io/kubernetes with a
+# replace directive for every staging module, as k8s.io/kubernetes's go.mod lists them.
+kube_module() {
+  local dir="${SRC}/kubernetes-${KUBE_VERSION}"
+  if [[ -f "${dir}/.ready" ]]; then
+    echo "${dir}"
+    return
+  fi
+  mkdir -p "${dir}"
+  local gomod
+  gomod="$(cd "${dir}" && GOFLAGS= go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  local staging_version="v0${KUBE_VERSION#v1}"
+  {
+    echo "module offload.local/kubetools"
+    echo
+    echo "go 1.26"
+    echo
+    echo "require k8s.io/kubernetes ${KUBE_VERSION}"
+    echo
+    echo "replace ("
+    sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"${staging_version}"'#p' "${gomod}"
+    echo ")"
+  } > "${dir}/go.mod"
+  cat > "${dir}/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins the Kubernetes commands this module builds.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
+GO
+  (cd "${dir}" && go mod tidy -e >/dev/null 2>&1 || go mod tidy)
+  touch "${dir}/.ready"
+  echo "${dir}"
+}
+
+kube_ldflags() {
+  local v="${KUBE_VERSION}" major minor
+  major="$(echo "${v#v}" | cut -d. -f1)"
+  minor="$(echo "${v#v}" | cut -d. -f2)"
+  local f=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    f+=" -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
+    f+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "-s -w ${f}"
+}
+
+build_kube() {
+  local tool="$1"
+  if up_to_date "${tool}" "${KUBE_VERSION}"; then return; fi
+  local dir
+  dir="$(kube_module)"
+  log "building ${tool} ${KUBE_VERSION}"
+  (cd "${dir}" && go build -trimpath -ldflags "$(kube_ldflags)" -o "${BIN}/${tool}" "k8s.io/kubernetes/cmd/${tool}")
+  stamp "${tool}" "${KUBE_VERSION}"
+}
+
+build_etcd() {
+  if up_to_date etcd "${ETCD_VERSION}"; then return; fi
+  local dir="${SRC}/etcd-${ETCD_VERSION}"
+  mkdir -p "${dir}"
+  log "building etcd ${ETCD_VERSION}"
+  if [[ ! -f "${dir}/go.mod" ]]; then
+    cat > "${dir}/go.mod" <<GOMOD
+module offload.local/etcdtool
+
+go 1.26
+
+require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
+GOMOD
+    cat > "${dir}/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins the etcd server this module builds.
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"
+GO
+    (cd "${dir}" && go mod tidy)
+  fi
+  (cd "${dir}" && go build -trimpath -ldflags "-s -w" -o "${BIN}/etcd" go.etcd.io/etcd/server/v3)
+  stamp etcd "${ETCD_VERSION}"
+}
+
+build_kwok() {
+  local tool="$1"
+  if up_to_date "${tool}" "${KWOK_VERSION}"; then return; fi
+  log "building ${tool} ${KWOK_VERSION}"
+  GOBIN="${BIN}" GOFLAGS= go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/${tool}@${KWOK_VERSION}"
+  stamp "${tool}" "${KWOK_VERSION}"
+}
+
+build() {
+  case "$1" in
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) build_kube "$1" ;;
+    etcd) build_etcd ;;
+    kwok|kwokctl) build_kwok "$1" ;;
+    *) echo "unknown tool $1" >&2; exit 2 ;;
+  esac
+}
+
+tools=("$@")
+if [[ ${#tools[@]} -eq 0 ]]; then
+  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl)
+fi
+
+start=$(date +%s)
+for t in "${tools[@]}"; do build "$t"; done
+log "tools ready in ${BIN} ($(( $(date +%s) - start ))s)"

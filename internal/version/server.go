@@ -1,0 +1,63 @@
+package version
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+)
+
+// ServerVersions asks the cluster for its Kubernetes version and the
+// installed chart and agent versions.
+func ServerVersions(ctx context.Context, f factory.Factory) (*Server, error) {
+	cfg, err := f.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok && cfg.Timeout == 0 {
+		cfg.Timeout = time.Until(dl)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	info, err := kube.Discovery().ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("asking the API server for its version: %w", err)
+	}
+	s := &Server{Kubernetes: info.GitVersion}
+
+	helm, err := f.HelmConfig(f.Namespace())
+	if err != nil {
+		return nil, err
+	}
+	rel, err := action.NewGet(helm).Run(names.ReleaseName)
+	switch {
+	case errors.Is(err, driver.ErrReleaseNotFound):
+		return s, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the %s release: %w", names.ReleaseName, err)
+	}
+	s.Installed = true
+	if rel.Chart != nil && rel.Chart.Metadata != nil {
+		s.Chart = rel.Chart.Metadata.Version
+	}
+	dep, err := kube.AppsV1().Deployments(f.Namespace()).Get(ctx, names.ControllerManager, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, fmt.Errorf("reading deployment %s: %w", names.ControllerManager, err)
+	default:
+		s.Agent = dep.Labels[names.VersionLabel]
+	}
+	return s, nil
+}
