@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+func TestTwoLocalClustersRunDeploymentsOnFakeNodesIndependently(t *testing.T) {
+	clusters := framework.StartClusters(t,
+		framework.ClusterOptions{Name: "consumer", FakeNodes: 2},
+		framework.ClusterOptions{Name: "provider", FakeNodes: 2},
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	for _, c := range clusters {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "only-in-" + c.Name}}
+		if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("%s: creating namespace: %v", c.Name, err)
+		}
+		if _, err := c.Kube.AppsV1().Deployments(ns.Name).Create(ctx, webDeployment(3), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("%s: creating deployment: %v", c.Name, err)
+		}
+	}
+
+	for _, c := range clusters {
+		pods := waitPodsRunning(ctx, t, c, "only-in-"+c.Name, "app=web", 3)
+		for _, p := range pods {
+			node, err := c.Kube.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("%s: pod %s is on node %q: %v", c.Name, p.Name, p.Spec.NodeName, err)
+			}
+			if node.Annotations[framework.FakeNodeAnnotation] != framework.FakeNodeAnnotationValue {
+				t.Errorf("%s: pod %s runs on %s, which is not a kwok fake node", c.Name, p.Name, node.Name)
+			}
+		}
+	}
+
+	// Objects created in one cluster are absent from the other.
+	for i, c := range clusters {
+		other := clusters[1-i]
+		_, err := other.Kube.CoreV1().Namespaces().Get(ctx, "only-in-"+c.Name, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("namespace only-in-%s exists in %s too (err=%v): the clusters share state", c.Name, other.Name, err)
+		}
+		nodes, err := other.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.Items {
+			if n.Name == framework.FakeNodeName(c.Name, 0) {
+				t.Errorf("node %s of %s is registered in %s", n.Name, c.Name, other.Name)
+			}
+		}
+	}
+}
+
+func webDeployment(replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": "web"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "registry.invalid/web:1"}}},
+			},
+		},
+	}
+}
+
+// waitPodsRunning polls until want pods matching selector are Running, and returns them.
+func waitPodsRunning(ctx context.Context, t *testing.T, c *framework.Cluster, ns, selector string, want int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				pods = append(pods, p)
+			}
+		}
+		last = fmt.Sprintf("%d of %d pods Running", len(pods), len(list.Items))
+		return len(pods) == want, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: waiting for %d Running pods (%s) in %s: %v (%s)", c.Name, want, selector, ns, err, last)
+	}
+	return pods
+}

@@ -1,0 +1,288 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ClusterOptions describe one local cluster.
+type ClusterOptions struct {
+	// Name is the cluster name, a DNS-1123 label unique within the Env.
+	Name string
+	// FakeNodes is how many kwok fake nodes to create.
+	FakeNodes int
+	// NodeCapacity is the capacity of each fake node; zero fields take DefaultCapacity's.
+	NodeCapacity Capacity
+	// DisableQPSLimits lifts the client rate limits of the control plane, for benchmarks.
+	DisableQPSLimits bool
+}
+
+type clusterPorts struct {
+	apiserver, etcd, etcdPeer, controllerManager, scheduler, kwok int
+}
+
+// Env is a working directory holding any number of local clusters (kwokctl's
+// KWOK_WORKDIR).
+type Env struct {
+	// Dir is the working directory; clusters live in Dir/clusters/<name>.
+	Dir string
+	bin string
+}
+
+// NewEnv returns an Env in dir, which is created if needed. It builds the
+// tools first if they are not built yet.
+func NewEnv(ctx context.Context, dir string) (*Env, error) {
+	if err := EnsureTools(ctx); err != nil {
+		return nil, err
+	}
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return &Env{Dir: dir, bin: bin}, nil
+}
+
+// Cluster is a running local control plane.
+type Cluster struct {
+	// Name is the cluster name.
+	Name string
+	// Dir holds the cluster's state, PKI, logs and PID files.
+	Dir string
+	// Kubeconfig is the path of an admin kubeconfig for the cluster.
+	Kubeconfig string
+	// Config is the admin client configuration.
+	Config *rest.Config
+	// Kube is an admin clientset.
+	Kube kubernetes.Interface
+
+	env *Env
+}
+
+// kwokctl runs kwokctl with the Env's working directory and tools.
+func (e *Env) kwokctl(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(e.bin, "kwokctl"), args...)
+	// kwokctl prefers the kubectl it finds first on PATH.
+	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+e.Dir, "PATH="+e.bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.Bytes(), fmt.Errorf("kwokctl %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return out.Bytes(), nil
+}
+
+func (e *Env) clusterDir(name string) string { return filepath.Join(e.Dir, "clusters", name) }
+
+// Create starts a cluster and waits until it serves requests, has its
+// default ServiceAccount and its fake nodes are Ready.
+func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
+	if o.Name == "" {
+		return nil, errors.New("cluster name is required")
+	}
+	versions, err := Versions()
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	// A port picked as free can be taken by another process before the
+	// component binds it; a second attempt with new ports covers that.
+	for attempt := 0; attempt < 3; attempt++ {
+		c, err := e.create(ctx, o, versions["KUBE_VERSION"])
+		if err == nil {
+			return c, nil
+		}
+		lastErr = err
+		_ = e.deleteByName(context.WithoutCancel(ctx), o.Name)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("creating cluster %q: %w", o.Name, lastErr)
+}
+
+func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) (*Cluster, error) {
+	p, err := ports.take(6)
+	if err != nil {
+		return nil, err
+	}
+	cp := clusterPorts{apiserver: p[0], etcd: p[1], etcdPeer: p[2], controllerManager: p[3], scheduler: p[4], kwok: p[5]}
+	dir := e.clusterDir(o.Name)
+	cfgPath := filepath.Join(e.Dir, o.Name+".kwokctl.yaml")
+	cfg := kwokctlConfig(e.bin, filepath.Join(e.Dir, "cache"), dir, kubeVersion, cp, o)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	// --kubeconfig points at a file of the Env, so the user's ~/.kube/config is never edited.
+	if _, err := e.kwokctl(ctx, "create", "cluster", "--name", o.Name, "-c", cfgPath,
+		"--kubeconfig", filepath.Join(e.Dir, "kubeconfig.merged"), "--wait", "0s"); err != nil {
+		return nil, err
+	}
+	c := &Cluster{Name: o.Name, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig.yaml"), env: e}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return nil, fmt.Errorf("reading kubeconfig of %s: %w", o.Name, err)
+	}
+	c.Config.QPS, c.Config.Burst = 100, 200
+	if c.Kube, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if o.FakeNodes > 0 {
+		if err := c.AddFakeNodes(ctx, o.FakeNodes, o.NodeCapacity); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// waitReady polls until the API server is ready and the default
+// ServiceAccount exists (pods are rejected before it does).
+func (c *Cluster) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var last error
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		body, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil || string(body) != "ok" {
+			last = fmt.Errorf("API server not ready: %v %s", err, body)
+			return false, nil
+		}
+		if _, err := c.Kube.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			last = fmt.Errorf("default ServiceAccount: %w", err)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for cluster %s: %w (last: %v; logs in %s)", c.Name, err, last, filepath.Join(c.Dir, "logs"))
+	}
+	return nil
+}
+
+// Delete stops every process of the cluster, waits until they have exited
+// and removes its state.
+func (c *Cluster) Delete(ctx context.Context) error {
+	return c.env.deleteByName(ctx, c.Name)
+}
+
+func (e *Env) deleteByName(ctx context.Context, name string) error {
+	dir := e.clusterDir(name)
+	pids := readPIDs(filepath.Join(dir, "pids"))
+	var errs []error
+	if _, err := os.Stat(dir); err == nil {
+		if _, err := e.kwokctl(ctx, "delete", "cluster", "--name", name,
+			"--kubeconfig", filepath.Join(e.Dir, "kubeconfig.merged")); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := waitExited(ctx, pids, 30*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, os.RemoveAll(dir), removeIfExists(filepath.Join(e.Dir, name+".kwokctl.yaml")))
+	return errors.Join(errs...)
+}
+
+// PIDs returns the process IDs of the cluster's components.
+func (c *Cluster) PIDs() map[string]int { return readPIDs(filepath.Join(c.Dir, "pids")) }
+
+func readPIDs(dir string) map[string]int {
+	out := map[string]int{}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			out[strings.TrimSuffix(e.Name(), ".pid")] = pid
+		}
+	}
+	return out
+}
+
+// waitExited waits until every process has exited, and kills the ones that
+// are still there after timeout.
+func waitExited(ctx context.Context, pids map[string]int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		alive := map[string]int{}
+		for name, pid := range pids {
+			if processAlive(pid) {
+				alive[name] = pid
+			}
+		}
+		if len(alive) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			for _, pid := range alive {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			return fmt.Errorf("processes still running after %s, killed: %v", timeout, alive)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// processAlive reports whether pid is a running process (not a zombie).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// RSS returns the resident memory of the cluster's processes, in bytes.
+func (c *Cluster) RSS() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for name, pid := range c.PIDs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
+		if err != nil {
+			return nil, fmt.Errorf("reading memory of %s: %w", name, err)
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			continue
+		}
+		pages, _ := strconv.ParseUint(f[1], 10, 64)
+		out[name] = pages * uint64(os.Getpagesize())
+	}
+	return out, nil
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,53 @@
+package framework
+
+import (
+	"fmt"
+	"net"
+	"sync"
+)
+
+// portAllocator hands out free loopback TCP ports, never the same one twice
+// in a process, so clusters created concurrently do not race for ports the
+// way kwokctl's own probing does.
+type portAllocator struct {
+	mu   sync.Mutex
+	used map[int]bool
+}
+
+var ports = &portAllocator{used: map[int]bool{}}
+
+// take returns n distinct free ports on 127.0.0.1.
+func (a *portAllocator) take(n int) ([]int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []int
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for len(out) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		held = append(held, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		if a.used[p] {
+			continue
+		}
+		a.used[p] = true
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// FreePort returns a free loopback TCP port that this process has not handed out before.
+func FreePort() (int, error) {
+	p, err := ports.take(1)
+	if err != nil {
+		return 0, err
+	}
+	return p[0], nil
+}

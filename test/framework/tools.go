@@ -1,0 +1,117 @@
+// Package framework runs real local Kubernetes control planes for tests, the
+// demo and the benchmarks: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kwok, started by kwokctl as local processes from
+// binaries built at the pinned versions (hack/tools.sh).
+package framework
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// RepoRoot returns the root of the kubectl-offload repository, found by
+// walking up from the working directory to the go.mod of the module.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/kubectl-offload/kubectl-offload\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the kubectl-offload repository: run from its checkout")
+		}
+		dir = parent
+	}
+}
+
+// CacheDir returns the directory holding built tools and local clusters:
+// $OFFLOAD_CACHE_DIR, or .cache under the repository root.
+func CacheDir() (string, error) {
+	if d := os.Getenv("OFFLOAD_CACHE_DIR"); d != "" {
+		return filepath.Abs(d)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ".cache"), nil
+}
+
+// BinDir returns the directory hack/tools.sh builds the tools into.
+func BinDir() (string, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(cache, "bin"), nil
+}
+
+// Versions returns the pinned tool versions from hack/versions.env.
+func Versions() (map[string]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(root, "hack", "versions.env"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	v := map[string]string{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		line := strings.TrimSpace(s.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if k, val, ok := strings.Cut(line, "="); ok {
+			v[k] = val
+		}
+	}
+	return v, s.Err()
+}
+
+var (
+	toolsOnce sync.Map // tool list -> *toolsResult
+)
+
+type toolsResult struct {
+	once sync.Once
+	err  error
+}
+
+// EnsureTools builds the named tools (all control-plane tools when none are
+// named) with hack/tools.sh, once per process. The script skips tools that
+// are already built at the pinned version, so a warm cache costs
+// milliseconds.
+func EnsureTools(ctx context.Context, tools ...string) error {
+	key := strings.Join(tools, ",")
+	v, _ := toolsOnce.LoadOrStore(key, &toolsResult{})
+	r := v.(*toolsResult)
+	r.once.Do(func() {
+		root, err := RepoRoot()
+		if err != nil {
+			r.err = err
+			return
+		}
+		cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "hack", "tools.sh")}, tools...)...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			r.err = fmt.Errorf("building tools with hack/tools.sh: %w\n%s", err, out)
+		}
+	})
+	return r.err
+}
