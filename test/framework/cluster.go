@@ -140,12 +140,8 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 		"--kubeconfig", filepath.Join(e.Dir, "kubeconfig.merged"), "--wait", "0s"); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Name: o.Name, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig.yaml"), env: e}
-	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
-		return nil, fmt.Errorf("reading kubeconfig of %s: %w", o.Name, err)
-	}
-	c.Config.QPS, c.Config.Burst = 100, 200
-	if c.Kube, err = kubernetes.NewForConfig(c.Config); err != nil {
+	c, err := e.cluster(o.Name)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.waitReady(ctx); err != nil {
@@ -155,6 +151,21 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 		if err := c.AddFakeNodes(ctx, o.FakeNodes, o.NodeCapacity); err != nil {
 			return nil, err
 		}
+	}
+	return c, nil
+}
+
+// cluster returns a Cluster with admin clients from the kubeconfig kwokctl wrote.
+func (e *Env) cluster(name string) (*Cluster, error) {
+	dir := e.clusterDir(name)
+	c := &Cluster{Name: name, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig.yaml"), env: e}
+	var err error
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return nil, fmt.Errorf("reading kubeconfig of cluster %s: %w", name, err)
+	}
+	c.Config.QPS, c.Config.Burst = 100, 200
+	if c.Kube, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -286,3 +297,33 @@ func removeIfExists(path string) error {
 	}
 	return nil
 }
+
+// Open returns the running cluster called name in the Env, or an error when
+// it does not exist or does not answer.
+func (e *Env) Open(ctx context.Context, name string) (*Cluster, error) {
+	c, err := e.cluster(name)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+		return nil, fmt.Errorf("cluster %s does not answer: %w", name, err)
+	}
+	return c, nil
+}
+
+// Names returns the names of the clusters in the Env.
+func (e *Env) Names() []string {
+	entries, _ := os.ReadDir(filepath.Join(e.Dir, "clusters"))
+	var out []string
+	for _, d := range entries {
+		if d.IsDir() {
+			out = append(out, d.Name())
+		}
+	}
+	return out
+}
+
+// Delete deletes the cluster called name, if it exists.
+func (e *Env) Delete(ctx context.Context, name string) error { return e.deleteByName(ctx, name) }

@@ -1,0 +1,101 @@
+// Command local-clusters starts and stops named local clusters for
+// developers and the demo (make clusters-up / clusters-down). The clusters
+// keep running after it exits; their kubeconfigs are printed.
+//
+//	go run ./hack/local-clusters up [--fake-nodes N] [NAME ...]   (default: consumer provider)
+//	go run ./hack/local-clusters down [NAME ...]                  (default: every cluster)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: local-clusters up|down [flags] [NAME ...]")
+	}
+	cache, err := framework.CacheDir()
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	workdir := fs.String("workdir", filepath.Join(cache, "clusters"), "Directory holding the clusters.")
+	fakeNodes := fs.Int("fake-nodes", 2, "Fake nodes per cluster (up only).")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	env, err := framework.NewEnv(ctx, *workdir)
+	if err != nil {
+		return err
+	}
+	names := fs.Args()
+	switch args[0] {
+	case "up":
+		if len(names) == 0 {
+			names = []string{"consumer", "provider"}
+		}
+		return up(ctx, env, names, *fakeNodes)
+	case "down":
+		if len(names) == 0 {
+			names = env.Names()
+		}
+		var errs []error
+		for _, n := range names {
+			errs = append(errs, env.Delete(ctx, n))
+			fmt.Fprintf(os.Stderr, " ✓ deleted cluster %s\n", n)
+		}
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("unknown action %q: use up or down", args[0])
+}
+
+// up starts the clusters that are not running yet; running ones are reused.
+func up(ctx context.Context, env *framework.Env, names []string, fakeNodes int) error {
+	start := time.Now()
+	var missing []framework.ClusterOptions
+	for _, n := range names {
+		if _, err := env.Open(ctx, n); err == nil {
+			fmt.Fprintf(os.Stderr, " ✓ cluster %s is already running\n", n)
+			continue
+		}
+		// A cluster that exists but does not answer is restarted from scratch.
+		if err := env.Delete(ctx, n); err != nil {
+			return err
+		}
+		missing = append(missing, framework.ClusterOptions{Name: n, FakeNodes: fakeNodes})
+	}
+	if len(missing) > 0 {
+		if _, err := env.CreateClusters(ctx, missing...); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, " ✓ started %d cluster(s) in %s\n", len(missing), time.Since(start).Round(time.Millisecond))
+	}
+	for _, n := range names {
+		c, err := env.Open(ctx, n)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s\t%s\n", c.Name, c.Kubeconfig)
+	}
+	return nil
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, as the README and CI run it: machine setup and tool
+# builds (skipped when cached), unit tests, then end-to-end tests on local
+# clusters. Prints how long each part took.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+
+phase() {
+  local name="$1"; shift
+  local start=$SECONDS
+  echo "==> ${name}" >&2
+  "$@"
+  echo "==> ${name}: $(( SECONDS - start ))s" >&2
+}
+
+export PATH="/usr/local/go/bin:${PATH}"
+phase "setup and tool build" hack/setup.sh
+phase "unit tests" bash -c 'go test -count=1 $(go list ./... | grep -v /test/e2e)'
+phase "end-to-end tests" go test -p 1 -count=1 -timeout 60m ./test/e2e/...

@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// offload runs the built kubectl-offload binary against cluster c.
+func offload(t *testing.T, c *framework.Cluster, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if c != nil {
+		args = append([]string{"--kubeconfig", c.Kubeconfig}, args...)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "kubectl-offload"), args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+func TestVersionReportsTheClusterItTalksTo(t *testing.T) {
+	c := framework.StartClusters(t, framework.ClusterOptions{Name: "solo"})[0]
+	out, errOut, err := offload(t, c, "version", "-o", "json")
+	if err != nil {
+		t.Fatalf("version: %v\n%s", err, errOut)
+	}
+	var report struct {
+		Kind   string `json:"kind"`
+		Client struct {
+			Version string `json:"version"`
+		} `json:"client"`
+		Server *struct {
+			Kubernetes string `json:"kubernetesVersion"`
+			Installed  bool   `json:"installed"`
+			Chart      string `json:"chartVersion"`
+		} `json:"server"`
+	}
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("version -o json is not JSON: %v\n%s", err, out)
+	}
+	versions, err := framework.Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Kind != "VersionReport" || report.Client.Version == "" {
+		t.Errorf("unexpected report: %s", out)
+	}
+	if report.Server == nil {
+		t.Fatalf("no server section although the cluster is reachable: %s (stderr %s)", out, errOut)
+	}
+	if report.Server.Kubernetes != versions["KUBE_VERSION"] {
+		t.Errorf("kubernetesVersion = %q, want %q", report.Server.Kubernetes, versions["KUBE_VERSION"])
+	}
+	if report.Server.Installed || report.Server.Chart != "" {
+		t.Errorf("a fresh cluster reports an installed chart: %s", out)
+	}
+}
+
+func TestKubectlFindsThePluginAndItsCompletion(t *testing.T) {
+	bin, err := framework.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := filepath.Join(bin, "kubectl")
+	env := append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	cmd := exec.Command(kubectl, "offload", "--help")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl offload --help: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "kubectl offload [command]") {
+		t.Errorf("kubectl offload --help does not read like a plugin:\n%s", out)
+	}
+
+	// kubectl completes plugin arguments through kubectl_complete-offload.
+	cmd = exec.Command(kubectl, "__complete", "offload", "ver")
+	cmd.Env = env
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl __complete offload ver: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "version") {
+		t.Errorf("kubectl does not complete 'kubectl offload ver' to version:\n%s", out)
+	}
+}
