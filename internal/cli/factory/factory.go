@@ -5,7 +5,6 @@ package factory
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/spf13/pflag"
 	"helm.sh/helm/v3/pkg/action"
@@ -40,7 +39,6 @@ type Factory interface {
 type Flags struct {
 	*genericclioptions.ConfigFlags
 	namespace string
-	timeout   time.Duration
 }
 
 var _ Factory = &Flags{}
@@ -114,4 +112,3 @@ func (f *Flags) withNamespace(namespace string) genericclioptions.RESTClientGett
 	c.Namespace = &namespace
 	return c
 }
-
