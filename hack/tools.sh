@@ -6,7 +6,7 @@
 #
 # Usage: hack/tools.sh [tool ...]   (default: every control-plane tool)
 # Tools: kube-apiserver kube-controller-manager kube-scheduler kubectl
-#        kubelet kube-proxy etcd kwok kwokctl
+#        kubelet kube-proxy etcd kwok kwokctl controller-gen
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -130,11 +130,19 @@ build_kwok() {
   stamp "${tool}" "${KWOK_VERSION}"
 }
 
+build_controller_gen() {
+  if up_to_date controller-gen "${CONTROLLER_TOOLS_VERSION}"; then return; fi
+  log "building controller-gen ${CONTROLLER_TOOLS_VERSION}"
+  GOBIN="${BIN}" GOFLAGS= go install -trimpath -ldflags "-s -w" "sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_TOOLS_VERSION}"
+  stamp controller-gen "${CONTROLLER_TOOLS_VERSION}"
+}
+
 build() {
   case "$1" in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) build_kube "$1" ;;
     etcd) build_etcd ;;
     kwok|kwokctl) build_kwok "$1" ;;
+    controller-gen) build_controller_gen ;;
     *) echo "unknown tool $1" >&2; exit 2 ;;
   esac
 }

@@ -1,0 +1,137 @@
+package charts
+
+import (
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"sigs.k8s.io/yaml"
+)
+
+// lintValues are the values `kubectl offload install` always sets.
+var lintValues = map[string]any{"clusterName": "lint"}
+
+func TestHelmLintIsClean(t *testing.T) {
+	linter := lint.All("offload", lintValues, "offload-system", false)
+	for _, m := range linter.Messages {
+		// INFO messages (such as "icon is recommended") are advice, not findings.
+		if m.Severity > support.InfoSev {
+			t.Errorf("helm lint: %s", m)
+		}
+	}
+}
+
+func TestEmbeddedChartLoads(t *testing.T) {
+	files, err := loadFiles(Offload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := loader.LoadFiles(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name() != "offload" || len(c.CRDObjects()) != 5 || c.Schema == nil {
+		t.Errorf("embedded chart %q has %d CRDs, schema %t; want offload, 5 CRDs and a schema", c.Name(), len(c.CRDObjects()), c.Schema != nil)
+	}
+}
+
+func render(t *testing.T, vals map[string]any) map[string]map[string]any {
+	t.Helper()
+	files, err := loadFiles(Offload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := loader.LoadFiles(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{Name: "offload", Namespace: "offload-system", IsInstall: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := engine.Render(c, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := map[string]map[string]any{}
+	for name, doc := range out {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		for _, part := range strings.Split(doc, "\n---") {
+			var o map[string]any
+			if err := yaml.Unmarshal([]byte(part), &o); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if o == nil || o["kind"] == nil {
+				continue
+			}
+			md := o["metadata"].(map[string]any)
+			objs[o["kind"].(string)+"/"+md["name"].(string)] = o
+		}
+	}
+	return objs
+}
+
+func TestEveryWorkloadIsHardened(t *testing.T) {
+	objs := render(t, lintValues)
+	for _, name := range []string{"Deployment/offload-controller-manager", "Deployment/offload-auth"} {
+		d, ok := objs[name]
+		if !ok {
+			t.Fatalf("%s not rendered", name)
+		}
+		spec := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		if spec["serviceAccountName"] != strings.TrimPrefix(name, "Deployment/") {
+			t.Errorf("%s runs as %v, want its own ServiceAccount", name, spec["serviceAccountName"])
+		}
+		for _, c := range spec["containers"].([]any) {
+			c := c.(map[string]any)
+			sc := c["securityContext"].(map[string]any)
+			if sc["runAsNonRoot"] != true || sc["readOnlyRootFilesystem"] != true || sc["allowPrivilegeEscalation"] != false {
+				t.Errorf("%s: securityContext %v is not hardened", name, sc)
+			}
+			if drop := sc["capabilities"].(map[string]any)["drop"].([]any); len(drop) != 1 || drop[0] != "ALL" {
+				t.Errorf("%s: drops capabilities %v, want ALL", name, drop)
+			}
+			for _, k := range []string{"livenessProbe", "readinessProbe", "resources"} {
+				if c[k] == nil {
+					t.Errorf("%s: no %s", name, k)
+				}
+			}
+		}
+	}
+}
+
+func TestAuthServiceTypeAndClusterIDAreValues(t *testing.T) {
+	id := "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
+	objs := render(t, map[string]any{
+		"clusterName": "lint",
+		"identity":    map[string]any{"clusterID": id},
+		"auth":        map[string]any{"service": map[string]any{"type": "LoadBalancer"}},
+	})
+	if got := objs["Service/offload-auth"]["spec"].(map[string]any)["type"]; got != "LoadBalancer" {
+		t.Errorf("auth Service type = %v, want LoadBalancer", got)
+	}
+	if got := objs["ConfigMap/offload-cluster-identity"]["data"].(map[string]any)["clusterID"]; got != id {
+		t.Errorf("clusterID = %v, want %s", got, id)
+	}
+}
+
+func TestNoClusterRoleGrantsSecrets(t *testing.T) {
+	for name, o := range render(t, lintValues) {
+		if o["kind"] != "ClusterRole" {
+			continue
+		}
+		for _, r := range o["rules"].([]any) {
+			for _, res := range r.(map[string]any)["resources"].([]any) {
+				if res == "secrets" || res == "*" {
+					t.Errorf("%s grants %s cluster-wide", name, res)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,45 @@
+{{/* Labels every object of the chart carries. */}}
+{{- define "offload.labels" -}}
+app.kubernetes.io/name: offload
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubectl-offload
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels of one component; call with (dict "ctx" $ "component" "auth"). */}}
+{{- define "offload.selectorLabels" -}}
+app.kubernetes.io/name: offload
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "offload.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The hardened container securityContext of every component. */}}
+{{- define "offload.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* The cluster ID: the one already installed, else the value, else a new one. */}}
+{{- define "offload.clusterID" -}}
+{{- $existing := lookup "v1" "ConfigMap" .Release.Namespace "offload-cluster-identity" -}}
+{{- if and $existing $existing.data $existing.data.clusterID -}}
+{{ $existing.data.clusterID }}
+{{- else if .Values.identity.clusterID -}}
+{{ .Values.identity.clusterID }}
+{{- else -}}
+{{ uuidv4 }}
+{{- end -}}
+{{- end }}
