@@ -10,6 +10,7 @@ LDFLAGS := -s -w \
 	-X $(MODULE)/internal/version.Commit=$(COMMIT) \
 	-X $(MODULE)/internal/version.BuildDate=$(BUILD_DATE)
 GOLANGCI_LINT_VERSION := v2.15.0
+GORELEASER_VERSION := v2.16.0
 
 .PHONY: help
 help: ## List the targets.
@@ -46,6 +47,14 @@ e2e: ## Run the end-to-end tests on local clusters, one package at a time.
 .PHONY: lint
 lint: ## gofmt, go vet, and golangci-lint (built from the module proxy into .cache/bin).
 	@hack/lint.sh $(GOLANGCI_LINT_VERSION)
+
+.PHONY: release-check
+release-check: ## Validate .goreleaser.yaml with goreleaser (built from the module proxy into .cache/bin).
+	@hack/release-check.sh $(GORELEASER_VERSION)
+
+.PHONY: generate
+generate: ## Regenerate deepcopy code and the chart's CRDs with the pinned controller-gen.
+	@hack/codegen.sh
 
 .PHONY: docs
 docs: ## Generate the CLI reference into docs/reference.

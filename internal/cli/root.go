@@ -12,6 +12,7 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/install"
 	"github.com/kubectl-offload/kubectl-offload/internal/version"
 )
 
@@ -45,6 +46,9 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	f.AddFlags(root.PersistentFlags())
 	addKlogFlags(root)
 
+	root.AddCommand(install.NewCmdInstall(f, streams))
+	root.AddCommand(install.NewCmdUpgrade(f, streams))
+	root.AddCommand(install.NewCmdUninstall(f, streams))
 	root.AddCommand(version.NewCmdVersion(f, streams))
 	root.AddCommand(newCmdCompletion(root))
 	return root

@@ -25,6 +25,8 @@ type Factory interface {
 	genericclioptions.RESTClientGetter
 	// Namespace returns the namespace kubectl-offload is installed into (--namespace).
 	Namespace() string
+	// ContextName returns the kubeconfig context in use: --context, else the current context.
+	ContextName() string
 	// RESTConfig returns the client configuration for the selected cluster.
 	RESTConfig() (*rest.Config, error)
 	// KubeClient returns a typed client-go clientset.
@@ -60,6 +62,18 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 
 // Namespace returns the install namespace.
 func (f *Flags) Namespace() string { return f.namespace }
+
+// ContextName returns the kubeconfig context in use.
+func (f *Flags) ContextName() string {
+	if f.Context != nil && *f.Context != "" {
+		return *f.Context
+	}
+	raw, err := f.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return ""
+	}
+	return raw.CurrentContext
+}
 
 // RESTConfig returns the client configuration for the selected cluster.
 func (f *Flags) RESTConfig() (*rest.Config, error) {

@@ -1,0 +1,231 @@
+// Package install installs, upgrades and uninstalls kubectl-offload: the
+// embedded Helm chart through the Helm v3 SDK, the CRDs, and the
+// cluster-specific settings it detects (distribution, CIDRs, API server URL).
+package install
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/release"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubectl-offload/kubectl-offload/charts"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/version"
+)
+
+// ManagedByLabel marks the objects the CLI creates outside the chart, such as
+// the install namespace, so uninstall --purge removes only what it created.
+const ManagedByLabel = "app.kubernetes.io/managed-by"
+
+// ManagedByValue is the value of ManagedByLabel on objects the CLI created.
+const ManagedByValue = "kubectl-offload"
+
+// Options are the options of `kubectl offload install` and `upgrade`.
+type Options struct {
+	genericiooptions.IOStreams
+
+	ClusterName  string
+	Provider     string
+	PodCIDR      string
+	ServiceCIDR  string
+	APIServerURL string
+	Set          []string
+	ValueFiles   []string
+	Timeout      time.Duration
+	Wait         bool
+	DryRun       bool
+	Output       output.Format
+	// UpgradeOnly refuses to install a release that does not exist (`kubectl offload upgrade`).
+	UpgradeOnly bool
+
+	namespace   string
+	contextName string
+	version     string
+	kube        kubernetes.Interface
+	client      client.Client
+	helm        Helm
+	restHost    string
+	provider    Provider
+}
+
+// NewOptions returns install Options with defaults.
+func NewOptions(streams genericiooptions.IOStreams) *Options {
+	return &Options{IOStreams: streams, Timeout: 5 * time.Minute, Wait: true, Output: output.Table}
+}
+
+// Complete builds the clients from the factory.
+func (o *Options) Complete(f factory.Factory) error {
+	o.namespace = f.Namespace()
+	o.version = version.Version
+	o.contextName = f.ContextName()
+	cfg, err := f.RESTConfig()
+	if err != nil {
+		return err
+	}
+	o.restHost = cfg.Host
+	if o.kube, err = f.KubeClient(); err != nil {
+		return err
+	}
+	if o.client, err = f.Client(); err != nil {
+		return err
+	}
+	hc, err := f.HelmConfig(o.namespace)
+	if err != nil {
+		return err
+	}
+	o.helm = NewHelm(hc, o.namespace)
+	return nil
+}
+
+// Validate checks every flag before anything touches the cluster.
+func (o *Options) Validate() error {
+	if o.ClusterName != "" {
+		if errs := validation.IsDNS1123Label(o.ClusterName); len(errs) > 0 {
+			return fmt.Errorf("invalid --cluster-name %q: %s", o.ClusterName, errs[0])
+		}
+	}
+	if o.Provider != "" {
+		p, err := ParseProvider(o.Provider)
+		if err != nil {
+			return err
+		}
+		o.provider = p
+	}
+	for flag, v := range map[string]string{"--pod-cidr": o.PodCIDR, "--service-cidr": o.ServiceCIDR} {
+		if v == "" {
+			continue
+		}
+		if _, _, err := net.ParseCIDR(v); err != nil {
+			return fmt.Errorf("invalid %s %q: want a CIDR such as 10.244.0.0/16", flag, v)
+		}
+	}
+	if o.APIServerURL != "" {
+		u, err := url.Parse(o.APIServerURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("invalid --api-server-url %q: want https://HOST:PORT", o.APIServerURL)
+		}
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
+	}
+	switch {
+	case o.DryRun && o.Output != output.YAML && o.Output != output.Table:
+		return fmt.Errorf("--dry-run prints YAML manifests: use -o yaml")
+	case !o.DryRun && o.Output != output.Table:
+		return fmt.Errorf("-o %s is only valid with --dry-run", o.Output)
+	}
+	return nil
+}
+
+// Run installs or upgrades the release, showing each step.
+func (o *Options) Run(ctx context.Context) error {
+	progress := io.Writer(o.ErrOut)
+	steps := output.NewSteps(progress)
+
+	var serverVersion string
+	if err := steps.Run("Connected to the cluster", func() error {
+		v, err := o.kube.Discovery().ServerVersion()
+		if err != nil {
+			return fmt.Errorf("cannot reach the cluster at %s: %w (check --kubeconfig and --context)", o.restHost, err)
+		}
+		serverVersion = v.GitVersion
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	var det *Detection
+	if err := steps.Run("Detected the cluster settings", func() error {
+		var err error
+		det, err = Detect(ctx, o.kube, o.restHost)
+		if apierrors.IsForbidden(err) {
+			return fmt.Errorf("%w: installing needs cluster-admin rights on the cluster", err)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+
+	existing, err := o.helm.Release(names.ReleaseName)
+	if err != nil {
+		return err
+	}
+	if existing == nil && o.UpgradeOnly {
+		return fmt.Errorf("kubectl-offload is not installed in namespace %s: run kubectl offload install", o.namespace)
+	}
+	identity, err := o.readIdentity(ctx)
+	if err != nil {
+		return err
+	}
+	settings := o.settings(det, identity)
+	settings.show(steps, serverVersion)
+
+	ch, err := charts.Load(o.version)
+	if err != nil {
+		return err
+	}
+	vals, err := o.values(settings, identity)
+	if err != nil {
+		return err
+	}
+	// Validate the values before the first write, so bad input changes nothing.
+	merged, err := chartutil.CoalesceValues(ch, vals)
+	if err != nil {
+		return fmt.Errorf("invalid chart values: %w", err)
+	}
+	if err := chartutil.ValidateAgainstSchema(ch, merged); err != nil {
+		return fmt.Errorf("invalid chart values: %w", err)
+	}
+
+	if o.DryRun {
+		return o.dryRun(ctx, ch, vals, existing != nil)
+	}
+	return o.apply(ctx, steps, ch, vals, existing)
+}
+
+// readIdentity returns the installed cluster identity, or nil.
+func (o *Options) readIdentity(ctx context.Context) (*corev1.ConfigMap, error) {
+	cm, err := o.kube.CoreV1().ConfigMaps(o.namespace).Get(ctx, names.IdentityConfigMap, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the cluster identity: %w", err)
+	}
+	return cm, nil
+}
+
+func (o *Options) dryRun(ctx context.Context, ch *chart.Chart, vals map[string]any, upgrade bool) error {
+	var rel *release.Release
+	var err error
+	if upgrade {
+		rel, err = o.helm.Upgrade(ctx, names.ReleaseName, ch, vals, true)
+	} else {
+		rel, err = o.helm.Install(ctx, names.ReleaseName, ch, vals, true)
+	}
+	if err != nil {
+		return fmt.Errorf("rendering the chart: %w", err)
+	}
+	crds, err := crdManifest()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(o.Out, "%s%s", crds, rel.Manifest)
+	return err
+}

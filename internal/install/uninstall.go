@@ -1,0 +1,181 @@
+package install
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+)
+
+// UninstallOptions are the options of `kubectl offload uninstall`.
+type UninstallOptions struct {
+	genericiooptions.IOStreams
+
+	Force   bool
+	Purge   bool
+	Timeout time.Duration
+
+	namespace string
+	kube      kubernetes.Interface
+	client    client.Client
+	helm      Helm
+}
+
+// NewUninstallOptions returns UninstallOptions with defaults.
+func NewUninstallOptions(streams genericiooptions.IOStreams) *UninstallOptions {
+	return &UninstallOptions{IOStreams: streams, Timeout: 5 * time.Minute}
+}
+
+// Complete builds the clients from the factory.
+func (o *UninstallOptions) Complete(f factory.Factory) error {
+	o.namespace = f.Namespace()
+	var err error
+	if o.kube, err = f.KubeClient(); err != nil {
+		return err
+	}
+	if o.client, err = f.Client(); err != nil {
+		return err
+	}
+	hc, err := f.HelmConfig(o.namespace)
+	if err != nil {
+		return err
+	}
+	o.helm = NewHelm(hc, o.namespace)
+	return nil
+}
+
+// Validate checks the options.
+func (o *UninstallOptions) Validate() error {
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
+	}
+	return nil
+}
+
+// ErrInUse is returned when peers or offloaded namespaces exist and --force is not given.
+var ErrInUse = errors.New("kubectl-offload is in use")
+
+// Run uninstalls the release, and with --purge the CRDs, the identity and the namespace.
+func (o *UninstallOptions) Run(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	steps := output.NewSteps(o.ErrOut)
+
+	if _, err := o.kube.Discovery().ServerVersion(); err != nil {
+		return fmt.Errorf("cannot reach the cluster: %w (check --kubeconfig and --context)", err)
+	}
+	inUse, err := o.inUse(ctx)
+	if err != nil {
+		return err
+	}
+	if len(inUse) > 0 {
+		if !o.Force {
+			return fmt.Errorf("%w: %s; unpeer and unoffload them first, or pass --force", ErrInUse, strings.Join(inUse, "; "))
+		}
+		steps.Warn("removing kubectl-offload although it is in use (--force): %s", strings.Join(inUse, "; "))
+	}
+
+	rel, err := o.helm.Release(names.ReleaseName)
+	if err != nil {
+		return err
+	}
+	if rel != nil {
+		if err := steps.Run(fmt.Sprintf("Uninstalled release %s", names.ReleaseName), func() error {
+			return o.helm.Uninstall(names.ReleaseName, o.Timeout)
+		}); err != nil {
+			return err
+		}
+	} else {
+		steps.Done(fmt.Sprintf("Release %s is not installed", names.ReleaseName))
+	}
+
+	if !o.Purge {
+		_, err := fmt.Fprintf(o.Out, "kubectl-offload is uninstalled. The CRDs and the cluster identity (ConfigMap %s/%s) are kept; --purge removes them.\n", o.namespace, names.IdentityConfigMap)
+		return err
+	}
+	if err := steps.Run("Deleted the CRDs", func() error { return deleteCRDs(ctx, o.client, o.Timeout) }); err != nil {
+		return err
+	}
+	if err := steps.Run("Deleted the cluster identity", func() error {
+		err := o.kube.CoreV1().ConfigMaps(o.namespace).Delete(ctx, names.IdentityConfigMap, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := steps.Run(fmt.Sprintf("Deleted namespace %s", o.namespace), func() error { return o.deleteNamespace(ctx) }); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(o.Out, "kubectl-offload is uninstalled and purged.")
+	return err
+}
+
+// inUse lists the peers and offloaded namespaces, which uninstall would break.
+func (o *UninstallOptions) inUse(ctx context.Context) ([]string, error) {
+	var out []string
+	fcs := &offloadv1alpha1.ForeignClusterList{}
+	if err := o.client.List(ctx, fcs); err != nil && !isMissingCRD(err) {
+		return nil, fmt.Errorf("listing peers: %w", err)
+	}
+	if len(fcs.Items) > 0 {
+		var ns []string
+		for _, fc := range fcs.Items {
+			ns = append(ns, fc.Name)
+		}
+		out = append(out, "peers: "+strings.Join(ns, ", "))
+	}
+	nos := &offloadv1alpha1.NamespaceOffloadingList{}
+	if err := o.client.List(ctx, nos); err != nil && !isMissingCRD(err) {
+		return nil, fmt.Errorf("listing offloaded namespaces: %w", err)
+	}
+	if len(nos.Items) > 0 {
+		var ns []string
+		for _, no := range nos.Items {
+			ns = append(ns, no.Namespace)
+		}
+		out = append(out, "offloaded namespaces: "+strings.Join(ns, ", "))
+	}
+	return out, nil
+}
+
+func isMissingCRD(err error) bool {
+	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err)
+}
+
+// deleteNamespace deletes the install namespace if the CLI created it, and
+// waits until it is gone.
+func (o *UninstallOptions) deleteNamespace(ctx context.Context) error {
+	ns, err := o.kube.CoreV1().Namespaces().Get(ctx, o.namespace, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if ns.Labels[ManagedByLabel] != ManagedByValue {
+		return nil
+	}
+	if err := o.kube.CoreV1().Namespaces().Delete(ctx, o.namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := o.kube.CoreV1().Namespaces().Get(ctx, o.namespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}

@@ -1,0 +1,105 @@
+package install
+
+import (
+	"fmt"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/cli/values"
+	"helm.sh/helm/v3/pkg/getter"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+)
+
+// setting is one cluster-specific value with where it came from.
+type setting struct{ value, source string }
+
+// settings are the cluster-specific values install computes: flags first,
+// then what is already installed, then detection.
+type settings struct {
+	clusterName, provider, podCIDR, serviceCIDR, apiServerURL setting
+	apiServerLoopback                                         bool
+}
+
+func pick(flag, flagName string, detected, detectedSource string) setting {
+	if flag != "" {
+		return setting{flag, flagName}
+	}
+	if detected == "" {
+		return setting{"", "not detected"}
+	}
+	return setting{detected, detectedSource}
+}
+
+func (o *Options) settings(det *Detection, identity *corev1.ConfigMap) settings {
+	var s settings
+	switch {
+	case o.ClusterName != "":
+		s.clusterName = setting{o.ClusterName, "--cluster-name"}
+	case identity != nil && identity.Data["clusterName"] != "":
+		s.clusterName = setting{identity.Data["clusterName"], "installed identity"}
+	case det.ClusterName != "":
+		s.clusterName = setting{det.ClusterName, det.ClusterNameSource}
+	case SanitizeClusterName(o.contextName) != "":
+		s.clusterName = setting{SanitizeClusterName(o.contextName), fmt.Sprintf("kubeconfig context %q", o.contextName)}
+	default:
+		s.clusterName = setting{"cluster", "default"}
+	}
+	if o.provider != "" {
+		s.provider = setting{string(o.provider), "--provider"}
+	} else {
+		s.provider = setting{string(det.Provider), det.ProviderSource}
+	}
+	s.podCIDR = pick(o.PodCIDR, "--pod-cidr", det.PodCIDR, det.PodCIDRSource)
+	s.serviceCIDR = pick(o.ServiceCIDR, "--service-cidr", det.ServiceCIDR, det.ServiceCIDRSource)
+	s.apiServerURL = pick(o.APIServerURL, "--api-server-url", det.APIServerURL, det.APIServerURLSource)
+	s.apiServerLoopback = o.APIServerURL == "" && det.APIServerLoopback
+	return s
+}
+
+// show prints what install is going to configure, and why.
+func (s settings) show(steps *output.Steps, serverVersion string) {
+	line := func(name string, v setting) {
+		value := v.value
+		if value == "" {
+			value = "-"
+		}
+		steps.Done(fmt.Sprintf("%-16s %s (%s)", name, value, v.source))
+	}
+	steps.Done(fmt.Sprintf("%-16s %s", "Kubernetes", serverVersion))
+	line("Cluster name", s.clusterName)
+	line("Provider", s.provider)
+	line("Pod CIDR", s.podCIDR)
+	line("Service CIDR", s.serviceCIDR)
+	line("API server URL", s.apiServerURL)
+	if s.apiServerLoopback {
+		steps.Warn("the API server URL %s is a loopback address that peers cannot reach: pass --api-server-url", s.apiServerURL.value)
+	}
+	if s.podCIDR.value == "" || s.serviceCIDR.value == "" {
+		steps.Warn("pod or service CIDR not detected: pass --pod-cidr and --service-cidr before enabling the network")
+	}
+}
+
+// values merges the computed values under the user's -f files and --set
+// flags, which win.
+func (o *Options) values(s settings, identity *corev1.ConfigMap) (map[string]any, error) {
+	computed := map[string]any{
+		"clusterName": s.clusterName.value,
+		"provider":    s.provider.value,
+		"network":     map[string]any{"podCIDR": s.podCIDR.value, "serviceCIDR": s.serviceCIDR.value},
+		"apiServer":   map[string]any{"url": s.apiServerURL.value},
+	}
+	// The identity is created once: the installed ID is passed on, so that
+	// the values of a reinstall equal those of the install before it.
+	clusterID := string(uuid.NewUUID())
+	if identity != nil && identity.Data["clusterID"] != "" {
+		clusterID = identity.Data["clusterID"]
+	}
+	computed["identity"] = map[string]any{"clusterID": clusterID}
+	user, err := (&values.Options{ValueFiles: o.ValueFiles, Values: o.Set}).MergeValues(getter.Providers{})
+	if err != nil {
+		return nil, fmt.Errorf("reading --values/--set: %w", err)
+	}
+	return chartutil.CoalesceTables(user, computed), nil
+}

@@ -1,0 +1,371 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+const installNS = "offload-system"
+
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// object identifies one object of a manifest.
+type object struct {
+	gvk             schema.GroupVersionKind
+	namespace, name string
+}
+
+func (o object) String() string { return fmt.Sprintf("%s %s/%s", o.gvk.Kind, o.namespace, o.name) }
+
+// manifestObjects lists the objects of a multi-document YAML manifest.
+func manifestObjects(t *testing.T, manifest string) []object {
+	t.Helper()
+	var out []object
+	for _, doc := range strings.Split(manifest, "\n---") {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("manifest is not YAML: %v\n%s", err, doc)
+		}
+		if u.Object == nil || u.GetKind() == "" {
+			continue
+		}
+		out = append(out, object{u.GroupVersionKind(), u.GetNamespace(), u.GetName()})
+	}
+	return out
+}
+
+func exists(ctx context.Context, t *testing.T, c client.Client, o object) bool {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(o.gvk)
+	err := c.Get(ctx, client.ObjectKey{Namespace: o.namespace, Name: o.name}, u)
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil && strings.Contains(err.Error(), "no matches for kind") {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("getting %s: %v", o, err)
+	}
+	return true
+}
+
+func ctrlClient(t *testing.T, c *framework.Cluster) client.Client {
+	t.Helper()
+	cl, err := client.New(c.Config, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+func identity(ctx context.Context, t *testing.T, c *framework.Cluster) map[string]string {
+	t.Helper()
+	cm, err := c.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, "offload-cluster-identity", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("identity ConfigMap: %v", err)
+	}
+	return cm.Data
+}
+
+// releaseRevisions lists the Helm release records of the offload release.
+func releaseRevisions(ctx context.Context, t *testing.T, c *framework.Cluster) []string {
+	t.Helper()
+	list, err := c.Kube.CoreV1().Secrets(installNS).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=offload"})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range list.Items {
+		out = append(out, s.Labels["version"]+"/"+s.Labels["status"])
+	}
+	return out
+}
+
+func mustOffload(t *testing.T, c *framework.Cluster, args ...string) string {
+	t.Helper()
+	start := time.Now()
+	out, errOut, err := offload(t, c, args...)
+	if err != nil {
+		t.Fatalf("kubectl offload %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out, errOut)
+	}
+	t.Logf("kubectl offload %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	return out
+}
+
+func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
+	c := framework.StartClusters(t, framework.ClusterOptions{Name: "inst", FakeNodes: 2})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cl := ctrlClient(t, c)
+
+	// --dry-run prints every manifest and creates nothing.
+	manifest := mustOffload(t, c, "install", "--cluster-name", "inst", "--dry-run", "-o", "yaml")
+	objects := manifestObjects(t, manifest)
+	kinds := map[string]int{}
+	for _, o := range objects {
+		kinds[o.gvk.Kind]++
+		if exists(ctx, t, cl, o) {
+			t.Errorf("--dry-run created %s", o)
+		}
+	}
+	for kind, want := range map[string]int{"CustomResourceDefinition": 5, "Deployment": 2, "ServiceAccount": 2, "Service": 1, "ConfigMap": 1} {
+		if kinds[kind] != want {
+			t.Errorf("dry-run manifest has %d %s, want %d (kinds: %v)", kinds[kind], kind, want, kinds)
+		}
+	}
+	if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("--dry-run created namespace %s (err=%v)", installNS, err)
+	}
+
+	// Install.
+	mustOffload(t, c, "install", "--cluster-name", "inst", "--timeout", "3m")
+	if revs := releaseRevisions(ctx, t, c); len(revs) != 1 || revs[0] != "1/deployed" {
+		t.Fatalf("release records after install = %v, want [1/deployed]", revs)
+	}
+	for _, o := range objects {
+		if !exists(ctx, t, cl, o) {
+			t.Errorf("install did not create %s", o)
+		}
+	}
+	for _, o := range objects {
+		if o.gvk.Kind != "CustomResourceDefinition" {
+			continue
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := cl.Get(ctx, client.ObjectKey{Name: o.name}, crd); err != nil {
+			t.Fatal(err)
+		}
+		established := false
+		for _, cond := range crd.Status.Conditions {
+			established = established || (cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue)
+		}
+		if !established {
+			t.Errorf("CRD %s is not established", o.name)
+		}
+	}
+	for _, name := range []string{"offload-controller-manager", "offload-auth"} {
+		d, err := c.Kube.AppsV1().Deployments(installNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Status.AvailableReplicas != *d.Spec.Replicas {
+			t.Errorf("deployment %s: %d of %d available after install", name, d.Status.AvailableReplicas, *d.Spec.Replicas)
+		}
+	}
+	id := identity(ctx, t, c)
+	if !uuidRE.MatchString(id["clusterID"]) || id["clusterName"] != "inst" {
+		t.Fatalf("identity = %v, want a UUID and name inst", id)
+	}
+
+	t.Run("RBAC is least privilege", func(t *testing.T) {
+		checkRBAC(ctx, t, c)
+	})
+
+	// A second install changes nothing.
+	mustOffload(t, c, "install", "--cluster-name", "inst")
+	if revs := releaseRevisions(ctx, t, c); len(revs) != 1 {
+		t.Errorf("a second identical install made release records %v, want only revision 1", revs)
+	}
+	if got := identity(ctx, t, c)["clusterID"]; got != id["clusterID"] {
+		t.Errorf("reinstall changed the cluster ID from %s to %s", id["clusterID"], got)
+	}
+
+	// --set on reinstall upgrades, and upgrade works on the installed release.
+	mustOffload(t, c, "install", "--set", "sharingPercentage=30")
+	mustOffload(t, c, "upgrade", "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")
+	svc, err := c.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
+	if err != nil || svc.Spec.Type != corev1.ServiceTypeClusterIP {
+		t.Errorf("upgrade --set auth.service.type=ClusterIP: service %v, err %v", svc.Spec.Type, err)
+	}
+	if revs := releaseRevisions(ctx, t, c); len(revs) < 2 {
+		t.Errorf("install --set did not upgrade: release records %v", revs)
+	}
+	if got := identity(ctx, t, c); got["clusterID"] != id["clusterID"] || got["clusterName"] != "inst" {
+		t.Errorf("upgrade changed the identity from %v to %v", id, got)
+	}
+
+	// uninstall refuses while a peer exists, names it, and changes nothing.
+	fc := &offloadv1alpha1.ForeignCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "peer-a"},
+		Spec:       offloadv1alpha1.ForeignClusterSpec{ClusterID: "11111111-2222-4333-8444-555555555555", ClusterName: "peer-a"},
+	}
+	if err := cl.Create(ctx, fc); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, err := offload(t, c, "uninstall")
+	if err == nil || !strings.Contains(errOut, "peer-a") {
+		t.Errorf("uninstall with a peer: err=%v, stderr %q; want a refusal naming peer-a", err, errOut)
+	}
+	for _, o := range objects {
+		if !exists(ctx, t, cl, o) {
+			t.Errorf("a refused uninstall removed %s", o)
+		}
+	}
+	if err := cl.Delete(ctx, fc); err != nil {
+		t.Fatal(err)
+	}
+
+	// uninstall removes the release and keeps the identity and the CRDs.
+	mustOffload(t, c, "uninstall")
+	for _, o := range objects {
+		kept := o.gvk.Kind == "CustomResourceDefinition" || (o.gvk.Kind == "ConfigMap" && o.name == "offload-cluster-identity")
+		if got := exists(ctx, t, cl, o); got != kept {
+			t.Errorf("after uninstall, %s exists=%t, want %t", o, got, kept)
+		}
+	}
+
+	// A reinstall keeps the cluster ID.
+	mustOffload(t, c, "install", "--cluster-name", "inst")
+	if got := identity(ctx, t, c)["clusterID"]; got != id["clusterID"] {
+		t.Errorf("install after uninstall changed the cluster ID from %s to %s", id["clusterID"], got)
+	}
+
+	// uninstall --purge leaves nothing behind.
+	mustOffload(t, c, "uninstall", "--purge")
+	for _, o := range objects {
+		if exists(ctx, t, cl, o) {
+			t.Errorf("after uninstall --purge, %s still exists", o)
+		}
+	}
+	if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("namespace %s still exists after --purge (err=%v)", installNS, err)
+	}
+	if revs := releaseRevisions(ctx, t, c); len(revs) != 0 {
+		t.Errorf("release records left after --purge: %v", revs)
+	}
+}
+
+// checkRBAC asks the API server what each agent ServiceAccount may do.
+func checkRBAC(ctx context.Context, t *testing.T, c *framework.Cluster) {
+	type access struct {
+		verb, group, resource, subresource, namespace string
+		allowed                                       bool
+	}
+	cases := map[string][]access{
+		"offload-controller-manager": {
+			{"create", "", "nodes", "", "", true},
+			{"update", "", "pods", "status", "", true},
+			{"update", "offload.io", "foreignclusters", "status", "", true},
+			{"create", "coordination.k8s.io", "leases", "", "kube-node-lease", true},
+			{"get", "", "secrets", "", installNS, true},
+			{"get", "", "secrets", "", "default", false},
+			{"list", "", "secrets", "", "", false},
+			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
+			{"delete", "", "namespaces", "", "", false},
+		},
+		"offload-auth": {
+			{"create", "offload.io", "tenants", "", "", true},
+			{"create", "", "serviceaccounts", "token", "offload-tenant-x", true},
+			{"create", "rbac.authorization.k8s.io", "rolebindings", "", "offload-tenant-x", true},
+			{"get", "", "secrets", "", installNS, true},
+			{"get", "", "secrets", "", "default", false},
+			{"list", "", "secrets", "", "", false},
+			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
+			{"create", "", "pods", "", "default", false},
+			{"delete", "", "nodes", "", "", false},
+		},
+	}
+	for sa, accesses := range cases {
+		for _, a := range accesses {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   "system:serviceaccount:" + installNS + ":" + sa,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + installNS, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace,
+				},
+			}}
+			got, err := c.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Allowed != a.allowed {
+				where := a.namespace
+				if where == "" {
+					where = "cluster-wide"
+				}
+				t.Errorf("%s: %s %s/%s %s (%s): allowed=%t, want %t", sa, a.verb, a.resource, a.subresource, a.group, where, got.Status.Allowed, a.allowed)
+			}
+		}
+	}
+	// The auth service can bind only the tenant role.
+	for role, want := range map[string]bool{"offload-tenant": true, "cluster-admin": false, "admin": false} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + installNS + ":offload-auth",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: role},
+		}}
+		got, err := c.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != want {
+			t.Errorf("offload-auth may bind %s: %t, want %t", role, got.Status.Allowed, want)
+		}
+	}
+}
+
+func TestInstallRejectsBadInputAndChangesNothing(t *testing.T) {
+	c := framework.StartClusters(t, framework.ClusterOptions{Name: "badin", FakeNodes: 1})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an unknown provider", []string{"install", "--provider", "minikube"}, `unknown provider "minikube"`},
+		{"a malformed pod CIDR", []string{"install", "--pod-cidr", "10.0.0.0/33"}, `invalid --pod-cidr "10.0.0.0/33"`},
+		{"a malformed service CIDR", []string{"install", "--service-cidr", "ten"}, `invalid --service-cidr "ten"`},
+		{"a cluster name that is not DNS-1123", []string{"install", "--cluster-name", "My_Cluster"}, `invalid --cluster-name "My_Cluster"`},
+		{"an API server URL that is not https", []string{"install", "--api-server-url", "http://10.0.0.1:6443"}, `invalid --api-server-url`},
+		{"a chart value the schema rejects", []string{"install", "--set", "auth.service.type=Ingress"}, "invalid chart values"},
+		{"a user without rights", []string{"install", "--as", "nobody"}, "forbidden"},
+		{"an unreachable cluster", []string{"install", "--server", "https://127.0.0.1:1"}, "cannot reach the cluster"},
+		{"upgrade before install", []string{"upgrade"}, "not installed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errOut, err := offload(t, c, tc.args...)
+			if err == nil {
+				t.Fatalf("kubectl offload %v succeeded, want an error", tc.args)
+			}
+			if !strings.Contains(errOut, tc.want) || strings.Count(errOut, "Error:") != 1 {
+				t.Errorf("stderr = %q, want one Error line containing %q", errOut, tc.want)
+			}
+			if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("namespace %s exists after a rejected install (err=%v)", installNS, err)
+			}
+			crds := &apiextensionsv1.CustomResourceDefinitionList{}
+			if err := ctrlClient(t, c).List(ctx, crds); err != nil {
+				t.Fatal(err)
+			}
+			for _, crd := range crds.Items {
+				if crd.Spec.Group == "offload.io" {
+					t.Errorf("CRD %s exists after a rejected install", crd.Name)
+				}
+			}
+		})
+	}
+}
