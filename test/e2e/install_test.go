@@ -180,6 +180,12 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 		t.Fatalf("identity = %v, want a UUID and name inst", id)
 	}
 
+	// version reports what is installed.
+	versionJSON := mustOffload(t, c, "version", "-o", "json")
+	if !strings.Contains(versionJSON, `"installed": true`) || !strings.Contains(versionJSON, `"agentVersion": "v`) {
+		t.Errorf("version after install does not report the installed chart and agent:\n%s", versionJSON)
+	}
+
 	t.Run("RBAC is least privilege", func(t *testing.T) {
 		checkRBAC(ctx, t, c)
 	})
