@@ -1,0 +1,125 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+)
+
+// setAuthURL is the advice when no auth URL can be derived from the Service.
+const setAuthURL = "set auth.url with kubectl offload upgrade --set auth.url=https://HOST:PORT"
+
+// ErrNoLoadBalancerAddress means the auth Service is a LoadBalancer that has
+// no ingress address yet; it usually gets one within minutes.
+var ErrNoLoadBalancerAddress = errors.New("the LoadBalancer service " + names.Auth + " has no address yet")
+
+// ErrNoNodeAddress means the auth Service is a NodePort but no node has an
+// InternalIP, as with simulated nodes; auth.url must be set then.
+var ErrNoNodeAddress = errors.New("no node has an InternalIP to reach the node port of service " + names.Auth)
+
+// virtualNodeLabel marks the virtual nodes, whose addresses are not reachable.
+const virtualNodeLabel = "offload.io/type"
+
+// AuthURL returns the URL where peers reach this cluster's auth service: the
+// auth.url value when it is set, else an address derived from the
+// offload-auth Service in namespace. A NodePort Service gives
+// https://<first node InternalIP>:<nodePort>, a LoadBalancer its ingress IP
+// or hostname and port, and a ClusterIP Service its in-cluster DNS name.
+// values are the merged values of the installed release. When no address is
+// known yet the error wraps ErrNoLoadBalancerAddress or ErrNoNodeAddress.
+func AuthURL(ctx context.Context, kube kubernetes.Interface, namespace string, values map[string]any) (string, error) {
+	u, _, err := authURL(ctx, kube, namespace, values)
+	return u, err
+}
+
+// authURL is AuthURL that also returns the type of the Service the URL was
+// derived from, or "" when auth.url is set.
+func authURL(ctx context.Context, kube kubernetes.Interface, namespace string, values map[string]any) (string, corev1.ServiceType, error) {
+	if u := stringValue(values, "auth", "url"); u != "" {
+		return u, "", nil
+	}
+	svc, err := kube.CoreV1().Services(namespace).Get(ctx, names.Auth, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", "", fmt.Errorf("service %s not found in namespace %s: run kubectl offload install", names.Auth, namespace)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("reading service %s: %w", names.Auth, err)
+	}
+	port, err := authPort(svc)
+	if err != nil {
+		return "", svc.Spec.Type, err
+	}
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeNodePort:
+		if port.NodePort == 0 {
+			return "", svc.Spec.Type, fmt.Errorf("service %s has no node port yet", names.Auth)
+		}
+		ip, err := firstNodeIP(ctx, kube)
+		if err != nil {
+			return "", svc.Spec.Type, err
+		}
+		return httpsURL(ip, port.NodePort), svc.Spec.Type, nil
+	case corev1.ServiceTypeLoadBalancer:
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			host := in.IP
+			if host == "" {
+				host = in.Hostname
+			}
+			if host != "" {
+				return httpsURL(host, port.Port), svc.Spec.Type, nil
+			}
+		}
+		return "", svc.Spec.Type, fmt.Errorf("%w: wait, or %s", ErrNoLoadBalancerAddress, setAuthURL)
+	case corev1.ServiceTypeClusterIP, "":
+		return httpsURL(fmt.Sprintf("%s.%s.svc", names.Auth, namespace), port.Port), corev1.ServiceTypeClusterIP, nil
+	}
+	return "", svc.Spec.Type, fmt.Errorf("service %s has type %s, which peers cannot reach: %s", names.Auth, svc.Spec.Type, setAuthURL)
+}
+
+// authPort returns the port named https, else the only port of svc.
+func authPort(svc *corev1.Service) (corev1.ServicePort, error) {
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "https" {
+			return p, nil
+		}
+	}
+	if len(svc.Spec.Ports) == 1 {
+		return svc.Spec.Ports[0], nil
+	}
+	return corev1.ServicePort{}, fmt.Errorf("service %s has no port named https", svc.Name)
+}
+
+// firstNodeIP returns the InternalIP of the first node, by name, that is
+// not a virtual node.
+func firstNodeIP(ctx context.Context, kube kubernetes.Interface) (string, error) {
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "!" + virtualNodeLabel})
+	if err != nil {
+		return "", fmt.Errorf("listing nodes for the auth node port: %w", err)
+	}
+	var best, bestIP string
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP && a.Address != "" && (best == "" || n.Name < best) {
+				best, bestIP = n.Name, a.Address
+				break
+			}
+		}
+	}
+	if bestIP == "" {
+		return "", fmt.Errorf("%w: %s", ErrNoNodeAddress, setAuthURL)
+	}
+	return bestIP, nil
+}
+
+func httpsURL(host string, port int32) string {
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(int(port)))
+}

@@ -1,0 +1,106 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+)
+
+func authService(typ corev1.ServiceType, ingress ...corev1.LoadBalancerIngress) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: names.Auth, Namespace: testNamespace},
+		Spec: corev1.ServiceSpec{Type: typ, Ports: []corev1.ServicePort{
+			{Name: "metrics", Port: 8080, NodePort: 30080},
+			{Name: "https", Port: 443, NodePort: 31443},
+		}},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress}},
+	}
+}
+
+func TestAuthURL(t *testing.T) {
+	virtual := node("a-offload-beta", "10.9.9.9", map[string]string{virtualNodeLabel: "virtual-node"})
+	tests := []struct {
+		name    string
+		values  map[string]any
+		objects []runtime.Object
+		want    string
+		wantErr error
+	}{
+		{
+			name:   "the auth.url value wins over the Service",
+			values: map[string]any{"auth": map[string]any{"url": "https://auth.example.com"}},
+			want:   "https://auth.example.com",
+		},
+		{
+			name:    "a NodePort Service is reached on the first real node's InternalIP",
+			objects: []runtime.Object{authService(corev1.ServiceTypeNodePort), virtual, node("worker-b", "172.18.0.4", nil), node("worker-a", "172.18.0.3", nil)},
+			want:    "https://172.18.0.3:31443",
+		},
+		{
+			name:    "an IPv6 node address is bracketed",
+			objects: []runtime.Object{authService(corev1.ServiceTypeNodePort), node("worker", "fd00::3", nil)},
+			want:    "https://[fd00::3]:31443",
+		},
+		{
+			name:    "a LoadBalancer Service is reached on its ingress IP and port",
+			objects: []runtime.Object{authService(corev1.ServiceTypeLoadBalancer, corev1.LoadBalancerIngress{IP: "203.0.113.7"})},
+			want:    "https://203.0.113.7:443",
+		},
+		{
+			name:    "a LoadBalancer Service is reached on its ingress hostname",
+			objects: []runtime.Object{authService(corev1.ServiceTypeLoadBalancer, corev1.LoadBalancerIngress{Hostname: "lb.example.com"})},
+			want:    "https://lb.example.com:443",
+		},
+		{
+			name:    "a LoadBalancer without an address yet is ErrNoLoadBalancerAddress",
+			objects: []runtime.Object{authService(corev1.ServiceTypeLoadBalancer)},
+			wantErr: ErrNoLoadBalancerAddress,
+		},
+		{
+			name:    "a ClusterIP Service is reached on its DNS name",
+			objects: []runtime.Object{authService(corev1.ServiceTypeClusterIP)},
+			want:    "https://offload-auth.offload-system.svc:443",
+		},
+		{
+			name:    "a missing Service is an error",
+			wantErr: errAny,
+		},
+		{
+			name:    "a NodePort without a node address is ErrNoNodeAddress",
+			objects: []runtime.Object{authService(corev1.ServiceTypeNodePort), virtual},
+			wantErr: ErrNoNodeAddress,
+		},
+		{
+			name:    "an ExternalName Service is an error",
+			objects: []runtime.Object{authService(corev1.ServiceTypeExternalName)},
+			wantErr: errAny,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kube := k8sfake.NewClientset(tt.objects...)
+			got, err := AuthURL(context.Background(), kube, testNamespace, tt.values)
+			switch {
+			case tt.wantErr == errAny && err == nil:
+				t.Fatalf("AuthURL = %q, want an error", got)
+			case tt.wantErr != nil && tt.wantErr != errAny && !errors.Is(err, tt.wantErr):
+				t.Fatalf("AuthURL error = %v, want %v", err, tt.wantErr)
+			case tt.wantErr == nil && err != nil:
+				t.Fatalf("AuthURL: %v", err)
+			}
+			if got != tt.want {
+				t.Errorf("AuthURL = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// errAny stands for any error in table tests.
+var errAny = errors.New("any error")

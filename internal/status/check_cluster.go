@@ -1,0 +1,131 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+)
+
+// identityChecker shows the local cluster identity and the installed versions.
+type identityChecker struct{}
+
+func (identityChecker) Name() string { return "localCluster" }
+
+func (identityChecker) Check(ctx context.Context, env *Env) Section {
+	s := Section{Title: "Local cluster identity"}
+	var id, name, chartVersion, agentVersion string
+	rel, relErr := env.Release()
+	remedy := "run kubectl offload upgrade"
+	if rel != nil {
+		chartVersion = rel.ChartVersion
+	} else if relErr == nil {
+		remedy = "run kubectl offload install"
+	}
+	if dep, err := env.Deployment(ctx, names.ControllerManager); err == nil && dep != nil {
+		agentVersion = dep.Labels[names.VersionLabel]
+	}
+
+	cm, err := env.Kube.CoreV1().ConfigMaps(env.Namespace).Get(ctx, names.IdentityConfigMap, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		s.Checks = append(s.Checks, fail("identity", "ConfigMap %s not found: %s", names.IdentityConfigMap, remedy))
+	case err != nil:
+		s.Checks = append(s.Checks, fail("identity", "reading ConfigMap %s: %v", names.IdentityConfigMap, err))
+	default:
+		id, name = cm.Data["clusterID"], cm.Data["clusterName"]
+		switch {
+		case id == "":
+			s.Checks = append(s.Checks, fail("identity", "ConfigMap %s has no clusterID: %s", names.IdentityConfigMap, remedy))
+		case name == "":
+			s.Checks = append(s.Checks, fail("identity", "ConfigMap %s has no clusterName: run kubectl offload upgrade --cluster-name NAME", names.IdentityConfigMap))
+		default:
+			s.Checks = append(s.Checks, ok("identity", "cluster ID and name are set"))
+		}
+	}
+	s.Fields = []Field{
+		{Name: "clusterID", Label: "Cluster ID", Value: id},
+		{Name: "clusterName", Label: "Cluster name", Value: name},
+		{Name: "chartVersion", Label: "Chart version", Value: chartVersion},
+		{Name: "agentVersion", Label: "Agent version", Value: agentVersion},
+	}
+	return s
+}
+
+// networkChecker shows the CIDRs the release was installed with.
+type networkChecker struct{}
+
+func (networkChecker) Name() string { return "network" }
+
+func (networkChecker) Check(_ context.Context, env *Env) Section {
+	s := Section{Title: "Network"}
+	rel, c := releaseOrCheck(env)
+	if c != nil {
+		s.Checks = append(s.Checks, *c)
+		return s
+	}
+	cidrs := []struct {
+		name, label, what, remedy string
+	}{
+		{"podCIDR", "Pod CIDR", "pod CIDR", "kubectl offload upgrade --pod-cidr CIDR"},
+		{"serviceCIDR", "Service CIDR", "service CIDR", "kubectl offload upgrade --service-cidr CIDR"},
+		{"externalCIDR", "External CIDR", "external CIDR", "kubectl offload upgrade --set network.externalCIDR=CIDR"},
+	}
+	for _, cidr := range cidrs {
+		v := stringValue(rel.Values, "network", cidr.name)
+		s.Fields = append(s.Fields, Field{Name: cidr.name, Label: cidr.label, Value: v})
+		if v == "" {
+			s.Checks = append(s.Checks, warn(cidr.name, "%s is not set: peers cannot remap overlapping ranges; run %s", cidr.what, cidr.remedy))
+		} else if _, _, err := net.ParseCIDR(v); err != nil {
+			s.Checks = append(s.Checks, warn(cidr.name, "%s %q is not a CIDR: run %s", cidr.what, v, cidr.remedy))
+		} else {
+			s.Checks = append(s.Checks, ok(cidr.name, "%s is set", cidr.what))
+		}
+	}
+	return s
+}
+
+// endpointsChecker shows the URLs peers use to reach this cluster.
+type endpointsChecker struct{}
+
+func (endpointsChecker) Name() string { return "endpoints" }
+
+func (endpointsChecker) Check(ctx context.Context, env *Env) Section {
+	s := Section{Title: "Endpoints"}
+	rel, c := releaseOrCheck(env)
+	if c != nil {
+		s.Checks = append(s.Checks, *c)
+		return s
+	}
+	u, svcType, err := authURL(ctx, env.Kube, env.Namespace, rel.Values)
+	switch {
+	case errors.Is(err, ErrNoLoadBalancerAddress), errors.Is(err, ErrNoNodeAddress):
+		// The installation works; peers just need an address to be told.
+		s.Checks = append(s.Checks, warn("authURL", "%v", err))
+	case err != nil:
+		s.Checks = append(s.Checks, fail("authURL", "%v", err))
+	case svcType == "":
+		s.Checks = append(s.Checks, ok("authURL", "auth URL is set by the auth.url value"))
+	case svcType == corev1.ServiceTypeClusterIP:
+		s.Checks = append(s.Checks, warn("authURL", "auth URL is only reachable inside the cluster: use --set auth.service.type=NodePort or LoadBalancer, or set auth.url"))
+	default:
+		s.Checks = append(s.Checks, ok("authURL", "auth URL comes from the %s service %s", svcType, names.Auth))
+	}
+
+	api := stringValue(rel.Values, "apiServer", "url")
+	if api == "" {
+		s.Checks = append(s.Checks, warn("apiServerURL", "API server URL is not set: peers may not reach this cluster's API server; run kubectl offload upgrade --api-server-url https://HOST:PORT"))
+	} else {
+		s.Checks = append(s.Checks, ok("apiServerURL", "API server URL is set"))
+	}
+	s.Fields = []Field{
+		{Name: "authURL", Label: "Auth URL", Value: u},
+		{Name: "apiServerURL", Label: "API server URL", Value: api},
+	}
+	return s
+}

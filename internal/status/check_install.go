@@ -1,0 +1,182 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"sync"
+
+	"helm.sh/helm/v3/pkg/release"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubectl-offload/kubectl-offload/charts"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+)
+
+// controlPlaneDeployments are the Deployments of the chart.
+var controlPlaneDeployments = []string{names.ControllerManager, names.Auth}
+
+// namespaceChecker checks that the install namespace exists and holds a
+// deployed release.
+type namespaceChecker struct{}
+
+func (namespaceChecker) Name() string { return "namespace" }
+
+func (namespaceChecker) Check(ctx context.Context, env *Env) Section {
+	s := Section{Title: "Namespace"}
+	ns, err := env.Kube.CoreV1().Namespaces().Get(ctx, env.Namespace, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		s.Checks = append(s.Checks, fail("namespace", "namespace %s not found: run kubectl offload install", env.Namespace))
+	case err != nil:
+		s.Checks = append(s.Checks, fail("namespace", "reading namespace %s: %v", env.Namespace, err))
+	case ns.DeletionTimestamp != nil:
+		s.Checks = append(s.Checks, fail("namespace", "namespace %s is being deleted: wait until it is gone, then run kubectl offload install", env.Namespace))
+	default:
+		s.Checks = append(s.Checks, ok("namespace", "namespace %s exists", env.Namespace))
+	}
+	return withRelease(s, env)
+}
+
+// withRelease adds the check of the release's Helm status to s.
+func withRelease(s Section, env *Env) Section {
+	rel, c := releaseOrCheck(env)
+	if c != nil {
+		s.Checks = append(s.Checks, *c)
+		return s
+	}
+	what := fmt.Sprintf("release %s revision %d (chart %s)", rel.Name, rel.Revision, rel.ChartVersion)
+	switch release.Status(rel.Status) {
+	case release.StatusDeployed:
+		s.Checks = append(s.Checks, ok("release", "%s is deployed", what))
+	case release.StatusPendingInstall, release.StatusPendingUpgrade, release.StatusPendingRollback:
+		s.Checks = append(s.Checks, warn("release", "%s is %s: an install or upgrade is in progress", what, rel.Status))
+	default:
+		s.Checks = append(s.Checks, fail("release", "%s is %s: run kubectl offload upgrade", what, rel.Status))
+	}
+	return s
+}
+
+// controlPlaneChecker checks that every Deployment of the chart is available.
+type controlPlaneChecker struct{}
+
+func (controlPlaneChecker) Name() string { return "controlPlane" }
+
+func (controlPlaneChecker) Check(ctx context.Context, env *Env) Section {
+	s := Section{Title: "Control plane"}
+	if _, c := releaseOrCheck(env); c != nil {
+		s.Checks = append(s.Checks, *c)
+		return s
+	}
+	s.Table = &Table{Columns: []string{"DEPLOYMENT", "DESIRED", "READY", "AVAILABLE"}}
+	for _, name := range controlPlaneDeployments {
+		row, check := deploymentHealth(ctx, env, name)
+		s.Table.Rows = append(s.Table.Rows, row)
+		s.Checks = append(s.Checks, check)
+	}
+	return s
+}
+
+// deploymentHealth returns the table row and the check of one Deployment.
+func deploymentHealth(ctx context.Context, env *Env, name string) ([]string, Check) {
+	check := "deployment/" + name
+	dep, err := env.Deployment(ctx, name)
+	if err != nil {
+		return []string{name, "-", "-", "-"}, fail(check, "%v", err)
+	}
+	if dep == nil {
+		return []string{name, "-", "-", "-"}, fail(check, "deployment %s not found: run kubectl offload upgrade to restore it", name)
+	}
+	desired := int32(1)
+	if dep.Spec.Replicas != nil {
+		desired = *dep.Spec.Replicas
+	}
+	st := dep.Status
+	row := []string{name, itoa(desired), itoa(st.ReadyReplicas), itoa(st.AvailableReplicas)}
+	switch {
+	case desired == 0:
+		return row, fail(check, "deployment %s is scaled to 0 replicas: run kubectl scale -n %s deployment %s --replicas=1", name, env.Namespace, name)
+	case st.AvailableReplicas < desired:
+		return row, fail(check, "deployment %s has %d of %d replicas available: see kubectl describe -n %s deployment %s", name, st.AvailableReplicas, desired, env.Namespace, name)
+	case st.UpdatedReplicas < desired || st.ObservedGeneration < dep.Generation:
+		return row, warn(check, "deployment %s is rolling out: %d of %d replicas updated", name, st.UpdatedReplicas, desired)
+	}
+	return row, ok(check, "deployment %s is available: %d of %d replicas", name, st.AvailableReplicas, desired)
+}
+
+func itoa(n int32) string { return strconv.Itoa(int(n)) }
+
+// crdChecker checks that every CRD of the chart exists and is established.
+type crdChecker struct{}
+
+func (crdChecker) Name() string { return "crds" }
+
+func (crdChecker) Check(ctx context.Context, env *Env) Section {
+	s := Section{Title: "CRDs"}
+	crds, err := chartCRDs()
+	if err != nil {
+		s.Checks = append(s.Checks, fail("crds", "%v", err))
+		return s
+	}
+	remedy := "run kubectl offload upgrade to reapply the CRDs"
+	if rel, err := env.Release(); err == nil && rel == nil {
+		remedy = "run kubectl offload install"
+	}
+	for _, name := range crds {
+		check := "crd/" + name
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		err := env.Client.Get(ctx, client.ObjectKey{Name: name}, crd)
+		switch {
+		case apierrors.IsNotFound(err):
+			s.Checks = append(s.Checks, fail(check, "CRD %s not found: %s", name, remedy))
+		case err != nil:
+			s.Checks = append(s.Checks, fail(check, "reading CRD %s: %v", name, err))
+		case crd.DeletionTimestamp != nil:
+			s.Checks = append(s.Checks, fail(check, "CRD %s is being deleted: wait until it is gone, then %s", name, remedy))
+		case !established(crd):
+			s.Checks = append(s.Checks, fail(check, "CRD %s is not established yet: see kubectl describe crd %s", name, name))
+		default:
+			s.Checks = append(s.Checks, ok(check, "CRD %s is established", name))
+		}
+	}
+	return s
+}
+
+func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Established {
+			return c.Status == apiextensionsv1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// chartCRDs returns the names of the CRDs of the embedded chart, sorted by file name.
+var chartCRDs = sync.OnceValues(func() ([]string, error) {
+	fsys := charts.Offload()
+	paths, err := fs.Glob(fsys, "crds/*.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("listing the CRDs of the embedded chart: %w", err)
+	}
+	var out []string
+	for _, p := range paths {
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s of the embedded chart: %w", p, err)
+		}
+		var crd metav1.PartialObjectMetadata
+		if err := yaml.Unmarshal(b, &crd); err != nil {
+			return nil, fmt.Errorf("parsing %s of the embedded chart: %w", p, err)
+		}
+		if crd.Name == "" {
+			return nil, fmt.Errorf("%s of the embedded chart has no name", p)
+		}
+		out = append(out, crd.Name)
+	}
+	return out, nil
+})

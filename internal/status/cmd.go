@@ -1,0 +1,204 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+)
+
+const statusLong = `Check the health of kubectl-offload in the current cluster.
+
+The report has one section per concern: the install namespace and Helm
+release, the control plane Deployments, the offload.io CRDs, the local
+cluster identity, the network CIDRs and the endpoints peers use. Each check
+is marked ✓ (ok), ! (warning) or ✗ (failed), and says what to do next.
+
+kubectl offload status exits 1 when any check failed; warnings do not fail.
+With --wait it checks again until everything is healthy or --timeout passes.`
+
+const statusExample = `  # Show the health of kubectl-offload in the current cluster
+  kubectl offload status
+
+  # Wait up to 5 minutes for a fresh install to become healthy
+  kubectl offload status --wait --timeout 5m
+
+  # The report as JSON, for scripts
+  kubectl offload status -o json`
+
+// Options are the options of `kubectl offload status`.
+type Options struct {
+	genericiooptions.IOStreams
+
+	Output  output.Format
+	Wait    bool
+	Timeout time.Duration
+	// Checkers produce the sections of the report.
+	Checkers []Checker
+
+	// interval is the pause between two rounds of checks with --wait.
+	interval time.Duration
+	kube     kubernetes.Interface
+	newEnv   func() *Env
+}
+
+// NewOptions returns Options with defaults.
+func NewOptions(streams genericiooptions.IOStreams) *Options {
+	return &Options{
+		IOStreams: streams,
+		Output:    output.Table,
+		Timeout:   2 * time.Minute,
+		Checkers:  DefaultCheckers(),
+		interval:  2 * time.Second,
+	}
+}
+
+// NewCmdStatus returns the status command.
+func NewCmdStatus(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	return newCmdStatus(f, NewOptions(streams))
+}
+
+// newCmdStatus returns the status command bound to o, whose values are the flag defaults.
+func newCmdStatus(f factory.Factory, o *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "status",
+		Short:   "Show the health of kubectl-offload in the current cluster",
+		Long:    statusLong,
+		Example: statusExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVar(&o.Wait, "wait", o.Wait, "Check again until every check passes or --timeout passes.")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long the checks, and the waiting with --wait, may take.")
+	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
+	return cmd
+}
+
+// Complete builds the clients from the factory.
+func (o *Options) Complete(f factory.Factory) error {
+	ns := f.Namespace()
+	kube, err := f.KubeClient()
+	if err != nil {
+		return err
+	}
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	cfg, err := f.HelmConfig(ns)
+	if err != nil {
+		return err
+	}
+	helm := NewHelm(cfg)
+	o.kube = kube
+	o.newEnv = func() *Env { return NewEnv(kube, c, helm, ns) }
+	return nil
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
+	}
+	return o.Output.Validate()
+}
+
+// Run checks the installation, once or, with --wait, until it is healthy,
+// and prints the report. It returns an exit error with code 1 when a check failed.
+func (o *Options) Run(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if !o.Wait {
+		r, err := o.check(ctx)
+		if r == nil {
+			return err
+		}
+		if perr := o.print(*r); perr != nil {
+			return perr
+		}
+		return err
+	}
+
+	steps := output.NewSteps(o.ErrOut)
+	fmt.Fprintf(o.ErrOut, "Waiting up to %s for kubectl-offload to become healthy\n", o.Timeout)
+	var last *Report
+	var lastErr error
+	err := wait.PollUntilContextCancel(ctx, o.interval, true, func(ctx context.Context) (bool, error) {
+		r, err := o.check(ctx)
+		if ctx.Err() != nil {
+			// The deadline cut this round short; the previous one stands.
+			return false, nil
+		}
+		if err != nil && (lastErr == nil || err.Error() != lastErr.Error()) {
+			steps.Warn("not healthy yet: %v", err)
+		}
+		if r != nil {
+			last = r
+		}
+		lastErr = err
+		return err == nil, nil
+	})
+	if last != nil {
+		if perr := o.print(*last); perr != nil {
+			return perr
+		}
+	}
+	switch {
+	case err == nil:
+		steps.Done("kubectl-offload is healthy")
+		return nil
+	case errors.Is(ctx.Err(), context.Canceled):
+		return ctx.Err()
+	case lastErr == nil:
+		lastErr = err
+	}
+	return &exit.Error{Code: 1, Err: fmt.Errorf("not healthy after %s: %w", o.Timeout, lastErr)}
+}
+
+// check runs one round of checks. It returns the report, if the cluster
+// could be reached, and the report's error.
+func (o *Options) check(ctx context.Context) (*Report, error) {
+	if err := o.reachable(ctx); err != nil {
+		return nil, err
+	}
+	r := Collect(ctx, o.newEnv(), o.Checkers)
+	return &r, r.Err()
+}
+
+// reachable returns an error when the API server cannot be reached at all,
+// so that the report does not repeat a connection error in every check.
+func (o *Options) reachable(ctx context.Context) error {
+	_, err := o.kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
+	var status apierrors.APIStatus
+	if err == nil || errors.As(err, &status) {
+		return nil
+	}
+	return fmt.Errorf("cannot reach the cluster: %w (check --kubeconfig and --context)", err)
+}
+
+func (o *Options) print(r Report) error {
+	return output.Write(o.Out, o.Output, r, func(w io.Writer) error {
+		tty := output.IsTerminal(w)
+		return writeTable(w, r, tty, tableWidth(w, tty))
+	})
+}

@@ -1,0 +1,181 @@
+package status
+
+import (
+	"io"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chartutil"
+	kubefake "helm.sh/helm/v3/pkg/kube/fake"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/kubectl-offload/kubectl-offload/charts"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+)
+
+const (
+	testNamespace = "offload-system"
+	testClusterID = "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
+	testVersion   = "v1.2.3"
+)
+
+// fixture is a cluster as the fakes hold it. healthy returns an installed,
+// healthy one; tests break it field by field.
+type fixture struct {
+	namespace   *corev1.Namespace
+	deployments map[string]*appsv1.Deployment
+	identity    *corev1.ConfigMap
+	authService *corev1.Service
+	nodes       []*corev1.Node
+	crds        map[string]*apiextensionsv1.CustomResourceDefinition
+	// values are the user-supplied release values; the release exists when installed is true.
+	values        map[string]any
+	installed     bool
+	releaseStatus release.Status
+	// kube is set by factory, for tests that add reactors.
+	kube *k8sfake.Clientset
+}
+
+func node(name, ip string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}},
+	}
+}
+
+// bare is a cluster without kubectl-offload.
+func bare() *fixture {
+	return &fixture{nodes: []*corev1.Node{
+		node("alpha-control-plane", "172.18.0.2", nil),
+		node("alpha-worker", "172.18.0.3", nil),
+	}}
+}
+
+// healthy is a cluster where kubectl-offload is installed and healthy.
+func healthy(t *testing.T) *fixture {
+	t.Helper()
+	f := bare()
+	f.namespace = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}
+	f.deployments = map[string]*appsv1.Deployment{}
+	for _, name := range controlPlaneDeployments {
+		f.deployments[name] = &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Generation: 1,
+				Labels: map[string]string{names.VersionLabel: testVersion}},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1))},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1,
+				ReadyReplicas: 1, AvailableReplicas: 1},
+		}
+	}
+	f.identity = &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: testNamespace},
+		Data:       map[string]string{"clusterID": testClusterID, "clusterName": "alpha"},
+	}
+	f.authService = &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: names.Auth, Namespace: testNamespace},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+			Ports: []corev1.ServicePort{{Name: "https", Port: 443, NodePort: 31443}}},
+	}
+	crdNames, err := chartCRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.crds = map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for _, name := range crdNames {
+		f.crds[name] = &apiextensionsv1.CustomResourceDefinition{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: apiextensionsv1.CustomResourceDefinitionStatus{Conditions: []apiextensionsv1.CustomResourceDefinitionCondition{
+				{Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionTrue},
+				{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue},
+			}},
+		}
+	}
+	f.installed, f.releaseStatus = true, release.StatusDeployed
+	f.values = map[string]any{
+		"clusterName": "alpha",
+		"provider":    "kind",
+		"identity":    map[string]any{"clusterID": testClusterID},
+		"network":     map[string]any{"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.96.0.0/12"},
+		"apiServer":   map[string]any{"url": "https://172.18.0.2:6443"},
+	}
+	return f
+}
+
+// fakeFactory gives commands fake clients. Methods it does not override
+// panic through the nil embedded Factory, which no status code calls.
+type fakeFactory struct {
+	factory.Factory
+	kube   kubernetes.Interface
+	client client.Client
+	helm   *action.Configuration
+}
+
+func (f fakeFactory) Namespace() string                                { return testNamespace }
+func (f fakeFactory) KubeClient() (kubernetes.Interface, error)        { return f.kube, nil }
+func (f fakeFactory) Client() (client.Client, error)                   { return f.client, nil }
+func (f fakeFactory) HelmConfig(string) (*action.Configuration, error) { return f.helm, nil }
+
+// factory returns a Factory whose clients hold the fixture: a client-go
+// fake, a controller-runtime fake and Helm's in-memory release storage.
+func (f *fixture) factory(t *testing.T) factory.Factory {
+	t.Helper()
+	var objs []runtime.Object
+	if f.namespace != nil {
+		objs = append(objs, f.namespace)
+	}
+	for _, name := range controlPlaneDeployments {
+		if d := f.deployments[name]; d != nil {
+			objs = append(objs, d)
+		}
+	}
+	if f.identity != nil {
+		objs = append(objs, f.identity)
+	}
+	if f.authService != nil {
+		objs = append(objs, f.authService)
+	}
+	for _, n := range f.nodes {
+		objs = append(objs, n)
+	}
+	f.kube = k8sfake.NewClientset(objs...)
+
+	var crds []client.Object
+	for _, crd := range f.crds {
+		crds = append(crds, crd)
+	}
+	c := crfake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(crds...).Build()
+
+	mem := driver.NewMemory()
+	mem.SetNamespace(testNamespace)
+	helm := &action.Configuration{
+		Releases:     storage.Init(mem),
+		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
+		Capabilities: chartutil.DefaultCapabilities,
+		Log:          func(string, ...any) {},
+	}
+	if f.installed {
+		ch, err := charts.Load(testVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel := &release.Release{Name: names.ReleaseName, Namespace: testNamespace, Version: 3,
+			Info: &release.Info{Status: f.releaseStatus}, Chart: ch, Config: f.values}
+		if err := helm.Releases.Create(rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fakeFactory{kube: f.kube, client: c, helm: helm}
+}

@@ -1,0 +1,140 @@
+// Package status checks the health of a kubectl-offload installation and
+// renders the result as a table, JSON or YAML (`kubectl offload status`).
+//
+// Each section of the report comes from one Checker. Checkers share an Env,
+// which holds the clients and caches what several of them read, such as the
+// Helm release. New sections are added by appending a Checker to
+// DefaultCheckers.
+package status
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+)
+
+// Checker produces one section of the report.
+type Checker interface {
+	// Name returns the stable machine name of the section, such as controlPlane.
+	Name() string
+	// Check inspects the cluster and returns the section. It reports
+	// problems as failed checks rather than errors, so that one broken
+	// section does not hide the others.
+	Check(ctx context.Context, env *Env) Section
+}
+
+// DefaultCheckers returns the checkers of `kubectl offload status`, in the
+// order their sections are shown.
+func DefaultCheckers() []Checker {
+	return []Checker{
+		namespaceChecker{},
+		controlPlaneChecker{},
+		crdChecker{},
+		identityChecker{},
+		networkChecker{},
+		endpointsChecker{},
+	}
+}
+
+// Collect runs every checker against env and assembles the report. It fills
+// in each section's Name and Status from the checker and its checks.
+func Collect(ctx context.Context, env *Env, checkers []Checker) Report {
+	r := Report{TypeMeta: reportType, Namespace: env.Namespace, Sections: []Section{}}
+	for _, c := range checkers {
+		s := c.Check(ctx, env)
+		s.Name = c.Name()
+		if s.Checks == nil {
+			s.Checks = []Check{}
+		}
+		s.Status = worst(s.Checks)
+		r.Sections = append(r.Sections, s)
+	}
+	r.Healthy = r.Err() == nil
+	return r
+}
+
+// Env is what checkers work with: the clients, the install namespace and
+// lookups that several checkers share, made once per Env. An Env is used by
+// one Collect at a time; make a new one for every round of checks.
+type Env struct {
+	// Kube is a client-go clientset for the cluster.
+	Kube kubernetes.Interface
+	// Client is a controller-runtime client that knows offload.io and apiextensions.
+	Client client.Client
+	// Namespace is the install namespace.
+	Namespace string
+	// Helm reads the installed Helm release.
+	Helm Helm
+
+	release     *Release
+	releaseErr  error
+	releaseRead bool
+	deployments map[string]deploymentLookup
+}
+
+type deploymentLookup struct {
+	dep *appsv1.Deployment
+	err error
+}
+
+// NewEnv returns an Env for the installation in namespace.
+func NewEnv(kube kubernetes.Interface, c client.Client, helm Helm, namespace string) *Env {
+	return &Env{Kube: kube, Client: c, Helm: helm, Namespace: namespace}
+}
+
+// Release returns the installed offload release, or nil when it is not
+// installed. Helm is asked once per Env.
+func (e *Env) Release() (*Release, error) {
+	if !e.releaseRead {
+		e.release, e.releaseErr = e.Helm.Release(names.ReleaseName)
+		e.releaseRead = true
+	}
+	return e.release, e.releaseErr
+}
+
+// Deployment returns the Deployment called name in the install namespace,
+// or nil when it does not exist. The API server is asked once per name.
+func (e *Env) Deployment(ctx context.Context, name string) (*appsv1.Deployment, error) {
+	if l, ok := e.deployments[name]; ok {
+		return l.dep, l.err
+	}
+	dep, err := e.Kube.AppsV1().Deployments(e.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		dep, err = nil, nil
+	case err != nil:
+		dep, err = nil, fmt.Errorf("reading deployment %s: %w", name, err)
+	}
+	if e.deployments == nil {
+		e.deployments = map[string]deploymentLookup{}
+	}
+	e.deployments[name] = deploymentLookup{dep: dep, err: err}
+	return dep, err
+}
+
+// notInstalled is the check of a section that needs the release when there is none.
+func notInstalled(env *Env) Check {
+	return fail("release", "kubectl-offload is not installed in namespace %s: run kubectl offload install", env.Namespace)
+}
+
+// releaseOrCheck returns the installed release, or the failed check that
+// stands in for the section when the release is missing or unreadable.
+func releaseOrCheck(env *Env) (*Release, *Check) {
+	rel, err := env.Release()
+	if err != nil {
+		c := fail("release", "%v", err)
+		return nil, &c
+	}
+	if rel == nil {
+		c := notInstalled(env)
+		return nil, &c
+	}
+	return rel, nil
+}
