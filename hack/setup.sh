@@ -5,16 +5,28 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# command -> Debian package
+# command or file -> Debian package. The real node of the local clusters
+# needs containerd, runc, the CNI plugins, iptables and iproute2.
 declare -A PACKAGES=(
   [make]=make
   [git]=git
   [gcc]=gcc
+  [containerd]=containerd
+  [runc]=runc
+  [/usr/lib/cni/bridge]=containernetworking-plugins
+  [iptables]=iptables
+  [conntrack]=conntrack
+  [ip]=iproute2
+  [nsenter]=util-linux
 )
 
 missing=()
 for cmd in "${!PACKAGES[@]}"; do
-  command -v "${cmd}" >/dev/null 2>&1 || missing+=("${PACKAGES[${cmd}]}")
+  if [[ "${cmd}" == /* ]]; then
+    [[ -e "${cmd}" ]] || missing+=("${PACKAGES[${cmd}]}")
+  else
+    command -v "${cmd}" >/dev/null 2>&1 || missing+=("${PACKAGES[${cmd}]}")
+  fi
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
   echo "installing Debian packages: ${missing[*]}" >&2

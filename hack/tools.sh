@@ -149,7 +149,7 @@ build() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl)
+  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl)
 fi
 
 start=$(date +%s)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -105,4 +107,47 @@ func waitPodsRunning(ctx context.Context, t *testing.T, c *framework.Cluster, ns
 		t.Fatalf("%s: waiting for %d Running pods (%s) in %s: %v (%s)", c.Name, want, selector, ns, err, last)
 	}
 	return pods
+}
+
+func intOrString(port int) intstr.IntOrString { return intstr.FromInt(port) }
+
+// waitPodsReady polls until want pods matching selector are Running and Ready, and returns them.
+func waitPodsReady(ctx context.Context, t *testing.T, c *framework.Cluster, ns, selector string, want int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		pods = pods[:0]
+		var states []string
+		for _, p := range list.Items {
+			ready := false
+			for _, cond := range p.Status.Conditions {
+				ready = ready || (cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue)
+			}
+			if p.Status.Phase == corev1.PodRunning && ready && p.DeletionTimestamp == nil {
+				pods = append(pods, p)
+			}
+			states = append(states, fmt.Sprintf("%s:%s ready=%t %s", p.Name, p.Status.Phase, ready, containerWaiting(p)))
+		}
+		last = strings.Join(states, ", ")
+		return len(pods) == want, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: waiting for %d Ready pods (%s) in %s: %v (%s)", c.Name, want, selector, ns, err, last)
+	}
+	return pods
+}
+
+func containerWaiting(p corev1.Pod) string {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.State.Waiting != nil {
+			return s.State.Waiting.Reason + ": " + s.State.Waiting.Message
+		}
+	}
+	return ""
 }

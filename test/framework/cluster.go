@@ -30,6 +30,11 @@ type ClusterOptions struct {
 	NodeCapacity Capacity
 	// DisableQPSLimits lifts the client rate limits of the control plane, for benchmarks.
 	DisableQPSLimits bool
+	// RealNode adds a real node (kubelet, kube-proxy and containerd in a
+	// network namespace of its own) that really runs containers.
+	RealNode bool
+	// Images are image archives to import into the real node; empty means TestImages.
+	Images []string
 }
 
 type clusterPorts struct {
@@ -76,6 +81,8 @@ type Cluster struct {
 	Config *rest.Config
 	// Kube is an admin clientset.
 	Kube kubernetes.Interface
+	// Node is the real node, when the cluster has one.
+	Node *RealNode
 
 	env *Env
 }
@@ -95,6 +102,8 @@ func (e *Env) kwokctl(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 func (e *Env) clusterDir(name string) string { return filepath.Join(e.Dir, "clusters", name) }
+
+func (e *Env) nodeDir(name string) string { return filepath.Join(e.Dir, "nodes", name) }
 
 // Create starts a cluster and waits until it serves requests, has its
 // default ServiceAccount and its fake nodes are Ready.
@@ -130,8 +139,21 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 	}
 	cp := clusterPorts{apiserver: p[0], etcd: p[1], etcdPeer: p[2], controllerManager: p[3], scheduler: p[4], kwok: p[5]}
 	dir := e.clusterDir(o.Name)
+	var node *RealNode
+	if o.RealNode {
+		if node, err = nodeNetwork(ctx, e.nodeDir(o.Name)); err != nil {
+			return nil, err
+		}
+		node.Name = o.Name + "-real"
+		if err := os.MkdirAll(node.Dir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := node.save(); err != nil {
+			return nil, err
+		}
+	}
 	cfgPath := filepath.Join(e.Dir, o.Name+".kwokctl.yaml")
-	cfg := kwokctlConfig(e.bin, filepath.Join(e.Dir, "cache"), dir, kubeVersion, cp, o)
+	cfg := kwokctlConfig(e.bin, filepath.Join(e.Dir, "cache"), dir, kubeVersion, cp, o, node)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
@@ -149,6 +171,22 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 	}
 	if o.FakeNodes > 0 {
 		if err := c.AddFakeNodes(ctx, o.FakeNodes, o.NodeCapacity); err != nil {
+			return nil, err
+		}
+	}
+	if node != nil {
+		images := o.Images
+		if len(images) == 0 {
+			archives, err := TestImages(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, a := range archives {
+				images = append(images, a)
+			}
+		}
+		c.Node = node
+		if err := node.start(ctx, c, e.bin, images); err != nil {
 			return nil, err
 		}
 	}
@@ -204,6 +242,11 @@ func (e *Env) deleteByName(ctx context.Context, name string) error {
 	dir := e.clusterDir(name)
 	pids := readPIDs(filepath.Join(dir, "pids"))
 	var errs []error
+	// The real node goes first, while the API server can still drain it.
+	if node, err := loadRealNode(e.nodeDir(name)); err == nil {
+		c, _ := e.cluster(name)
+		errs = append(errs, node.stop(ctx, c))
+	}
 	if _, err := os.Stat(dir); err == nil {
 		if _, err := e.kwokctl(ctx, "delete", "cluster", "--name", name,
 			"--kubeconfig", filepath.Join(e.Dir, "kubeconfig.merged")); err != nil {

@@ -9,7 +9,7 @@ import (
 // kwokctlConfig renders the KwokctlConfiguration for one cluster: every
 // binary local (so kwokctl downloads nothing), pinned ports, CSR signing in
 // kube-controller-manager, and kwok managing only nodes annotated as fake.
-func kwokctlConfig(bin, cacheDir, clusterDir, kubeVersion string, p clusterPorts, o ClusterOptions) string {
+func kwokctlConfig(bin, cacheDir, clusterDir, kubeVersion string, p clusterPorts, o ClusterOptions, node *RealNode) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -29,6 +29,7 @@ options:
   kubeSchedulerPort: %d
   kwokControllerPort: %d
   disableQPSLimits: %t
+  kubeApiserverCertSANs: %s
 componentsPatches:
 - name: kwok-controller
   extraArgs:
@@ -36,12 +37,8 @@ componentsPatches:
     value: "false"
   - key: manage-nodes-with-annotation-selector
     value: %s=%s
-- name: kube-apiserver
-  extraArgs:
-  - key: advertise-address
-    value: 127.0.0.1
 `, kubeVersion, bin, filepath.Join(bin, "kubectl"), filepath.Join(bin, "kwok"), filepath.Join(bin, "etcd"), cacheDir,
-		p.apiserver, p.etcd, p.etcdPeer, p.controllerManager, p.scheduler, p.kwok, o.DisableQPSLimits,
+		p.apiserver, p.etcd, p.etcdPeer, p.controllerManager, p.scheduler, p.kwok, o.DisableQPSLimits, certSANs(node),
 		FakeNodeAnnotation, FakeNodeAnnotationValue)
 	// The CSR signer uses the cluster CA that kwokctl generates in the
 	// cluster's pki directory.
@@ -52,5 +49,26 @@ componentsPatches:
   - key: cluster-signing-key-file
     value: %s
 `, filepath.Join(clusterDir, "pki", "ca.crt"), filepath.Join(clusterDir, "pki", "ca.key"))
+	// The API server advertises 127.0.0.1, or, for a real node, the address
+	// the node reaches it at, which its certificate must name too.
+	apiserverArgs := [][2]string{{"advertise-address", "127.0.0.1"}}
+	if node != nil {
+		apiserverArgs = node.apiServerPatches(clusterDir)
+	}
+	b.WriteString("- name: kube-apiserver\n  extraArgs:\n")
+	for _, a := range apiserverArgs {
+		// kwokctl replaces only flags it sets itself (override), and
+		// appends the others.
+		fmt.Fprintf(&b, "  - key: %s\n    value: %q\n    override: %t\n", a[0], a[1], a[0] == "bind-address")
+	}
 	return b.String()
+}
+
+// certSANs are the extra API server certificate names a real node needs: the
+// address it reaches the API server at, and the kubernetes Service IP pods use.
+func certSANs(node *RealNode) string {
+	if node == nil {
+		return "[]"
+	}
+	return fmt.Sprintf("[%q, %q]", node.HostIP, "10.0.0.1")
 }

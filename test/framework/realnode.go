@@ -1,0 +1,285 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// RealNodeLabel marks the real node (kubelet + containerd) of a cluster.
+const RealNodeLabel = "offload.io/test-node"
+
+// RealNodeLabelValue is the value of RealNodeLabel on real nodes.
+const RealNodeLabelValue = "real"
+
+// PauseImage is the sandbox image every real node is configured with.
+const PauseImage = "registry.local/offload/pause:test"
+
+// RealNode is a kubelet, kube-proxy and containerd running in a network
+// namespace made for them, registered in a local cluster.
+type RealNode struct {
+	// Name is the node name.
+	Name string `json:"name"`
+	// IP is the node's InternalIP, inside its network namespace.
+	IP string `json:"ip"`
+	// HostIP is the host end of the node's veth; the API server advertises it.
+	HostIP string `json:"hostIP"`
+	// PodCIDR is the range pods of this node get their IPs from.
+	PodCIDR string `json:"podCIDR"`
+	// NetNS is the name of the node's network namespace (ip netns).
+	NetNS string `json:"netns"`
+	// Dir holds the node's configuration, state and logs.
+	Dir string `json:"dir"`
+	// ContainerdAddress is the node containerd's socket.
+	ContainerdAddress string `json:"containerdAddress"`
+	// CgroupRoot is the cgroup the node's pods live under.
+	CgroupRoot string `json:"cgroupRoot"`
+	// PIDs are the node's processes.
+	PIDs map[string]int `json:"pids"`
+}
+
+// nodeNetwork creates the network namespace and veth for a node. Index i
+// gives the subnet 10.99.i.0/24: the node is .1 inside, the host .254.
+func nodeNetwork(ctx context.Context, dir string) (*RealNode, error) {
+	if err := acquireHostState(); err != nil {
+		return nil, err
+	}
+	for i := 1; i < 250; i++ {
+		ns := fmt.Sprintf("offload-%d", i)
+		// ip netns add fails when the name exists, so concurrent clusters
+		// (in this or another process) never share a namespace.
+		if _, err := run(ctx, "ip", "netns", "add", ns); err != nil {
+			continue
+		}
+		n := &RealNode{
+			IP:         fmt.Sprintf("10.99.%d.1", i),
+			HostIP:     fmt.Sprintf("10.99.%d.254", i),
+			PodCIDR:    fmt.Sprintf("10.244.%d.0/24", i),
+			NetNS:      ns,
+			Dir:        dir,
+			CgroupRoot: ns,
+			PIDs:       map[string]int{},
+		}
+		host, peer := fmt.Sprintf("ovh%d", i), fmt.Sprintf("ovn%d", i)
+		steps := [][]string{
+			{"ip", "link", "add", host, "type", "veth", "peer", "name", peer},
+			{"ip", "link", "set", peer, "netns", ns},
+			{"ip", "addr", "add", n.HostIP + "/24", "dev", host},
+			{"ip", "link", "set", host, "up"},
+			{"ip", "-n", ns, "link", "set", "lo", "up"},
+			{"ip", "-n", ns, "link", "set", peer, "name", "eth0"},
+			{"ip", "-n", ns, "addr", "add", n.IP + "/24", "dev", "eth0"},
+			{"ip", "-n", ns, "link", "set", "eth0", "up"},
+			{"ip", "-n", ns, "route", "add", "default", "via", n.HostIP},
+			{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		}
+		for _, s := range steps {
+			if _, err := run(ctx, s[0], s[1:]...); err != nil {
+				_, _ = run(context.Background(), "ip", "netns", "delete", ns)
+				_, _ = run(context.Background(), "ip", "link", "delete", host)
+				return nil, errors.Join(fmt.Errorf("setting up the node network: %w", err), releaseHostState())
+			}
+		}
+		return n, nil
+	}
+	return nil, errors.Join(errors.New("no free node network: 249 namespaces offload-N exist (run make clusters-down)"), releaseHostState())
+}
+
+// apiServerPatches are the kube-apiserver settings a real node needs: listen
+// where the node reaches it, advertise that address, and authenticate to
+// kubelets (for logs and exec) with the admin certificate (system:masters).
+func (n *RealNode) apiServerPatches(clusterDir string) [][2]string {
+	return [][2]string{
+		{"bind-address", "0.0.0.0"},
+		{"advertise-address", n.HostIP},
+		{"kubelet-client-certificate", filepath.Join(clusterDir, "pki", "admin.crt")},
+		{"kubelet-client-key", filepath.Join(clusterDir, "pki", "admin.key")},
+		{"kubelet-preferred-address-types", "InternalIP,Hostname"},
+	}
+}
+
+func (n *RealNode) path(p ...string) string { return filepath.Join(append([]string{n.Dir}, p...)...) }
+
+func (n *RealNode) save() error {
+	b, err := json.MarshalIndent(n, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(n.path("node.json"), b, 0o600)
+}
+
+func loadRealNode(dir string) (*RealNode, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "node.json"))
+	if err != nil {
+		return nil, err
+	}
+	n := &RealNode{}
+	return n, json.Unmarshal(b, n)
+}
+
+// start writes the node's configuration and starts containerd, imports the
+// images, then starts the kubelet and kube-proxy.
+func (n *RealNode) start(ctx context.Context, c *Cluster, bin string, images []string) error {
+	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "kubelet", "pki", "logs", "pod-logs"} {
+		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := createCgroupRoot(n.CgroupRoot); err != nil {
+		return err
+	}
+	n.ContainerdAddress = n.path("containerd.sock")
+	if err := n.save(); err != nil {
+		return err
+	}
+	if err := n.writeConfig(c); err != nil {
+		return err
+	}
+	if err := n.spawn("containerd", "containerd", "--config", n.path("containerd", "config.toml")); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 30*time.Second, func() bool {
+		_, err := run(ctx, "ctr", "--address", n.ContainerdAddress, "version")
+		return err == nil
+	}); err != nil {
+		return fmt.Errorf("containerd did not start (log %s): %w", n.path("logs", "containerd.log"), err)
+	}
+	if err := ImportImages(ctx, n.ContainerdAddress, images...); err != nil {
+		return err
+	}
+	if err := n.spawn("kubelet", filepath.Join(bin, "kubelet"),
+		"--config", n.path("kubelet", "config.yaml"),
+		"--kubeconfig", n.path("kubelet", "kubeconfig"),
+		"--root-dir", n.path("kubelet", "root"),
+		"--cert-dir", n.path("kubelet", "pki"),
+		"--hostname-override", n.Name,
+		"--node-ip", n.IP,
+		"--node-labels", RealNodeLabel+"="+RealNodeLabelValue,
+		"--v", "2"); err != nil {
+		return err
+	}
+	if err := n.spawn("kube-proxy", filepath.Join(bin, "kube-proxy"), "--config", n.path("kube-proxy.yaml"), "--v", "2"); err != nil {
+		return err
+	}
+	if err := c.WaitNodeReady(ctx, n.Name, 2*time.Minute); err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, n.path("logs"))
+	}
+	return nil
+}
+
+// spawn starts a long-running process inside the node's network namespace.
+// nsenter --net is used, not ip netns exec, which would also give the
+// process a private mount namespace and hide the kubelet's volume mounts
+// from runc.
+func (n *RealNode) spawn(name, binary string, args ...string) error {
+	logf, err := os.OpenFile(n.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + n.NetNS, "--", binary}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+	// Its own process group: a Ctrl-C in the terminal that started it does
+	// not kill the node; teardown does.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	go func() { _ = cmd.Wait() }()
+	n.PIDs[name] = cmd.Process.Pid
+	return n.save()
+}
+
+// apiServerURL is the API server as the node reaches it.
+func (n *RealNode) apiServerURL(c *Cluster) (string, error) {
+	u, err := url.Parse(c.Config.Host)
+	if err != nil {
+		return "", err
+	}
+	return "https://" + net.JoinHostPort(n.HostIP, u.Port()), nil
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s", timeout)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// stop removes everything the node put on the host: pods, processes,
+// mounts, cgroups, the network namespace with its interfaces and iptables
+// rules, and restores the host settings.
+func (n *RealNode) stop(ctx context.Context, c *Cluster) error {
+	var errs []error
+	if c != nil && c.Kube != nil {
+		errs = append(errs, n.drain(ctx, c))
+	}
+	// kubelet and kube-proxy first, then containerd and the shims it left.
+	for _, name := range []string{"kubelet", "kube-proxy"} {
+		if pid, ok := n.PIDs[name]; ok {
+			errs = append(errs, stopProcesses([]int{pid}, 10*time.Second))
+		}
+	}
+	if _, ok := n.PIDs["containerd"]; ok {
+		errs = append(errs, n.killContainers(ctx))
+		errs = append(errs, stopProcesses([]int{n.PIDs["containerd"]}, 10*time.Second))
+	}
+	errs = append(errs, stopProcesses(processesMatching(n.ContainerdAddress), 5*time.Second))
+	if n.ContainerdAddress != "" {
+		errs = append(errs, stopProcesses(processesMatching(n.Dir), 5*time.Second))
+	}
+	unmountUnder(n.Dir)
+	errs = append(errs, removeCgroupRoot(n.CgroupRoot))
+	if n.NetNS != "" {
+		if _, err := run(ctx, "ip", "netns", "delete", n.NetNS); err != nil && !strings.Contains(err.Error(), "No such file") {
+			errs = append(errs, err)
+		}
+	}
+	removeContainerLogLinks(n.path("pod-logs"))
+	if err := os.RemoveAll(n.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, releaseHostState())
+	return errors.Join(errs...)
+}
+
+// killContainers stops every pod sandbox and container left in containerd.
+func (n *RealNode) killContainers(ctx context.Context) error {
+	out, err := run(ctx, "ctr", "--address", n.ContainerdAddress, "-n", "k8s.io", "tasks", "ls", "-q")
+	if err != nil {
+		return nil // containerd is already gone
+	}
+	for _, id := range strings.Fields(out) {
+		_, _ = run(ctx, "ctr", "--address", n.ContainerdAddress, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id)
+	}
+	return nil
+}
+
+// removeContainerLogLinks removes the /var/log/containers links into podLogs.
+func removeContainerLogLinks(podLogs string) {
+	entries, _ := os.ReadDir("/var/log/containers")
+	for _, e := range entries {
+		p := filepath.Join("/var/log/containers", e.Name())
+		if target, err := os.Readlink(p); err == nil && strings.HasPrefix(target, podLogs) {
+			_ = os.Remove(p)
+		}
+	}
+}
+

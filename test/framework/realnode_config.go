@@ -1,0 +1,160 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/ptr"
+)
+
+// writeConfig writes the configuration of containerd, CNI, the kubelet and
+// kube-proxy. Every path is inside the node directory, so nothing of one
+// node is shared with another or with the host.
+func (n *RealNode) writeConfig(c *Cluster) error {
+	pki := filepath.Join(c.Dir, "pki")
+	server, err := n.apiServerURL(c)
+	if err != nil {
+		return err
+	}
+	// The kubelet authenticates as the node (Node authorizer); kube-proxy as admin.
+	cert, key, err := signClientCert(pki, "system:node:"+n.Name, []string{"system:nodes"}, []net.IP{net.ParseIP(n.IP)})
+	if err != nil {
+		return err
+	}
+	files := map[string]string{
+		"pki/node.crt": string(cert),
+		"pki/node.key": string(key),
+		"containerd/config.toml": fmt.Sprintf(`version = 2
+root = %q
+state = %q
+[grpc]
+  address = %q
+[ttrpc]
+  address = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  # The VM lacks CAP_SYS_RESOURCE: without this every sandbox fails.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %q
+`, n.path("containerd", "root"), n.path("containerd", "state"), n.ContainerdAddress, n.ContainerdAddress+".ttrpc",
+			PauseImage, n.path("cni", "net.d")),
+		"cni/net.d/10-offload.conflist": fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": %q,
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": true,
+      "hairpinMode": true,
+      "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`, n.NetNS, n.path("cni", "ipam"), n.PodCIDR),
+		"kubelet/kubeconfig":  kubeconfig(server, filepath.Join(pki, "ca.crt"), n.path("pki", "node.crt"), n.path("pki", "node.key")),
+		"kube-proxy.kubeconfig": kubeconfig(server, filepath.Join(pki, "ca.crt"), filepath.Join(pki, "admin.crt"), filepath.Join(pki, "admin.key")),
+		"kubelet/config.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %s
+port: 10250
+readOnlyPort: 0
+cgroupDriver: cgroupfs
+cgroupRoot: /%s
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+podLogsDir: %s
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %s}
+authorization: {mode: Webhook}
+# Imported images have no registry to come back from: never collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "0%%", imagefs.available: "0%%", nodefs.inodesFree: "0%%"}
+serializeImagePulls: false
+protectKernelDefaults: false
+maxPods: 110
+`, n.IP, n.CgroupRoot, n.ContainerdAddress, n.path("pod-logs"), filepath.Join(pki, "ca.crt")),
+		"kube-proxy.yaml": fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: %s}
+mode: iptables
+hostnameOverride: %s
+clusterCIDR: %s
+iptables: {masqueradeAll: true}
+conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+`, n.path("kube-proxy.kubeconfig"), n.Name, n.PodCIDR),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(n.path(name), []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func kubeconfig(server, ca, cert, key string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: %q, certificate-authority: %q}
+users:
+- name: local
+  user: {client-certificate: %q, client-key: %q}
+contexts:
+- name: local
+  context: {cluster: local, user: local}
+current-context: local
+`, server, ca, cert, key)
+}
+
+// drain keeps new pods off the node and deletes the pods on it, then waits
+// until containerd runs no more tasks, so that the kubelet tears down every
+// sandbox (and its network namespace) itself.
+func (n *RealNode) drain(ctx context.Context, c *Cluster) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	node, err := c.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil // not registered: nothing runs there
+	}
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "offload.io/teardown", Effect: corev1.TaintEffectNoSchedule})
+	if _, err := c.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("tainting node %s for teardown: %w", n.Name, err)
+	}
+	pods, err := c.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		_ = c.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	}
+	return waitFor(ctx, time.Minute, func() bool {
+		out, err := run(ctx, "ctr", "--address", n.ContainerdAddress, "-n", "k8s.io", "tasks", "ls", "-q")
+		return err != nil || len(out) == 0
+	})
+}
