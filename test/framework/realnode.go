@@ -282,4 +282,3 @@ func removeContainerLogLinks(podLogs string) {
 		}
 	}
 }
-

@@ -70,7 +70,7 @@ state = %q
   ]
 }
 `, n.NetNS, n.path("cni", "ipam"), n.PodCIDR),
-		"kubelet/kubeconfig":  kubeconfig(server, filepath.Join(pki, "ca.crt"), n.path("pki", "node.crt"), n.path("pki", "node.key")),
+		"kubelet/kubeconfig":    kubeconfig(server, filepath.Join(pki, "ca.crt"), n.path("pki", "node.crt"), n.path("pki", "node.key")),
 		"kube-proxy.kubeconfig": kubeconfig(server, filepath.Join(pki, "ca.crt"), filepath.Join(pki, "admin.crt"), filepath.Join(pki, "admin.key")),
 		"kubelet/config.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
