@@ -2,7 +2,7 @@
 // developers and the demo (make clusters-up / clusters-down). The clusters
 // keep running after it exits; their kubeconfigs are printed.
 //
-//	go run ./hack/local-clusters up [--fake-nodes N] [NAME ...]   (default: consumer provider)
+//	go run ./hack/local-clusters up [--fake-nodes N] [--real-node=false] [NAME ...]   (default: consumer provider)
 //	go run ./hack/local-clusters down [NAME ...]                  (default: every cluster)
 package main
 
@@ -41,6 +41,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	workdir := fs.String("workdir", filepath.Join(cache, "clusters"), "Directory holding the clusters.")
 	fakeNodes := fs.Int("fake-nodes", 2, "Fake nodes per cluster (up only).")
+	realNode := fs.Bool("real-node", true, "Give each cluster a real node, kubelet and containerd, that runs containers (up only; needs root).")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -54,7 +55,7 @@ func run(ctx context.Context, args []string) error {
 		if len(names) == 0 {
 			names = []string{"consumer", "provider"}
 		}
-		return up(ctx, env, names, *fakeNodes)
+		return up(ctx, env, names, framework.ClusterOptions{FakeNodes: *fakeNodes, RealNode: *realNode})
 	case "down":
 		if len(names) == 0 {
 			names = env.Names()
@@ -70,7 +71,7 @@ func run(ctx context.Context, args []string) error {
 }
 
 // up starts the clusters that are not running yet; running ones are reused.
-func up(ctx context.Context, env *framework.Env, names []string, fakeNodes int) error {
+func up(ctx context.Context, env *framework.Env, names []string, o framework.ClusterOptions) error {
 	start := time.Now()
 	var missing []framework.ClusterOptions
 	for _, n := range names {
@@ -82,7 +83,8 @@ func up(ctx context.Context, env *framework.Env, names []string, fakeNodes int) 
 		if err := env.Delete(ctx, n); err != nil {
 			return err
 		}
-		missing = append(missing, framework.ClusterOptions{Name: n, FakeNodes: fakeNodes})
+		o.Name = n
+		missing = append(missing, o)
 	}
 	if len(missing) > 0 {
 		if _, err := env.CreateClusters(ctx, missing...); err != nil {

@@ -116,13 +116,15 @@ func mustOffload(t *testing.T, c *framework.Cluster, args ...string) string {
 }
 
 func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "inst", FakeNodes: 2})[0]
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	c := framework.StartClusters(t, framework.ClusterOptions{Name: "inst", FakeNodes: 2, RealNode: true})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cl := ctrlClient(t, c)
 
 	// --dry-run prints every manifest and creates nothing.
-	manifest := mustOffload(t, c, "install", "--cluster-name", "inst", "--dry-run", "-o", "yaml")
+	manifest := mustOffload(t, c, append([]string{"install", "--cluster-name", "inst", "--dry-run", "-o", "yaml"}, agentValues()...)...)
 	objects := manifestObjects(t, manifest)
 	kinds := map[string]int{}
 	for _, o := range objects {
@@ -141,7 +143,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	}
 
 	// Install.
-	mustOffload(t, c, "install", "--cluster-name", "inst", "--timeout", "3m")
+	installAgent(t, c)
 	if revs := releaseRevisions(ctx, t, c); len(revs) != 1 || revs[0] != "1/deployed" {
 		t.Fatalf("release records after install = %v, want [1/deployed]", revs)
 	}
@@ -191,7 +193,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	})
 
 	// A second install changes nothing.
-	mustOffload(t, c, "install", "--cluster-name", "inst")
+	installAgent(t, c)
 	if revs := releaseRevisions(ctx, t, c); len(revs) != 1 {
 		t.Errorf("a second identical install made release records %v, want only revision 1", revs)
 	}
@@ -200,8 +202,8 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	}
 
 	// --set on reinstall upgrades, and upgrade works on the installed release.
-	mustOffload(t, c, "install", "--set", "sharingPercentage=30")
-	mustOffload(t, c, "upgrade", "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")
+	installAgent(t, c, "--set", "sharingPercentage=30")
+	mustOffload(t, c, append(append([]string{"upgrade"}, agentValues()...), "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")...)
 	svc, err := c.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
 	if err != nil || svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		t.Errorf("upgrade --set auth.service.type=ClusterIP: service %v, err %v", svc.Spec.Type, err)
@@ -244,7 +246,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	}
 
 	// A reinstall keeps the cluster ID.
-	mustOffload(t, c, "install", "--cluster-name", "inst")
+	installAgent(t, c)
 	if got := identity(ctx, t, c)["clusterID"]; got != id["clusterID"] {
 		t.Errorf("install after uninstall changed the cluster ID from %s to %s", id["clusterID"], got)
 	}

@@ -113,15 +113,12 @@ func TestStatusBeforeInstallFailsTheNamespaceSection(t *testing.T) {
 }
 
 func TestStatusFollowsTheHealthOfAnInstall(t *testing.T) {
-	if _, _, err := offload(t, nil, "install", "--help"); err != nil {
-		t.Skip("install command not available yet")
-	}
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "status", FakeNodes: 2})[0]
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	c := framework.StartClusters(t, framework.ClusterOptions{Name: "status", FakeNodes: 2, RealNode: true})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if out, errOut, err := offload(t, c, "install", "--cluster-name", "status"); err != nil {
-		t.Fatalf("kubectl offload install: %v\nstdout: %s\nstderr: %s", err, out, errOut)
-	}
+	installAgent(t, c)
 
 	r, code := offloadStatus(t, c, "--wait", "--timeout", "3m")
 	if code != 0 || !r.Healthy || len(r.failedSections()) > 0 {

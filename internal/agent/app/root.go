@@ -1,13 +1,16 @@
 // Package app assembles the offload-agent command tree: the in-cluster
-// components kubectl-offload deploys.
+// components kubectl-offload deploys. It holds the cobra wiring only; each
+// component's logic lives in its own package under internal/agent.
 package app
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
 	"github.com/kubectl-offload/kubectl-offload/internal/version"
@@ -16,14 +19,21 @@ import (
 // NewRootCmd returns the offload-agent root command.
 func NewRootCmd(out, errOut io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "offload-agent",
-		Short:         "The in-cluster agent of kubectl-offload",
-		Long:          "offload-agent runs the in-cluster components of kubectl-offload. The chart starts one Deployment per subcommand.",
+		Use:   "offload-agent",
+		Short: "The in-cluster agent of kubectl-offload",
+		Long: `offload-agent runs the in-cluster components of kubectl-offload. The chart
+starts one Deployment per subcommand.
+
+In a pod it uses the pod's ServiceAccount; out of the cluster, for
+debugging, pass --kubeconfig or set KUBECONFIG.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
+	g := &globalOptions{errOut: errOut}
+	g.addFlags(root)
+
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the agent version",
@@ -33,24 +43,20 @@ func NewRootCmd(out, errOut io.Writer) *cobra.Command {
 			return err
 		},
 	})
-	for _, c := range []struct{ use, short string }{
-		{"controller-manager", "Run the controllers, the webhook and the virtual kubelets"},
-		{"auth", "Run the peering authentication service"},
-		{"gateway", "Run the WireGuard network gateway"},
-	} {
-		root.AddCommand(&cobra.Command{
-			Use:   c.use,
-			Short: c.short,
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return fmt.Errorf("%s is not part of this build yet", cmd.Name())
-			},
-		})
-	}
+	root.AddCommand(newCmdControllerManager(g), newCmdAuth(g))
+	root.AddCommand(&cobra.Command{
+		Use:   "gateway",
+		Short: "Run the WireGuard network gateway",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fmt.Errorf("%s is not part of this build yet", cmd.Name())
+		},
+	})
 	return root
 }
 
 // Run executes the agent command line and returns the process exit code.
+// The components run until ctx is cancelled, which main does on SIGTERM.
 func Run(ctx context.Context, out, errOut io.Writer, args []string) int {
 	root := NewRootCmd(out, errOut)
 	root.SetArgs(args)
@@ -59,4 +65,22 @@ func Run(ctx context.Context, out, errOut io.Writer, args []string) int {
 		fmt.Fprintf(errOut, "Error: %v\n", err)
 	}
 	return exit.Code(err)
+}
+
+// globalOptions are the flags every component shares: where the API server
+// is and how much to log.
+type globalOptions struct {
+	errOut    io.Writer
+	verbosity int
+}
+
+func (g *globalOptions) addFlags(root *cobra.Command) {
+	fs := root.PersistentFlags()
+	// controller-runtime's config.GetConfig reads its own --kubeconfig flag
+	// (registered on the standard library's flag set); expose that one.
+	if f := flag.CommandLine.Lookup(config.KubeconfigFlagName); f != nil {
+		fs.AddGoFlag(f)
+		fs.Lookup(config.KubeconfigFlagName).Usage = "Path to a kubeconfig, to run out of the cluster (default: $KUBECONFIG, else the in-cluster config, else ~/.kube/config)."
+	}
+	fs.IntVarP(&g.verbosity, "v", "v", g.verbosity, "Log verbosity: 0 logs what an operator needs, higher levels add detail.")
 }

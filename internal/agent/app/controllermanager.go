@@ -1,0 +1,80 @@
+package app
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+)
+
+const controllerManagerLong = `Run the controller-manager: the offload.io controllers, the webhook and the
+virtual kubelets, with liveness (/healthz) and readiness (/readyz) probes on
+--health-probe-bind-address.
+
+Replicas elect a leader through Lease offload-controller-manager in the
+agent's namespace; only the leader runs the controllers. At start every
+replica reads and logs the cluster identity (ConfigMap
+offload-cluster-identity) and stops with an error when it is missing.
+
+The process stops gracefully on SIGTERM or SIGINT.`
+
+const controllerManagerExample = `  # In a pod, as the chart runs it
+  offload-agent controller-manager --health-probe-bind-address=:8081
+
+  # Out of the cluster, for debugging, without competing for the Lease
+  offload-agent controller-manager --kubeconfig ~/.kube/config --namespace offload-system --leader-elect=false`
+
+// controllerManagerOptions are the options of offload-agent controller-manager.
+type controllerManagerOptions struct {
+	manager.Options
+	global *globalOptions
+}
+
+func newCmdControllerManager(g *globalOptions) *cobra.Command {
+	o := &controllerManagerOptions{Options: manager.NewOptions(), global: g}
+	cmd := &cobra.Command{
+		Use:     "controller-manager",
+		Short:   "Run the controllers, the webhook and the virtual kubelets",
+		Long:    controllerManagerLong,
+		Example: controllerManagerExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Complete()
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the agent, which holds the Lease and the cluster identity (default: $POD_NAMESPACE).")
+	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "Name of this cluster, checked against the identity ConfigMap (default: $OFFLOAD_CLUSTER_NAME).")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus /metrics endpoint, such as ":8080"; "0" turns it off.`)
+	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Run the controllers on one replica at a time, elected through Lease "+manager.LeaderElectionID+".")
+	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "How long the controllers may take to stop after SIGTERM.")
+	return cmd
+}
+
+// Complete fills the namespace and the cluster name from the environment the
+// chart sets when the flags leave them empty.
+func (o *controllerManagerOptions) Complete() {
+	o.Namespace = fromEnv(o.Namespace, envNamespace)
+	o.ClusterName = fromEnv(o.ClusterName, envClusterName)
+}
+
+// Validate checks the options.
+func (o *controllerManagerOptions) Validate() error {
+	return o.Options.Validate()
+}
+
+// Run runs the controller-manager until ctx is cancelled.
+func (o *controllerManagerOptions) Run(ctx context.Context) error {
+	o.Logger = o.global.logger("controller-manager")
+	cfg, err := o.global.restConfig("controller-manager")
+	if err != nil {
+		return err
+	}
+	return manager.Run(ctx, cfg, o.Options)
+}

@@ -1,0 +1,51 @@
+package app
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/version"
+)
+
+// Environment variables the chart sets on every agent container.
+const (
+	envNamespace   = "POD_NAMESPACE"
+	envClusterName = "OFFLOAD_CLUSTER_NAME"
+)
+
+// logger returns the structured logger of a component, writing klog's text
+// format to errOut. It also becomes the logger of klog and controller-runtime,
+// so client-go's and controller-runtime's own logs go the same way. The
+// process runs one component, so setting these globals here is safe.
+func (g *globalOptions) logger(component string) klog.Logger {
+	cfg := textlogger.NewConfig(textlogger.Verbosity(g.verbosity), textlogger.Output(g.errOut))
+	logger := textlogger.NewLogger(cfg).WithName(component)
+	klog.SetLoggerWithOptions(logger, klog.ContextualLogger(true))
+	ctrllog.SetLogger(logger)
+	return logger
+}
+
+// restConfig returns the API server config: the pod's ServiceAccount in the
+// cluster, or --kubeconfig / $KUBECONFIG out of it.
+func (g *globalOptions) restConfig(component string) (*rest.Config, error) {
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the Kubernetes client config (out of the cluster, pass --kubeconfig or set KUBECONFIG): %w", err)
+	}
+	cfg.UserAgent = fmt.Sprintf("offload-agent/%s (%s)", version.Get().Version, component)
+	return cfg, nil
+}
+
+// fromEnv returns value, or the environment variable key when value is empty.
+func fromEnv(value, key string) string {
+	if value != "" {
+		return value
+	}
+	return os.Getenv(key)
+}

@@ -1,0 +1,187 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+func TestHelpListsTheFlagsTheChartPasses(t *testing.T) {
+	tests := []struct {
+		component string
+		wantFlags []string
+	}{
+		{"controller-manager", []string{"--health-probe-bind-address", "--metrics-bind-address", "--leader-elect", "--namespace", "--cluster-name", "--kubeconfig"}},
+		{"auth", []string{"--listen", "--health-probe-bind-address", "--tls-san", "--namespace", "--kubeconfig"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.component, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := Run(context.Background(), &out, &errOut, []string{tt.component, "--help"}); code != 0 {
+				t.Fatalf("exit code %d, stderr %q", code, errOut.String())
+			}
+			for _, f := range tt.wantFlags {
+				if !strings.Contains(out.String(), f) {
+					t.Errorf("--help does not mention %s:\n%s", f, out.String())
+				}
+			}
+		})
+	}
+}
+
+func TestComponentsRefuseToStartWithoutANamespace(t *testing.T) {
+	t.Setenv(envNamespace, "")
+	for _, component := range []string{"controller-manager", "auth"} {
+		t.Run(component, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Run(context.Background(), &out, &errOut, []string{component})
+			if code != 1 {
+				t.Errorf("exit code %d, want 1", code)
+			}
+			if got := errOut.String(); !strings.HasPrefix(got, "Error: ") || strings.Count(got, "Error:") != 1 || !strings.Contains(got, "POD_NAMESPACE") {
+				t.Errorf("stderr %q, want one Error line that mentions POD_NAMESPACE", got)
+			}
+			if out.Len() != 0 {
+				t.Errorf("stdout %q, want nothing", out.String())
+			}
+		})
+	}
+}
+
+func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
+	cfg := apiServer(t)
+	c := newClient(t, cfg)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("controller-manager takes its namespace and cluster name from the environment", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		identity := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: ns},
+			Data:       map[string]string{"clusterID": "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab", "clusterName": "app-test"},
+		}
+		if err := c.Create(context.Background(), identity); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(envNamespace, ns)
+		t.Setenv(envClusterName, "app-test")
+		health := freeAddr(t)
+		runUntilReady(t, health, func(t *testing.T) {
+			key := types.NamespacedName{Namespace: ns, Name: manager.LeaderElectionID}
+			err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				var lease coordinationv1.Lease
+				return c.Get(ctx, key, &lease) == nil, nil
+			})
+			if err != nil {
+				t.Errorf("the leader election Lease %s does not appear: %v", key, err)
+			}
+		}, "controller-manager", "--kubeconfig", kubeconfig, "--health-probe-bind-address", health)
+	})
+
+	t.Run("auth creates the CA secret in the namespace of --namespace", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		t.Setenv(envNamespace, "")
+		health := freeAddr(t)
+		runUntilReady(t, health, nil, "auth", "--kubeconfig", kubeconfig, "--namespace", ns,
+			"--listen", freeAddr(t), "--health-probe-bind-address", health, "--tls-san", "192.0.2.10")
+		var secret corev1.Secret
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: auth.CASecretName}, &secret); err != nil {
+			t.Errorf("the CA secret is not in %s: %v", ns, err)
+		}
+	})
+}
+
+// runUntilReady runs the agent with args until /readyz on health answers
+// 200, calls whileRunning when it is not nil, then cancels the agent's
+// context and checks that it exits with code 0.
+func runUntilReady(t *testing.T, health string, whileRunning func(*testing.T), args ...string) {
+	t.Helper()
+	var out, errOut syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- Run(ctx, &out, &errOut, args) }()
+	defer func() {
+		if t.Failed() {
+			t.Logf("stderr of offload-agent %s:\n%s", args[0], errOut.String())
+		}
+	}()
+
+	hc := &http.Client{Timeout: 5 * time.Second}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		select {
+		case code := <-done:
+			return false, fmt.Errorf("offload-agent exited early with code %d", code)
+		default:
+		}
+		resp, err := hc.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for /readyz: %v", err)
+	}
+	if whileRunning != nil {
+		whileRunning(t)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit code %d after cancellation, want 0", code)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("offload-agent did not exit within a minute of cancellation")
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	p, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", p)
+}
+
+// syncBuffer is a bytes.Buffer that the logger may write to from several
+// goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,124 @@
+// Package manager runs the offload-agent controller-manager: a
+// controller-runtime Manager with health probes and leader election, which
+// the offload.io controllers will be added to. For now it only checks and
+// logs the cluster identity at start.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+)
+
+// LeaderElectionID is the name of the Lease, in the agent's namespace, that
+// the controller-manager replicas compete for.
+const LeaderElectionID = names.ControllerManager
+
+// Options configure the controller-manager.
+type Options struct {
+	// Namespace is the namespace the agent runs in: it holds the leader
+	// election Lease and the cluster identity ConfigMap.
+	Namespace string
+	// ClusterName is the name of this cluster as the install set it. When
+	// set, it is compared with the identity ConfigMap's.
+	ClusterName string
+	// HealthProbeBindAddress is the address of /healthz and /readyz.
+	HealthProbeBindAddress string
+	// MetricsBindAddress is the address of /metrics; "0" turns it off.
+	MetricsBindAddress string
+	// LeaderElection makes only one replica run the controllers at a time.
+	LeaderElection bool
+	// GracefulShutdownTimeout bounds how long the controllers may take to
+	// stop once the context is cancelled.
+	GracefulShutdownTimeout time.Duration
+	// Logger receives the manager's logs; the zero value discards them.
+	Logger klog.Logger
+}
+
+// NewOptions returns Options with the defaults the chart relies on.
+func NewOptions() Options {
+	return Options{
+		HealthProbeBindAddress:  ":8081",
+		MetricsBindAddress:      "0",
+		LeaderElection:          true,
+		GracefulShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	if o.Namespace == "" {
+		return errors.New("the namespace is not set: pass --namespace or set POD_NAMESPACE")
+	}
+	if o.HealthProbeBindAddress == "" || o.HealthProbeBindAddress == "0" {
+		return errors.New("--health-probe-bind-address must be set: the kubelet probes it")
+	}
+	if o.GracefulShutdownTimeout < 0 {
+		return fmt.Errorf("the graceful shutdown timeout must not be negative, got %s", o.GracefulShutdownTimeout)
+	}
+	return nil
+}
+
+// New returns a controller-runtime Manager configured by o, talking to the
+// API server of cfg, with /healthz and /readyz and the identity check
+// added. Start it with its Start method, or use Run.
+func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	shutdown := o.GracefulShutdownTimeout
+	mgr, err := ctrlmanager.New(cfg, ctrlmanager.Options{
+		Scheme:                  scheme.Scheme,
+		Logger:                  o.Logger,
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: o.Namespace,
+		// A replica that is shut down hands the Lease over at once, so a
+		// rollout does not wait for the Lease to expire.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &shutdown,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the controller manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding the liveness check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding the readiness check: %w", err)
+	}
+	check := &identityCheck{reader: mgr.GetAPIReader(), namespace: o.Namespace, clusterName: o.ClusterName, log: o.Logger}
+	if err := mgr.Add(check); err != nil {
+		return nil, fmt.Errorf("adding the identity check: %w", err)
+	}
+	return mgr, nil
+}
+
+// Run creates the Manager with New and runs it until ctx is cancelled, then
+// stops it gracefully and returns nil. It returns an error when the manager
+// cannot start, loses the leader election or a component fails.
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	mgr, err := New(cfg, o)
+	if err != nil {
+		return err
+	}
+	o.Logger.Info("Starting the controller manager", "namespace", o.Namespace, "leaderElection", o.LeaderElection,
+		"healthProbeBindAddress", o.HealthProbeBindAddress, "metricsBindAddress", o.MetricsBindAddress)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the controller manager: %w", err)
+	}
+	o.Logger.Info("Stopped the controller manager")
+	return nil
+}

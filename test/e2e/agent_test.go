@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// agentValues point the chart at the agent image imported into the real
+// node, and pin the agent's pods to that node.
+func agentValues() []string {
+	var out []string
+	for _, v := range []string{
+		"image.repository=registry.local/offload/offload-agent",
+		"image.tag=test",
+		"image.pullPolicy=Never",
+		`controllerManager.nodeSelector.offload\.io/test-node=real`,
+		`auth.nodeSelector.offload\.io/test-node=real`,
+	} {
+		out = append(out, "--set", v)
+	}
+	return out
+}
+
+// installAgent installs kubectl-offload with its agent running as pods on the real node.
+func installAgent(t *testing.T, c *framework.Cluster, extra ...string) {
+	t.Helper()
+	mustOffload(t, c, append(append([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, agentValues()...), extra...)...)
+}
+
+func TestAgentRunsAsPodsOnARealNode(t *testing.T) {
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	c := framework.StartClusters(t, framework.ClusterOptions{Name: "agent", FakeNodes: 2, RealNode: true})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	installAgent(t, c)
+	for _, component := range []string{"controller-manager", "auth"} {
+		pods := waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component="+component, 1)
+		if pods[0].Spec.NodeName != c.Node.Name {
+			t.Errorf("%s runs on %s, want the real node %s", component, pods[0].Spec.NodeName, c.Node.Name)
+		}
+		for _, s := range pods[0].Status.ContainerStatuses {
+			if !s.Ready || s.State.Running == nil {
+				t.Errorf("%s container %s is not running and ready: %+v", component, s.Name, s.State)
+			}
+		}
+	}
+	// status is healthy because the agent is.
+	out := mustOffload(t, c, "status", "-o", "json")
+	if h := jsonBool(t, out, "healthy"); !h {
+		t.Errorf("status is not healthy with the agent running:\n%s", out)
+	}
+
+	// A killed agent pod is recreated and becomes ready again.
+	old := waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)[0]
+	if err := c.Kube.CoreV1().Pods(installNS).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=auth"})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if p.Name == old.Name || p.DeletionTimestamp != nil {
+				continue
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == "Ready" && cond.Status == "True" {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("the auth pod was not replaced by a ready one: %v", err)
+	}
+	mustOffload(t, c, "status", "--wait", "--timeout", "2m")
+}
+
+func TestAuthServiceAnswersAnotherClusterThroughItsNodePort(t *testing.T) {
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	clusters := framework.StartClusters(t,
+		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
+		framework.ClusterOptions{Name: "provider", FakeNodes: 1, RealNode: true},
+	)
+	consumer, provider := clusters[0], clusters[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	installAgent(t, provider)
+	waitPodsReady(ctx, t, provider, installNS, "app.kubernetes.io/component=auth", 1)
+	svc, err := provider.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodePort := svc.Spec.Ports[0].NodePort
+	target := fmt.Sprintf("https://%s:%d/healthz", provider.Node.IP, nodePort)
+
+	if _, err := consumer.Kube.AppsV1().Deployments("default").Create(ctx, testAppDeployment("caller", 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPodsReady(ctx, t, consumer, "default", "app=caller", 1)[0]
+	addr := portForward(t, consumer, "default", "pod/"+pod.Name, 8080)
+	var call struct {
+		Status       int    `json:"status"`
+		TLSHandshake bool   `json:"tlsHandshake"`
+		Issuer       string `json:"peerCertificateIssuer"`
+		Error        string `json:"error"`
+	}
+	// The auth CA is not trusted by the test pod; the handshake itself is what is checked.
+	getJSON(t, "http://"+addr+"/call?insecure=1&url="+target, &call)
+	if !call.TLSHandshake || call.Status != 200 || call.Error != "" {
+		t.Errorf("a pod in %s calling %s: %+v; want a TLS handshake and 200", consumer.Name, target, call)
+	}
+	if !strings.Contains(strings.ToLower(call.Issuer), "offload") {
+		t.Errorf("the auth server's certificate is issued by %q, want the agent's own CA", call.Issuer)
+	}
+}
+
+func jsonBool(t *testing.T, doc, field string) bool {
+	t.Helper()
+	var m map[string]any
+	if err := jsonUnmarshal(doc, &m); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, doc)
+	}
+	b, _ := m[field].(bool)
+	return b
+}
