@@ -44,6 +44,11 @@ e2e: ## Run the end-to-end tests on local clusters, one package at a time.
 	@hack/setup.sh
 	$(GO) test -p 1 -count=1 -timeout 60m ./test/e2e/...
 
+.PHONY: bench
+bench: ## Run the benchmarks under bench/ once each; they print figures.
+	@hack/setup.sh
+	$(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+
 .PHONY: lint
 lint: ## gofmt, go vet, and golangci-lint (built from the module proxy into .cache/bin).
 	@hack/lint.sh $(GOLANGCI_LINT_VERSION)

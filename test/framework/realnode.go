@@ -282,3 +282,28 @@ func removeContainerLogLinks(podLogs string) {
 		}
 	}
 }
+
+// RSS returns the resident memory of the node's processes (containerd,
+// kubelet, kube-proxy and the container shims), in bytes.
+func (n *RealNode) RSS() uint64 {
+	pids := map[int]bool{}
+	for _, pid := range n.PIDs {
+		pids[pid] = true
+	}
+	for _, pid := range processesMatching(n.ContainerdAddress) {
+		pids[pid] = true
+	}
+	var total uint64
+	for pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 1 {
+			var pages uint64
+			_, _ = fmt.Sscan(f[1], &pages)
+			total += pages * uint64(os.Getpagesize())
+		}
+	}
+	return total
+}

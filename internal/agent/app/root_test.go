@@ -70,7 +70,7 @@ func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
 	cfg := apiServer(t)
 	c := newClient(t, cfg)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+	if err := os.WriteFile(kubeconfig, framework.APIServerKubeconfig(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
