@@ -19,8 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
@@ -54,12 +52,9 @@ type Options struct {
 	// UpgradeOnly refuses to install a release that does not exist (`kubectl offload upgrade`).
 	UpgradeOnly bool
 
-	namespace   string
+	clients
 	contextName string
 	version     string
-	kube        kubernetes.Interface
-	client      client.Client
-	helm        Helm
 	restHost    string
 	provider    Provider
 }
@@ -71,7 +66,6 @@ func NewOptions(streams genericiooptions.IOStreams) *Options {
 
 // Complete builds the clients from the factory.
 func (o *Options) Complete(f factory.Factory) error {
-	o.namespace = f.Namespace()
 	o.version = version.Version
 	o.contextName = f.ContextName()
 	cfg, err := f.RESTConfig()
@@ -79,18 +73,8 @@ func (o *Options) Complete(f factory.Factory) error {
 		return err
 	}
 	o.restHost = cfg.Host
-	if o.kube, err = f.KubeClient(); err != nil {
-		return err
-	}
-	if o.client, err = f.Client(); err != nil {
-		return err
-	}
-	hc, err := f.HelmConfig(o.namespace)
-	if err != nil {
-		return err
-	}
-	o.helm = NewHelm(hc, o.namespace)
-	return nil
+	o.clients, err = newClients(f)
+	return err
 }
 
 // Validate checks every flag before anything touches the cluster.

@@ -29,10 +29,7 @@ type UninstallOptions struct {
 	Purge   bool
 	Timeout time.Duration
 
-	namespace string
-	kube      kubernetes.Interface
-	client    client.Client
-	helm      Helm
+	clients
 }
 
 // NewUninstallOptions returns UninstallOptions with defaults.
@@ -42,20 +39,9 @@ func NewUninstallOptions(streams genericiooptions.IOStreams) *UninstallOptions {
 
 // Complete builds the clients from the factory.
 func (o *UninstallOptions) Complete(f factory.Factory) error {
-	o.namespace = f.Namespace()
 	var err error
-	if o.kube, err = f.KubeClient(); err != nil {
-		return err
-	}
-	if o.client, err = f.Client(); err != nil {
-		return err
-	}
-	hc, err := f.HelmConfig(o.namespace)
-	if err != nil {
-		return err
-	}
-	o.helm = NewHelm(hc, o.namespace)
-	return nil
+	o.clients, err = newClients(f)
+	return err
 }
 
 // Validate checks the options.
@@ -64,6 +50,31 @@ func (o *UninstallOptions) Validate() error {
 		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
 	}
 	return nil
+}
+
+// clients are what install, upgrade and uninstall talk to the cluster with.
+type clients struct {
+	namespace string
+	kube      kubernetes.Interface
+	client    client.Client
+	helm      Helm
+}
+
+func newClients(f factory.Factory) (clients, error) {
+	c := clients{namespace: f.Namespace()}
+	var err error
+	if c.kube, err = f.KubeClient(); err != nil {
+		return c, err
+	}
+	if c.client, err = f.Client(); err != nil {
+		return c, err
+	}
+	hc, err := f.HelmConfig(c.namespace)
+	if err != nil {
+		return c, err
+	}
+	c.helm = NewHelm(hc, c.namespace)
+	return c, nil
 }
 
 // ErrInUse is returned when peers or offloaded namespaces exist and --force is not given.
