@@ -75,7 +75,7 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name()) // No-op after the rename.
+	defer func() { _ = os.Remove(tmp.Name()) }() // No-op after the rename.
 	if _, err := io.Copy(tmp, in); err != nil {
 		tmp.Close()
 		return err

@@ -10,6 +10,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -69,8 +71,14 @@ func applyCRDs(ctx context.Context, c client.Client, timeout time.Duration) erro
 		return err
 	}
 	for _, crd := range crds {
-		crd.ManagedFields, crd.ResourceVersion = nil, ""
-		if err := c.Patch(ctx, crd, client.Apply, fieldOwner, client.ForceOwnership); err != nil {
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
+		if err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		unstructured.RemoveNestedField(u.Object, "status")
+		unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), fieldOwner, client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying CRD %s: %w", crd.Name, err)
 		}
 	}

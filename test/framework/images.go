@@ -115,7 +115,7 @@ func BuildImageArchive(img Image, path string) error {
 		return fmt.Errorf("creating image archive %s: %w", path, err)
 	}
 	tmp.Close()
-	defer os.Remove(tmp.Name()) // No-op after the rename.
+	defer func() { _ = os.Remove(tmp.Name()) }() // No-op after the rename.
 	if err := tarball.WriteToFile(tmp.Name(), ref, image); err != nil {
 		return fmt.Errorf("writing image archive %s: %w", path, err)
 	}

@@ -228,7 +228,7 @@ func startPrivateContainerd(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
 	address := filepath.Join(sockDir, "containerd.sock")
 	config := fmt.Sprintf(`version = 2
 root = %q
@@ -301,11 +301,12 @@ func stopContainerdProcess(t *testing.T, p *os.Process, exited chan error) {
 	t.Helper()
 	_ = p.Signal(syscall.SIGTERM)
 	select {
-	case <-exited:
+	case err := <-exited:
+		t.Logf("containerd exited: %v", err)
 	case <-time.After(20 * time.Second):
 		t.Errorf("containerd did not stop on SIGTERM within 20s: killing it")
 		_ = p.Kill()
-		<-exited
+		t.Logf("containerd exited: %v", <-exited)
 	}
 }
 

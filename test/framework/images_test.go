@@ -179,7 +179,7 @@ func assertStaticELF(t *testing.T, b []byte) {
 	if err != nil {
 		t.Fatalf("the binary is not ELF: %v", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			t.Error("the binary needs a dynamic loader: build it with CGO_ENABLED=0")

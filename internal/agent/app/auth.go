@@ -3,8 +3,11 @@ package app
 import (
 	"context"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
@@ -22,6 +25,11 @@ issues itself a serving certificate, kept in memory, for the offload-auth
 Service's names, localhost and each --tls-san. Consumers pin that CA by the
 hash kubectl offload peer generate prints.
 
+It serves the peering protocol: POST /v1/peer exchanges a peering token for
+a tenant and ServiceAccount credentials valid for --credential-expiration,
+POST /v1/refresh rotates them and POST /v1/unpeer removes the tenant.
+Consumers reach this cluster's API server at --api-server-url.
+
 The process stops gracefully on SIGTERM or SIGINT.`
 
 const authExample = `  # In a pod, as the chart runs it
@@ -37,11 +45,16 @@ const authExample = `  # In a pod, as the chart runs it
 // authOptions are the options of offload-agent auth.
 type authOptions struct {
 	auth.Options
-	global *globalOptions
+	// APIServerURL is advertised to consumers; empty means the URL the
+	// agent itself uses.
+	APIServerURL string
+	// CredentialExpiration is the lifetime of consumer credentials.
+	CredentialExpiration time.Duration
+	global               *globalOptions
 }
 
 func newCmdAuth(g *globalOptions) *cobra.Command {
-	o := &authOptions{Options: auth.NewOptions(), global: g}
+	o := &authOptions{Options: auth.NewOptions(), CredentialExpiration: auth.DefaultCredentialExpiration, global: g}
 	cmd := &cobra.Command{
 		Use:     "auth",
 		Short:   "Run the peering authentication service",
@@ -61,6 +74,8 @@ func newCmdAuth(g *globalOptions) *cobra.Command {
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Address of the HTTPS server.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the plain-HTTP /healthz and /readyz endpoints.")
 	fs.StringSliceVar(&o.TLSSANs, "tls-san", o.TLSSANs, "Extra IP address or DNS name for the serving certificate (repeatable).")
+	fs.StringVar(&o.APIServerURL, "api-server-url", o.APIServerURL, "API server URL given to consumers (default: the one the agent uses).")
+	fs.DurationVar(&o.CredentialExpiration, "credential-expiration", o.CredentialExpiration, "Lifetime of the ServiceAccount tokens given to consumers, at least 10m.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may take after SIGTERM.")
 	return cmd
 }
@@ -73,6 +88,9 @@ func (o *authOptions) Complete() {
 
 // Validate checks the options.
 func (o *authOptions) Validate() error {
+	if o.CredentialExpiration < auth.MinCredentialExpiration {
+		return fmt.Errorf("--credential-expiration %s is too short: at least %s", o.CredentialExpiration, auth.MinCredentialExpiration)
+	}
 	return o.Options.Validate()
 }
 
@@ -91,5 +109,35 @@ func (o *authOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	peering, err := auth.NewPeering(c, o.peeringOptions(cfg))
+	if err != nil {
+		return err
+	}
+	peering.Register(srv)
 	return srv.Run(ctx)
+}
+
+// peeringOptions advertises --api-server-url, or else the API server the
+// agent reaches (in a pod, the kubernetes Service), with the CA the agent
+// trusts; without one the endpoints read ConfigMap kube-root-ca.crt.
+func (o *authOptions) peeringOptions(cfg *rest.Config) auth.PeeringOptions {
+	po := auth.PeeringOptions{
+		Namespace:            o.Namespace,
+		APIServerURL:         o.APIServerURL,
+		APIServerCA:          cfg.CAData,
+		CredentialExpiration: o.CredentialExpiration,
+		Logger:               o.Logger,
+	}
+	if po.APIServerURL == "" {
+		po.APIServerURL = cfg.Host
+		o.Logger.Info("No --api-server-url: advertising the API server the agent uses, which peers may not reach", "url", cfg.Host)
+	}
+	if len(po.APIServerCA) == 0 && cfg.CAFile != "" {
+		if ca, err := os.ReadFile(cfg.CAFile); err == nil {
+			po.APIServerCA = ca
+		} else {
+			o.Logger.Info("Cannot read the API server CA file; using ConfigMap kube-root-ca.crt", "file", cfg.CAFile, "err", err.Error())
+		}
+	}
+	return po
 }

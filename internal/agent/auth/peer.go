@@ -1,0 +1,255 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+)
+
+const (
+	// MinCredentialExpiration is the shortest credential lifetime the API
+	// server accepts in a TokenRequest.
+	MinCredentialExpiration = 10 * time.Minute
+	// DefaultCredentialExpiration is the chart's default credential lifetime.
+	DefaultCredentialExpiration = 24 * time.Hour
+	// maxRequestBytes bounds the body of a request; real ones are far smaller.
+	maxRequestBytes = 16 << 10
+	// requestTimeout bounds the API calls of one request.
+	requestTimeout = 30 * time.Second
+)
+
+// PeeringOptions configure the peering endpoints.
+type PeeringOptions struct {
+	// Namespace is the agent's namespace: it holds the identity ConfigMap
+	// and the token Secrets.
+	Namespace string
+	// APIServerURL is the API server URL advertised to consumers.
+	APIServerURL string
+	// APIServerCA is the PEM CA bundle of the API server; when empty it is
+	// read from ConfigMap kube-root-ca.crt in Namespace.
+	APIServerCA []byte
+	// CredentialExpiration is the lifetime of the tokens consumers get.
+	CredentialExpiration time.Duration
+	// Logger receives the endpoints' logs; never a token.
+	Logger klog.Logger
+}
+
+// Validate checks the options.
+func (o PeeringOptions) Validate() error {
+	if o.Namespace == "" {
+		return errors.New("the namespace is not set: pass --namespace or set POD_NAMESPACE")
+	}
+	if o.APIServerURL == "" {
+		return errors.New("the API server URL is not known: pass --api-server-url")
+	}
+	if o.CredentialExpiration < MinCredentialExpiration {
+		return fmt.Errorf("--credential-expiration %s is too short: at least %s", o.CredentialExpiration, MinCredentialExpiration)
+	}
+	return nil
+}
+
+// Peering serves the peering protocol: POST /v1/peer exchanges a peering
+// token for tenant credentials, /v1/refresh rotates them and /v1/unpeer
+// removes the tenant.
+type Peering struct {
+	client client.Client
+	opts   PeeringOptions
+	now    func() time.Time
+}
+
+// NewPeering returns the peering endpoints, which act with c.
+func NewPeering(c client.Client, o PeeringOptions) (*Peering, error) {
+	if c == nil {
+		return nil, errors.New("the peering endpoints need a Kubernetes client")
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return &Peering{client: c, opts: o, now: time.Now}, nil
+}
+
+// Register adds the endpoints to s.
+func (p *Peering) Register(s *Server) {
+	s.Handle(peer.PeerPath, allowMethods(p.handlePeer, http.MethodPost))
+	s.Handle(peer.RefreshPath, allowMethods(p.handleRefresh, http.MethodPost))
+	s.Handle(peer.UnpeerPath, allowMethods(p.handleUnpeer, http.MethodPost))
+}
+
+func (p *Peering) handlePeer(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	var req peer.PeerRequest
+	if err := readRequest(w, r, &req, "PeerRequest"); err != nil {
+		WriteError(w, err)
+		return
+	}
+	log := p.opts.Logger.WithValues("consumer", req.ClusterName, "consumerID", req.ClusterID)
+	resp, err := p.peer(ctx, req, &log)
+	if err != nil {
+		p.fail(w, log, "Refused a peering request", err)
+		return
+	}
+	log.Info("Peered", "tenantNamespace", resp.Credentials.TenantNamespace, "expires", resp.Credentials.ExpirationTimestamp)
+	writeJSON(w, resp)
+}
+
+// peer checks the request and its token, spends a single-use token and
+// provisions the tenant. It adds the token ID to log once it parses.
+func (p *Peering) peer(ctx context.Context, req peer.PeerRequest, log *klog.Logger) (*peer.PeerResponse, error) {
+	self, err := manager.ReadIdentity(ctx, p.client, p.opts.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if req.ProviderClusterID != self.ID {
+		return nil, &Error{
+			Reason: peer.ReasonWrongCluster,
+			Message: fmt.Sprintf("this auth service belongs to cluster %s (%s), not %s: check --cluster-id",
+				self.ID, self.Name, req.ProviderClusterID),
+			Status: http.StatusForbidden,
+		}
+	}
+	if err := validateConsumer(req.ClusterID, req.ClusterName, self.ID); err != nil {
+		return nil, err
+	}
+	tok, err := peer.ParseToken(req.Token)
+	if err != nil {
+		return nil, tokenError(peer.ReasonInvalidToken, err.Error())
+	}
+	*log = log.WithValues("tokenID", tok.ID)
+	secret, stored, err := p.checkToken(ctx, tok, *log)
+	if err != nil {
+		return nil, err
+	}
+	// A consumer name taken by another cluster is refused before the token is spent.
+	if err := p.checkTenantFree(ctx, req.ClusterID, req.ClusterName); err != nil {
+		return nil, err
+	}
+	if !stored.Reusable {
+		if err := p.spend(ctx, secret, req.ClusterID); err != nil {
+			return nil, err
+		}
+	}
+	t, undo, err := p.provision(ctx, req.ClusterID, req.ClusterName, *log)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := p.issue(ctx, t, self)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// invalidToken is the one answer for a token that does not exist and one
+// whose secret is wrong, so the service is no oracle for token IDs.
+const invalidTokenMessage = "the peering token is not valid: check --auth-token, or generate a new one on the provider with `kubectl offload peer generate`"
+
+func tokenError(reason, message string) error {
+	return &Error{Reason: reason, Message: message, Status: http.StatusUnauthorized}
+}
+
+// checkToken finds tok's Secret and checks that its secret matches, in
+// constant time, then that it has not expired nor been spent.
+func (p *Peering) checkToken(ctx context.Context, tok peer.Token, log klog.Logger) (*corev1.Secret, peer.StoredToken, error) {
+	var s corev1.Secret
+	err := p.client.Get(ctx, client.ObjectKey{Namespace: p.opts.Namespace, Name: peer.TokenSecretName(tok.ID)}, &s)
+	if apierrors.IsNotFound(err) {
+		return nil, peer.StoredToken{}, tokenError(peer.ReasonInvalidToken, invalidTokenMessage)
+	}
+	if err != nil {
+		return nil, peer.StoredToken{}, fmt.Errorf("reading the token Secret: %w", err)
+	}
+	stored, err := peer.ReadTokenSecret(&s)
+	if err != nil {
+		log.Info("Ignoring a broken token Secret", "secret", klog.KObj(&s), "err", err.Error())
+		return nil, peer.StoredToken{}, tokenError(peer.ReasonInvalidToken, invalidTokenMessage)
+	}
+	if !stored.Matches(tok) {
+		return nil, peer.StoredToken{}, tokenError(peer.ReasonInvalidToken, invalidTokenMessage)
+	}
+	if stored.Expired(p.now()) {
+		return nil, peer.StoredToken{}, tokenError(peer.ReasonTokenExpired,
+			"token expired: generate a new one on the provider with `kubectl offload peer generate`")
+	}
+	if stored.Spent() {
+		return nil, peer.StoredToken{}, tokenUsed()
+	}
+	return &s, stored, nil
+}
+
+func tokenUsed() error {
+	return tokenError(peer.ReasonTokenUsed,
+		"the peering token was already used and is single-use: generate a new one on the provider with `kubectl offload peer generate`")
+}
+
+// spend marks a single-use token used. The update carries the Secret's
+// resourceVersion, so of concurrent requests exactly one wins; the others
+// get a Conflict and are refused.
+func (p *Peering) spend(ctx context.Context, s *corev1.Secret, consumerID string) error {
+	if s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
+	s.Data[peer.UsedAtKey] = []byte(p.now().UTC().Format(time.RFC3339))
+	s.Data[peer.UsedByKey] = []byte(consumerID)
+	err := p.client.Update(ctx, s)
+	if apierrors.IsConflict(err) {
+		return tokenUsed()
+	}
+	if err != nil {
+		return fmt.Errorf("marking the token used: %w", err)
+	}
+	return nil
+}
+
+// fail logs err and writes it. Refusals (an *Error) are logged as
+// information, failures of the service as errors; neither carries a token.
+func (p *Peering) fail(w http.ResponseWriter, log klog.Logger, msg string, err error) {
+	var e *Error
+	if errors.As(err, &e) {
+		log.Info(msg, "reason", e.Reason, "status", e.Status)
+	} else {
+		log.Error(err, msg)
+	}
+	WriteError(w, err)
+}
+
+// readRequest reads a JSON body of at most maxRequestBytes into v. Its
+// error never quotes the body.
+func readRequest(w http.ResponseWriter, r *http.Request, v any, what string) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	if err := dec.Decode(v); err != nil {
+		msg := fmt.Sprintf("the request body is not a JSON %s: upgrade kubectl-offload on the consumer", what)
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			msg = fmt.Sprintf("the request body is larger than %d bytes", maxRequestBytes)
+		}
+		return &Error{Reason: peer.ReasonMalformedRequest, Message: msg, Status: http.StatusBadRequest}
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(body, '\n'))
+}

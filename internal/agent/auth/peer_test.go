@@ -1,0 +1,295 @@
+package auth
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+)
+
+func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t *testing.T) {
+	e := newPeeringEnv(t)
+	ctx := context.Background()
+	tok := e.newToken(t, time.Now().Add(time.Hour), false)
+	c := newConsumer()
+
+	r := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), c), "")
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	resp := r.response(t)
+	ns := TenantNamespace(c.name)
+	cred := resp.Credentials
+	if resp.ClusterID != e.clusterID || resp.ClusterName != "provider" || cred.TenantNamespace != ns ||
+		cred.APIServerURL != e.cfg.Host || cred.CACert != string(e.cfg.CAData) || cred.Token == "" {
+		t.Errorf("response %+v does not identify the provider, its API server and the tenant namespace %s", resp, ns)
+	}
+	if d := time.Until(cred.ExpirationTimestamp); d < testCredentialExpiration-time.Minute || d > testCredentialExpiration+time.Minute {
+		t.Errorf("credentials expire in %s, want %s", d, testCredentialExpiration)
+	}
+
+	var tenant offloadv1alpha1.Tenant
+	if err := e.admin.Get(ctx, client.ObjectKey{Name: c.name}, &tenant); err != nil {
+		t.Fatal(err)
+	}
+	want := offloadv1alpha1.TenantSpec{ClusterID: c.id, ClusterName: c.name, TenantNamespace: ns}
+	if tenant.Spec != want {
+		t.Errorf("tenant spec %+v, want %+v", tenant.Spec, want)
+	}
+	if tenant.Status.CredentialExpiry == nil || !tenant.Status.CredentialExpiry.Time.Equal(cred.ExpirationTimestamp) {
+		t.Errorf("tenant credentialExpiry %v, want %v", tenant.Status.CredentialExpiry, cred.ExpirationTimestamp)
+	}
+	var nsObj corev1.Namespace
+	if err := e.admin.Get(ctx, client.ObjectKey{Name: ns}, &nsObj); err != nil || nsObj.Labels[TenantLabel] != c.id {
+		t.Errorf("namespace %s: labels %v, error %v; want %s=%s", ns, nsObj.Labels, err, TenantLabel, c.id)
+	}
+	var rb rbacv1.RoleBinding
+	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: TenantRole}, &rb); err != nil {
+		t.Fatal(err)
+	}
+	if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != TenantRole || len(rb.Subjects) != 1 || rb.Subjects[0].Name != ConsumerServiceAccount {
+		t.Errorf("RoleBinding binds %+v to %+v", rb.RoleRef, rb.Subjects)
+	}
+	var secret corev1.Secret
+	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peer.TokenSecretName(tok.ID)}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	if string(secret.Data[peer.UsedByKey]) != c.id || len(secret.Data[peer.UsedAtKey]) == 0 {
+		t.Errorf("the token is not marked used by %s: used-by %q", c.id, secret.Data[peer.UsedByKey])
+	}
+
+	if got, wantUser := e.reviewToken(t, cred.Token), "system:serviceaccount:"+ns+":"+ConsumerServiceAccount; got != wantUser {
+		t.Errorf("the returned token authenticates as %q, want %q", got, wantUser)
+	}
+	// The credentials as the consumer uses them: URL, CA and token.
+	kube, err := kubernetes.NewForConfig(&rest.Config{
+		Host: cred.APIServerURL, BearerToken: cred.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: []byte(cred.CACert)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing secrets with the consumer's credentials: %v, want Forbidden", err)
+	}
+
+	other := newConsumer()
+	if r := e.post(t, peer.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), other), ""); r.status != http.StatusOK {
+		t.Fatalf("peering a second consumer: %d %s", r.status, r.body)
+	}
+	const group = "offload.io"
+	for _, tt := range []struct {
+		name                             string
+		verb, group, resource, namespace string
+		want                             bool
+	}{
+		{"it may create RemoteNamespaces in its tenant namespace", "create", group, "remotenamespaces", ns, true},
+		{"it may list ResourceOffers in its tenant namespace", "list", group, "resourceoffers", ns, true},
+		{"it may not create ResourceOffers", "create", group, "resourceoffers", ns, false},
+		{"it may not read Secrets in its tenant namespace", "get", "", "secrets", ns, false},
+		{"it may not create RemoteNamespaces in another namespace", "create", group, "remotenamespaces", e.namespace, false},
+		{"it may not touch another tenant's namespace", "create", group, "remotenamespaces", TenantNamespace(other.name), false},
+		{"it may not list nodes", "list", "", "nodes", "", false},
+		{"it may not list Secrets cluster-wide", "list", "", "secrets", "", false},
+		{"it may not create namespaces", "create", "", "namespaces", "", false},
+		{"it may not read Tenants", "get", group, "tenants", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := e.can(t, c, tt.verb, tt.group, tt.resource, tt.namespace); got != tt.want {
+				t.Errorf("%s %s in %q: allowed=%v, want %v", tt.verb, tt.resource, tt.namespace, got, tt.want)
+			}
+		})
+	}
+
+	again := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), newConsumer()), "")
+	again.wantError(t, http.StatusUnauthorized, peer.ReasonTokenUsed)
+	if !strings.Contains(e.logs.String(), tok.ID) {
+		t.Errorf("the logs never name token %s:\n%s", tok.ID, e.logs.String())
+	}
+}
+
+func TestPeeringRefusesBadRequestsAndLeavesNothingBehind(t *testing.T) {
+	e := newPeeringEnv(t)
+	ctx := context.Background()
+	valid := func() string { return e.newToken(t, time.Now().Add(time.Hour), false).String() }
+	spent := func() string {
+		tok := e.newToken(t, time.Now().Add(time.Hour), false)
+		var s corev1.Secret
+		if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peer.TokenSecretName(tok.ID)}, &s); err != nil {
+			t.Fatal(err)
+		}
+		s.Data[peer.UsedAtKey], s.Data[peer.UsedByKey] = []byte(time.Now().UTC().Format(time.RFC3339)), []byte("someone")
+		if err := e.admin.Update(ctx, &s); err != nil {
+			t.Fatal(err)
+		}
+		return tok.String()
+	}
+	wrongSecret := func() string {
+		tok := e.newToken(t, time.Now().Add(time.Hour), false)
+		tok.Secret = strings.Repeat("a", 16)
+		return tok.String()
+	}
+	unknown := func() string { return "abcdef.0123456789abcdef" }
+
+	tests := []struct {
+		name       string
+		body       func(c consumer) any
+		wantStatus int
+		wantReason string
+	}{
+		{"a body that is not JSON is malformed", func(consumer) any { return "{not json" }, http.StatusBadRequest, peer.ReasonMalformedRequest},
+		{"a consumer name that is not DNS-1123 is malformed", func(c consumer) any {
+			r := e.peerRequest(valid(), c)
+			r.ClusterName = "Not_A_Name"
+			return r
+		}, http.StatusBadRequest, peer.ReasonMalformedRequest},
+		{"a request for another provider is refused", func(c consumer) any {
+			r := e.peerRequest(valid(), c)
+			r.ProviderClusterID = "someone-else"
+			return r
+		}, http.StatusForbidden, peer.ReasonWrongCluster},
+		{"a malformed token is invalid", func(c consumer) any { return e.peerRequest("not-a-token", c) }, http.StatusUnauthorized, peer.ReasonInvalidToken},
+		{"an unknown token is invalid", func(c consumer) any { return e.peerRequest(unknown(), c) }, http.StatusUnauthorized, peer.ReasonInvalidToken},
+		{"a token with a wrong secret is invalid", func(c consumer) any { return e.peerRequest(wrongSecret(), c) }, http.StatusUnauthorized, peer.ReasonInvalidToken},
+		{"an expired token is refused", func(c consumer) any {
+			return e.peerRequest(e.newToken(t, time.Now().Add(-time.Minute), false).String(), c)
+		}, http.StatusUnauthorized, peer.ReasonTokenExpired},
+		{"a used single-use token is refused", func(c consumer) any { return e.peerRequest(spent(), c) }, http.StatusUnauthorized, peer.ReasonTokenUsed},
+	}
+	messages := map[string]string{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newConsumer()
+			body := tt.body(c)
+			r := e.post(t, peer.PeerPath, body, "")
+			got := r.wantError(t, tt.wantStatus, tt.wantReason)
+			messages[tt.name] = got.Message
+			if req, ok := body.(peer.PeerRequest); ok {
+				if tok, err := peer.ParseToken(req.Token); err == nil && strings.Contains(string(r.body), tok.Secret) {
+					t.Errorf("the error body repeats the token secret: %s", r.body)
+				}
+			}
+			e.assertNothingFor(t, c)
+		})
+	}
+	if a, b := messages["an unknown token is invalid"], messages["a token with a wrong secret is invalid"]; a != b {
+		t.Errorf("an unknown token (%q) and a wrong secret (%q) get different messages", a, b)
+	}
+	if m := messages["an expired token is refused"]; !strings.Contains(m, "kubectl offload peer generate") {
+		t.Errorf("the expiry message %q does not say how to get a new token", m)
+	}
+}
+
+func TestPeeringAsANameAnotherClusterUsesConflictsWithoutSpendingTheToken(t *testing.T) {
+	e := newPeeringEnv(t)
+	first := newConsumer()
+	if r := e.post(t, peer.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), first), ""); r.status != http.StatusOK {
+		t.Fatalf("first peering: %d %s", r.status, r.body)
+	}
+	tok := e.newToken(t, time.Now().Add(time.Hour), false)
+	impostor := consumer{id: newConsumer().id, name: first.name}
+	e.post(t, peer.PeerPath, e.peerRequest(tok.String(), impostor), "").wantError(t, http.StatusConflict, peer.ReasonTenantConflict)
+
+	var tenant offloadv1alpha1.Tenant
+	if err := e.admin.Get(context.Background(), client.ObjectKey{Name: first.name}, &tenant); err != nil || tenant.Spec.ClusterID != first.id {
+		t.Errorf("the first consumer's tenant changed: %+v, %v", tenant.Spec, err)
+	}
+	if r := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), newConsumer()), ""); r.status != http.StatusOK {
+		t.Errorf("the token was spent by the refused request: %d %s", r.status, r.body)
+	}
+}
+
+func TestAFailedPeeringDeletesTheTenantItCreated(t *testing.T) {
+	e := newPeeringEnv(t)
+	c := newConsumer()
+	// A namespace of that name that is not the consumer's makes the second step fail.
+	mustCreate(t, e.admin, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: TenantNamespace(c.name)}})
+	e.post(t, peer.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), c), "").
+		wantError(t, http.StatusConflict, peer.ReasonTenantConflict)
+	err := e.admin.Get(context.Background(), client.ObjectKey{Name: c.name}, &offloadv1alpha1.Tenant{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the tenant created before the failure is still there: %v", err)
+	}
+	var sa corev1.ServiceAccount
+	if err := e.admin.Get(context.Background(), client.ObjectKey{Namespace: TenantNamespace(c.name), Name: ConsumerServiceAccount}, &sa); !apierrors.IsNotFound(err) {
+		t.Errorf("a ServiceAccount was created in a namespace that is not the tenant's: %v", err)
+	}
+}
+
+func TestAReusableTokenPeersTheSameConsumerTwiceIdempotently(t *testing.T) {
+	e := newPeeringEnv(t)
+	tok := e.newToken(t, time.Now().Add(time.Hour), true)
+	c := newConsumer()
+	var tokens []string
+	for i := 0; i < 2; i++ {
+		r := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), c), "")
+		if r.status != http.StatusOK {
+			t.Fatalf("peering #%d: %d %s", i+1, r.status, r.body)
+		}
+		tokens = append(tokens, r.response(t).Credentials.Token)
+	}
+	for i, tk := range tokens {
+		if e.reviewToken(t, tk) == "" {
+			t.Errorf("the token of peering #%d does not authenticate", i+1)
+		}
+	}
+	var list offloadv1alpha1.TenantList
+	if err := e.admin.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, tn := range list.Items {
+		if tn.Spec.ClusterID == c.id {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d tenants for the consumer, want 1", n)
+	}
+	if r := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), newConsumer()), ""); r.status != http.StatusOK {
+		t.Errorf("a reusable token peers another consumer: %d %s", r.status, r.body)
+	}
+}
+
+func TestConcurrentRequestsWithOneSingleUseTokenPeerExactlyOnce(t *testing.T) {
+	e := newPeeringEnv(t)
+	tok := e.newToken(t, time.Now().Add(time.Hour), false)
+	const n = 20
+	consumers := make([]consumer, n)
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range consumers {
+		consumers[i] = newConsumer()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = e.post(t, peer.PeerPath, e.peerRequest(tok.String(), consumers[i]), "")
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for i, r := range replies {
+		if r.status == http.StatusOK {
+			ok++
+			continue
+		}
+		r.wantError(t, http.StatusUnauthorized, peer.ReasonTokenUsed)
+		e.assertNothingFor(t, consumers[i])
+	}
+	if ok != 1 {
+		t.Errorf("%d requests succeeded, want exactly 1", ok)
+	}
+}

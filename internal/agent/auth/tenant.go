@@ -1,0 +1,269 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+)
+
+const (
+	// TenantNamespacePrefix starts the name of every tenant namespace:
+	// offload-tenant-<consumer name>.
+	TenantNamespacePrefix = "offload-tenant-"
+	// TenantLabel labels a tenant namespace with its consumer's cluster ID.
+	TenantLabel = "offload.io/tenant"
+	// ConsumerServiceAccount is the ServiceAccount of a consumer in its
+	// tenant namespace; its tokens are the consumer's credentials.
+	ConsumerServiceAccount = "offload-consumer"
+	// TenantRole is the ClusterRole a consumer's ServiceAccount is bound to,
+	// by a RoleBinding of the same name in its tenant namespace only.
+	TenantRole = "offload-tenant"
+	// cleanupTimeout bounds the deletions that undo a failed peering.
+	cleanupTimeout = 30 * time.Second
+)
+
+// TenantNamespace returns the tenant namespace of the consumer named name.
+func TenantNamespace(consumerName string) string { return TenantNamespacePrefix + consumerName }
+
+// validateConsumer checks a consumer's cluster ID and name before anything
+// is created for it.
+func validateConsumer(id, name, selfID string) error {
+	bad := func(format string, args ...any) error {
+		return &Error{Reason: peer.ReasonMalformedRequest, Message: fmt.Sprintf(format, args...), Status: http.StatusBadRequest}
+	}
+	if id == "" || name == "" {
+		return bad("the request needs the consumer's clusterID and clusterName: upgrade kubectl-offload on the consumer")
+	}
+	if errs := validation.IsValidLabelValue(id); len(errs) > 0 {
+		return bad("the consumer clusterID is invalid: %s", errs[0])
+	}
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return bad("the consumer clusterName %q is not a DNS-1123 label: %s", name, errs[0])
+	}
+	if ns := TenantNamespace(name); len(ns) > validation.DNS1123LabelMaxLength {
+		return bad("the consumer clusterName %q is too long: at most %d characters", name,
+			validation.DNS1123LabelMaxLength-len(TenantNamespacePrefix))
+	}
+	if id == selfID {
+		return bad("a cluster cannot peer with itself: run the peer command on another cluster")
+	}
+	return nil
+}
+
+func tenantConflict(format string, args ...any) error {
+	return &Error{Reason: peer.ReasonTenantConflict, Message: fmt.Sprintf(format, args...), Status: http.StatusConflict}
+}
+
+// checkTenantFree refuses, before the token is spent, a consumer name that
+// another cluster already uses.
+func (p *Peering) checkTenantFree(ctx context.Context, id, name string) error {
+	var t offloadv1alpha1.Tenant
+	err := p.client.Get(ctx, client.ObjectKey{Name: name}, &t)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading tenant %s: %w", name, err)
+	}
+	return verifyTenant(&t, id, name)
+}
+
+func verifyTenant(t *offloadv1alpha1.Tenant, id, name string) error {
+	if t.Spec.ClusterID != id {
+		return tenantConflict("another cluster named %s is already peered with this provider: unpeer it first, or peer from a cluster with another name", name)
+	}
+	if t.DeletionTimestamp != nil || t.Spec.TenantNamespace != TenantNamespace(name) {
+		return tenantConflict("the tenant %s is being removed: retry in a minute", name)
+	}
+	return nil
+}
+
+// provision creates, in order, the Tenant, its namespace, the consumer's
+// ServiceAccount and its RoleBinding, and adopts those that already exist
+// for the same consumer. When a step fails it deletes what this call
+// created, so no half-made tenant is left behind.
+func (p *Peering) provision(ctx context.Context, id, name string, log klog.Logger) (_ *offloadv1alpha1.Tenant, _ func(), err error) {
+	var created []client.Object
+	undo := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		for i := len(created) - 1; i >= 0; i-- {
+			o := created[i]
+			if err := p.deleteIfExists(dctx, o); err != nil {
+				log.Error(err, "Undoing a failed peering", "object", klog.KObj(o), "kind", fmt.Sprintf("%T", o))
+			}
+		}
+	}
+	defer func() {
+		if err != nil {
+			undo()
+		}
+	}()
+	step := func(o client.Object, verify func() error) error {
+		ok, err := p.createOrGet(ctx, o)
+		if err != nil {
+			return err
+		}
+		if ok {
+			created = append(created, o)
+			return nil
+		}
+		return verify()
+	}
+
+	ns := TenantNamespace(name)
+	t := &offloadv1alpha1.Tenant{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{TenantLabel: id}},
+		Spec:       offloadv1alpha1.TenantSpec{ClusterID: id, ClusterName: name, TenantNamespace: ns},
+	}
+	if err := step(t, func() error { return verifyTenant(t, id, name) }); err != nil {
+		return nil, nil, err
+	}
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{TenantLabel: id}}}
+	if err := step(nsObj, func() error {
+		if nsObj.Labels[TenantLabel] != id {
+			return tenantConflict("namespace %s exists and does not belong to this consumer: delete it on the provider, or peer from a cluster with another name", ns)
+		}
+		if nsObj.DeletionTimestamp != nil {
+			return tenantConflict("namespace %s is being deleted after an unpeering: retry once it is gone", ns)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: ns}}
+	if err := step(sa, func() error { return nil }); err != nil {
+		return nil, nil, err
+	}
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: ConsumerServiceAccount, Namespace: ns}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: TenantRole, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: TenantRole},
+		Subjects:   []rbacv1.Subject{subject},
+	}
+	if err := step(rb, func() error {
+		if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != TenantRole || len(rb.Subjects) != 1 || rb.Subjects[0] != subject {
+			return fmt.Errorf("RoleBinding %s/%s grants something else than ClusterRole %s to %s", ns, TenantRole, TenantRole, ConsumerServiceAccount)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	return t, undo, nil
+}
+
+// createOrGet creates o or, when it exists, reads it into o. It reports
+// whether it created it.
+func (p *Peering) createOrGet(ctx context.Context, o client.Object) (bool, error) {
+	err := p.client.Create(ctx, o)
+	if err == nil {
+		return true, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return false, fmt.Errorf("creating %T %s: %w", o, klog.KObj(o), err)
+	}
+	if err := p.client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+		return false, fmt.Errorf("reading %T %s: %w", o, klog.KObj(o), err)
+	}
+	return false, nil
+}
+
+func (p *Peering) deleteIfExists(ctx context.Context, o client.Object) error {
+	err := p.client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %T %s: %w", o, klog.KObj(o), err)
+	}
+	return nil
+}
+
+// issue mints a new token of the tenant's ServiceAccount, records its
+// expiry in the Tenant's status and returns the credentials.
+func (p *Peering) issue(ctx context.Context, t *offloadv1alpha1.Tenant, self manager.Identity) (*peer.PeerResponse, error) {
+	caCert, err := p.apiServerCA(ctx)
+	if err != nil {
+		return nil, err
+	}
+	secs := int64(p.opts.CredentialExpiration / time.Second)
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: t.Spec.TenantNamespace}}
+	if err := p.client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return nil, fmt.Errorf("requesting a token for ServiceAccount %s: %w", klog.KObj(sa), err)
+	}
+	expiry := tr.Status.ExpirationTimestamp
+	patch := client.MergeFrom(t.DeepCopy())
+	t.Status.CredentialExpiry = &expiry
+	if err := p.client.Status().Patch(ctx, t, patch); err != nil {
+		return nil, fmt.Errorf("recording the credential expiry of tenant %s: %w", t.Name, err)
+	}
+	return &peer.PeerResponse{
+		ClusterID:   self.ID,
+		ClusterName: self.Name,
+		Credentials: peer.Credentials{
+			APIServerURL:        p.opts.APIServerURL,
+			CACert:              string(caCert),
+			Token:               tr.Status.Token,
+			ExpirationTimestamp: expiry.UTC(),
+			TenantNamespace:     t.Spec.TenantNamespace,
+		},
+	}, nil
+}
+
+// apiServerCA returns the configured CA bundle of the API server, or else
+// the one in ConfigMap kube-root-ca.crt of the agent's namespace.
+func (p *Peering) apiServerCA(ctx context.Context) ([]byte, error) {
+	if len(p.opts.APIServerCA) > 0 {
+		return p.opts.APIServerCA, nil
+	}
+	var cm corev1.ConfigMap
+	key := client.ObjectKey{Namespace: p.opts.Namespace, Name: "kube-root-ca.crt"}
+	if err := p.client.Get(ctx, key, &cm); err != nil {
+		return nil, fmt.Errorf("reading the API server CA from ConfigMap %s: %w", key, err)
+	}
+	if cm.Data["ca.crt"] == "" {
+		return nil, fmt.Errorf("ConfigMap %s has no ca.crt", key)
+	}
+	return []byte(cm.Data["ca.crt"]), nil
+}
+
+// teardown deletes a tenant: the consumer's ServiceAccount first, which
+// revokes every token it had at once, then the tenant namespace, and the
+// Tenant last, so that a failure part-way can be retried.
+func (p *Peering) teardown(ctx context.Context, t *offloadv1alpha1.Tenant) error {
+	ns := t.Spec.TenantNamespace
+	for _, o := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: ns}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: t.Name}},
+	} {
+		if err := p.deleteIfExists(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// consumerFromUsername returns the consumer name of a tenant ServiceAccount
+// user name, system:serviceaccount:offload-tenant-<name>:offload-consumer.
+func consumerFromUsername(username string) (string, bool) {
+	parts := strings.Split(username, ":")
+	if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" || parts[3] != ConsumerServiceAccount {
+		return "", false
+	}
+	name, ok := strings.CutPrefix(parts[2], TenantNamespacePrefix)
+	return name, ok && name != ""
+}

@@ -1,0 +1,67 @@
+package peer
+
+import "time"
+
+// The auth service endpoints.
+const (
+	// PeerPath exchanges a peering token for tenant credentials.
+	PeerPath = "/v1/peer"
+	// RefreshPath rotates tenant credentials before they expire.
+	RefreshPath = "/v1/refresh"
+	// UnpeerPath asks the provider to tear the tenant down.
+	UnpeerPath = "/v1/unpeer"
+)
+
+// PeerRequest is the body of POST /v1/peer, sent by the consumer's agent.
+type PeerRequest struct {
+	// Token is the peering token, id.secret.
+	Token string `json:"token"`
+	// ClusterID and ClusterName identify the consumer.
+	ClusterID   string `json:"clusterID"`
+	ClusterName string `json:"clusterName"`
+	// ProviderClusterID is the cluster ID the consumer expects to reach
+	// (--cluster-id); the provider refuses when it is not its own.
+	ProviderClusterID string `json:"providerClusterID"`
+}
+
+// Credentials are what a consumer gets to act in its tenant namespace.
+type Credentials struct {
+	// APIServerURL is the provider's API server as it advertises it.
+	APIServerURL string `json:"apiServerURL"`
+	// CACert is the PEM CA bundle of the provider's API server.
+	CACert string `json:"caCert"`
+	// Token is a bound ServiceAccount token for the consumer's identity.
+	Token string `json:"token"`
+	// ExpirationTimestamp is when Token expires.
+	ExpirationTimestamp time.Time `json:"expirationTimestamp"`
+	// TenantNamespace is the namespace the consumer may act in.
+	TenantNamespace string `json:"tenantNamespace"`
+}
+
+// PeerResponse is the body of a successful POST /v1/peer or /v1/refresh.
+type PeerResponse struct {
+	// ClusterID and ClusterName identify the provider.
+	ClusterID   string      `json:"clusterID"`
+	ClusterName string      `json:"clusterName"`
+	Credentials Credentials `json:"credentials"`
+}
+
+// RefreshRequest is the body of POST /v1/refresh and POST /v1/unpeer; the
+// consumer authenticates with its current bearer token in the Authorization header.
+type RefreshRequest struct {
+	ClusterID string `json:"clusterID"`
+}
+
+// Failure reasons of the auth service, in the JSON error body's "reason".
+const (
+	ReasonMalformedRequest = "MalformedRequest"
+	ReasonInvalidToken     = "InvalidToken"
+	ReasonTokenExpired     = "TokenExpired"
+	ReasonTokenUsed        = "TokenUsed"
+	ReasonWrongCluster     = "WrongClusterID"
+	ReasonUnauthorized     = "Unauthorized"
+	ReasonInternal         = "InternalError"
+	// ReasonTenantConflict means the consumer's name is taken on the
+	// provider by another cluster, or its tenant is being removed.
+	ReasonTenantConflict = "TenantConflict"
+)

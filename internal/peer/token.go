@@ -1,0 +1,168 @@
+// Package peer implements out-of-band peering: the peering token and its
+// Secret, the protocol between a consumer's agent and a provider's auth
+// service, and the peer commands of the CLI.
+package peer
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"math/big"
+	"regexp"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A peering token is "id.secret": id is 6 and secret 16 characters of [a-z0-9].
+const (
+	tokenIDLength     = 6
+	tokenSecretLength = 16
+	tokenAlphabet     = "abcdefghijklmnopqrstuvwxyz0123456789"
+)
+
+var tokenRE = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+
+// ErrMalformedToken is returned for a token that is not of the form id.secret.
+var ErrMalformedToken = errors.New("malformed peering token: want id.secret, 6 and 16 characters of a-z and 0-9, as printed by kubectl offload peer generate")
+
+// Token is a peering token.
+type Token struct {
+	ID     string
+	Secret string
+}
+
+// String returns the token as id.secret. It is the only form that reveals
+// the secret: never log it.
+func (t Token) String() string { return t.ID + "." + t.Secret }
+
+// ParseToken parses id.secret. Its error never contains the input.
+func ParseToken(s string) (Token, error) {
+	m := tokenRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return Token{}, ErrMalformedToken
+	}
+	return Token{ID: m[1], Secret: m[2]}, nil
+}
+
+// GenerateToken returns a new random token.
+func GenerateToken() (Token, error) {
+	id, err := randomString(tokenIDLength)
+	if err != nil {
+		return Token{}, err
+	}
+	secret, err := randomString(tokenSecretLength)
+	if err != nil {
+		return Token{}, err
+	}
+	return Token{ID: id, Secret: secret}, nil
+}
+
+func randomString(n int) (string, error) {
+	b := make([]byte, n)
+	max := big.NewInt(int64(len(tokenAlphabet)))
+	for i := range b {
+		k, err := rand.Int(rand.Reader, max)
+		if err != nil {
+			return "", fmt.Errorf("reading random bytes: %w", err)
+		}
+		b[i] = tokenAlphabet[k.Int64()]
+	}
+	return string(b), nil
+}
+
+// The token Secret, in the install namespace of the provider.
+const (
+	// TokenSecretType is the type of token Secrets.
+	TokenSecretType corev1.SecretType = "offload.io/peering-token"
+	// TokenIDLabel labels a token Secret with its token ID.
+	TokenIDLabel = "offload.io/token-id"
+	// TokenIDKey, TokenSecretKey, ExpirationKey and UsageKey are the data
+	// keys of a token Secret.
+	TokenIDKey     = "token-id"
+	TokenSecretKey = "token-secret"
+	ExpirationKey  = "expiration"
+	UsageKey       = "usage"
+	// UsedByKey records the consumer cluster ID that used a single-use
+	// token, and UsedAtKey when. A token with UsedAtKey set is spent.
+	UsedByKey = "used-by"
+	UsedAtKey = "used-at"
+	// UsageSingle and UsageReusable are the values of UsageKey.
+	UsageSingle   = "single-use"
+	UsageReusable = "reusable"
+)
+
+// TokenSecretName returns the name of the Secret holding token id.
+func TokenSecretName(id string) string { return "offload-peering-token-" + id }
+
+// NewTokenSecret returns the Secret that stores tok in namespace, expiring
+// at expires; it can be used once unless reusable.
+func NewTokenSecret(namespace string, tok Token, expires time.Time, reusable bool) *corev1.Secret {
+	usage := UsageSingle
+	if reusable {
+		usage = UsageReusable
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      TokenSecretName(tok.ID),
+			Namespace: namespace,
+			Labels:    map[string]string{TokenIDLabel: tok.ID, "app.kubernetes.io/managed-by": "kubectl-offload"},
+		},
+		Type: TokenSecretType,
+		StringData: map[string]string{
+			TokenIDKey:     tok.ID,
+			TokenSecretKey: tok.Secret,
+			ExpirationKey:  expires.UTC().Format(time.RFC3339),
+			UsageKey:       usage,
+		},
+	}
+}
+
+// StoredToken is a token Secret as read back from the cluster.
+type StoredToken struct {
+	ID       string
+	Expires  time.Time
+	Reusable bool
+	UsedBy   string
+	UsedAt   time.Time
+	secret   string
+}
+
+// ReadTokenSecret decodes a token Secret.
+func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
+	if s.Type != TokenSecretType {
+		return StoredToken{}, fmt.Errorf("secret %s is of type %s, not a peering token", s.Name, s.Type)
+	}
+	t := StoredToken{
+		ID:       string(s.Data[TokenIDKey]),
+		Reusable: string(s.Data[UsageKey]) == UsageReusable,
+		UsedBy:   string(s.Data[UsedByKey]),
+		secret:   string(s.Data[TokenSecretKey]),
+	}
+	exp, err := time.Parse(time.RFC3339, string(s.Data[ExpirationKey]))
+	if err != nil {
+		return StoredToken{}, fmt.Errorf("secret %s has no valid expiration", s.Name)
+	}
+	t.Expires = exp
+	if v := s.Data[UsedAtKey]; len(v) > 0 {
+		if t.UsedAt, err = time.Parse(time.RFC3339, string(v)); err != nil {
+			return StoredToken{}, fmt.Errorf("secret %s has an invalid %s", s.Name, UsedAtKey)
+		}
+	}
+	return t, nil
+}
+
+// Matches compares the secret part in constant time.
+func (t StoredToken) Matches(tok Token) bool {
+	return subtle.ConstantTimeCompare([]byte(t.secret), []byte(tok.Secret)) == 1 &&
+		subtle.ConstantTimeCompare([]byte(t.ID), []byte(tok.ID)) == 1
+}
+
+// Expired reports whether the token has expired at now.
+func (t StoredToken) Expired(now time.Time) bool { return !now.Before(t.Expires) }
+
+// Spent reports whether a single-use token was already used.
+func (t StoredToken) Spent() bool { return !t.Reusable && !t.UsedAt.IsZero() }
