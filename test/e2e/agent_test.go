@@ -119,8 +119,13 @@ func TestAuthServiceAnswersAnotherClusterThroughItsNodePort(t *testing.T) {
 		Issuer       string `json:"peerCertificateIssuer"`
 		Error        string `json:"error"`
 	}
-	// The auth CA is not trusted by the test pod; the handshake itself is what is checked.
-	getJSON(t, "http://"+addr+"/call?insecure=1&url="+target, &call)
+	// The auth CA is not trusted by the test pod; the handshake itself is
+	// what is checked. kube-proxy programs a new NodePort within seconds,
+	// so the call is retried until then.
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		getJSON(t, "http://"+addr+"/call?insecure=1&url="+target, &call)
+		return call.TLSHandshake && call.Status == 200, nil
+	})
 	if !call.TLSHandshake || call.Status != 200 || call.Error != "" {
 		t.Errorf("a pod in %s calling %s: %+v; want a TLS handshake and 200", consumer.Name, target, call)
 	}
