@@ -111,19 +111,24 @@ func portForward(t *testing.T, c *framework.Cluster, ns, target string, port int
 
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
+	if err := tryGetJSON(url, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryGetJSON decodes the JSON body of GET url into v, whatever the status.
+func tryGetJSON(url string, v any) error {
 	client := &http.Client{Timeout: 15 * time.Second}
 	resp, err := client.Get(url)
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		return fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s: %s", url, resp.Status, body)
-	}
 	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("GET %s: not JSON: %v: %s", url, err, body)
+		return fmt.Errorf("GET %s: %s, not JSON: %v: %s", url, resp.Status, err, body)
 	}
+	return nil
 }
 
 func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
