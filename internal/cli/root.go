@@ -13,6 +13,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/status"
 	"github.com/kubectl-offload/kubectl-offload/internal/version"
 )
@@ -51,6 +52,8 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(install.NewCmdUpgrade(f, streams))
 	root.AddCommand(install.NewCmdUninstall(f, streams))
 	root.AddCommand(status.NewCmdStatus(f, streams))
+	root.AddCommand(peer.NewCmdPeer(f, streams))
+	root.AddCommand(peer.NewCmdGenerateParent(f, streams))
 	root.AddCommand(version.NewCmdVersion(f, streams))
 	root.AddCommand(newCmdCompletion(root))
 	return root

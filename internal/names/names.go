@@ -13,6 +13,11 @@ const (
 	ControllerManager = "offload-controller-manager"
 	// Auth is the Deployment and Service running offload-agent auth.
 	Auth = "offload-auth"
+	// AuthCASecret is the Secret, in the install namespace, holding the CA
+	// that the auth service manages; consumers pin it by its hash.
+	AuthCASecret = "offload-auth-ca"
+	// AuthCACertKey is the key of the PEM CA certificate in AuthCASecret.
+	AuthCACertKey = "ca.crt"
 	// VersionLabel is the standard label carrying a component's version.
 	VersionLabel = "app.kubernetes.io/version"
 )

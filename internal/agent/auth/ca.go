@@ -5,11 +5,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -32,7 +30,7 @@ const (
 )
 
 // CA is the certificate authority of the auth service. Peers pin its public
-// key (see CACertHash), so it must stay the same for the life of the install.
+// key (see peer.CACertHash), so it must stay the same for the life of the install.
 type CA struct {
 	// Cert is the parsed CA certificate.
 	Cert *x509.Certificate
@@ -160,20 +158,6 @@ func (ca *CA) IssueServingCert(hosts []string, now time.Time) (*tls.Certificate,
 		return nil, fmt.Errorf("parsing the new serving certificate: %w", err)
 	}
 	return &tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key, Leaf: leaf}, nil
-}
-
-// CACertHash returns the pin of a CA certificate, kubeadm style:
-// "sha256:" followed by the hex SHA-256 of the certificate's DER
-// SubjectPublicKeyInfo. It is what
-// `openssl x509 -pubkey -noout | openssl pkey -pubin -outform der | sha256sum`
-// prints. caCertPEM holds the certificate; only its first PEM block is read.
-func CACertHash(caCertPEM []byte) (string, error) {
-	cert, err := parseCertPEM(caCertPEM)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
 func parseCertPEM(certPEM []byte) (*x509.Certificate, error) {

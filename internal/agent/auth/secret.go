@@ -10,18 +10,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
 )
 
 const (
 	// CASecretName is the Secret, in the agent's namespace, that holds the
 	// auth CA. The auth service creates it on its first start and reuses it
 	// afterwards.
-	CASecretName = "offload-auth-ca"
+	CASecretName = names.AuthCASecret
 	// CASecretType is the type of the CA Secret. It is not kubernetes.io/tls
 	// because that type requires tls.crt and tls.key.
 	CASecretType corev1.SecretType = "offload.io/auth-ca"
 	// CACertKey is the key of the PEM CA certificate in the CA Secret.
-	CACertKey = "ca.crt"
+	CACertKey = names.AuthCACertKey
 	// CAKeyKey is the key of the PEM CA private key in the CA Secret.
 	CAKeyKey = "ca.key"
 )

@@ -1,7 +1,7 @@
 // Package auth is the peering authentication service of offload-agent: an
 // HTTPS server whose certificate comes from a CA the agent manages itself
 // (Secret offload-auth-ca), plus a plain-HTTP health server for the kubelet's
-// probes. Consumers pin that CA by the hash CACertHash returns.
+// probes. Consumers pin that CA by the hash peer.CACertHash returns.
 package auth
 
 import (
@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 )
 
 // caLoadTimeout bounds reading or creating the CA Secret at start, so an
@@ -148,7 +149,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading the auth CA: %w", err)
 	}
-	hash, err := CACertHash(ca.CertPEM)
+	hash, err := peer.CACertHash(ca.CertPEM)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,107 @@
+// Package resourceoffer runs on the provider: it publishes, in each tenant
+// namespace, the ResourceOffer that tells a consumer how much it may use, a
+// share of this cluster's free allocatable cpu, memory and pods.
+package resourceoffer
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// VirtualNodeLabel marks virtual nodes, whose capacity is borrowed and is
+// never offered on.
+const VirtualNodeLabel = "offload.io/type"
+
+// offered are the resources a ResourceOffer carries.
+var offered = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods}
+
+// Free returns the allocatable cpu, memory and pods of the schedulable,
+// Ready, non-virtual nodes, minus what the pods bound to them request.
+func Free(nodes []corev1.Node, pods []corev1.Pod) corev1.ResourceList {
+	usable := map[string]bool{}
+	total := map[corev1.ResourceName]*resource.Quantity{}
+	for _, r := range offered {
+		total[r] = resource.NewQuantity(0, resource.DecimalSI)
+	}
+	for _, n := range nodes {
+		if n.Labels[VirtualNodeLabel] == "virtual-node" || n.Spec.Unschedulable || !ready(n) {
+			continue
+		}
+		usable[n.Name] = true
+		for _, r := range offered {
+			if q, ok := n.Status.Allocatable[r]; ok {
+				total[r].Add(q)
+			}
+		}
+	}
+	for _, p := range pods {
+		if !usable[p.Spec.NodeName] || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		total[corev1.ResourcePods].Sub(*resource.NewQuantity(1, resource.DecimalSI))
+		for r, q := range podRequests(p) {
+			if t, ok := total[r]; ok {
+				t.Sub(q)
+			}
+		}
+	}
+	out := corev1.ResourceList{}
+	for r, q := range total {
+		if q.Sign() < 0 {
+			q = resource.NewQuantity(0, q.Format)
+		}
+		out[r] = *q
+	}
+	return out
+}
+
+// Share returns percent of free, rounded down: whole milli-cpus, bytes, pods.
+func Share(free corev1.ResourceList, percent int) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for r, q := range free {
+		switch r {
+		case corev1.ResourceCPU:
+			out[r] = *resource.NewMilliQuantity(q.MilliValue()*int64(percent)/100, resource.DecimalSI)
+		case corev1.ResourceMemory:
+			out[r] = *resource.NewQuantity(q.Value()*int64(percent)/100, resource.BinarySI)
+		default:
+			out[r] = *resource.NewQuantity(q.Value()*int64(percent)/100, resource.DecimalSI)
+		}
+	}
+	return out
+}
+
+// podRequests is what a pod requests: the larger of the sum of its
+// containers and its largest init container, plus its overhead.
+func podRequests(p corev1.Pod) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, c := range p.Spec.Containers {
+		addList(out, c.Resources.Requests)
+	}
+	for _, c := range p.Spec.InitContainers {
+		for r, q := range c.Resources.Requests {
+			if cur, ok := out[r]; !ok || q.Cmp(cur) > 0 {
+				out[r] = q.DeepCopy()
+			}
+		}
+	}
+	addList(out, p.Spec.Overhead)
+	return out
+}
+
+func addList(dst, src corev1.ResourceList) {
+	for r, q := range src {
+		cur := dst[r]
+		cur.Add(q)
+		dst[r] = cur
+	}
+}
+
+func ready(n corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

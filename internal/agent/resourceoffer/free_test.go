@@ -1,0 +1,88 @@
+package resourceoffer
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func node(name, cpu, mem, pods string, readyNode bool, labels map[string]string) corev1.Node {
+	status := corev1.ConditionFalse
+	if readyNode {
+		status = corev1.ConditionTrue
+	}
+	return corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem), corev1.ResourcePods: resource.MustParse(pods),
+			},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}},
+		},
+	}
+}
+
+func pod(nodeName, cpu, mem string, phase corev1.PodPhase) corev1.Pod {
+	return corev1.Pod{
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem),
+		}}}}},
+		Status: corev1.PodStatus{Phase: phase},
+	}
+}
+
+func TestFreeAndShare(t *testing.T) {
+	tests := []struct {
+		name            string
+		nodes           []corev1.Node
+		pods            []corev1.Pod
+		percent         int
+		cpu, mem, count string
+	}{
+		{
+			name:    "two ready nodes with nothing running lend half of everything",
+			nodes:   []corev1.Node{node("a", "4", "8Gi", "110", true, nil), node("b", "4", "8Gi", "110", true, nil)},
+			percent: 50, cpu: "4", mem: "8Gi", count: "110",
+		},
+		{
+			name:    "running pods' requests and slots are not offered, finished pods' are",
+			nodes:   []corev1.Node{node("a", "4", "8Gi", "10", true, nil)},
+			pods:    []corev1.Pod{pod("a", "1", "2Gi", corev1.PodRunning), pod("a", "2", "4Gi", corev1.PodSucceeded), pod("", "1", "1Gi", corev1.PodPending)},
+			percent: 100, cpu: "3", mem: "6Gi", count: "9",
+		},
+		{
+			name: "not-ready, unschedulable and virtual nodes lend nothing",
+			nodes: []corev1.Node{
+				node("ready", "2", "2Gi", "10", true, nil),
+				node("down", "8", "8Gi", "10", false, nil),
+				node("virtual", "64", "64Gi", "100", true, map[string]string{VirtualNodeLabel: "virtual-node"}),
+			},
+			pods:    []corev1.Pod{pod("virtual", "1", "1Gi", corev1.PodRunning)},
+			percent: 100, cpu: "2", mem: "2Gi", count: "10",
+		},
+		{
+			name:    "an overcommitted node offers zero, not a negative amount",
+			nodes:   []corev1.Node{node("a", "1", "1Gi", "1", true, nil)},
+			pods:    []corev1.Pod{pod("a", "2", "2Gi", corev1.PodRunning), pod("a", "1", "1Gi", corev1.PodRunning)},
+			percent: 50, cpu: "0", mem: "0", count: "0",
+		},
+		{
+			name:    "shares round down to whole milli-cpus, bytes and pods",
+			nodes:   []corev1.Node{node("a", "1", "1001", "3", true, nil)},
+			percent: 50, cpu: "500m", mem: "500", count: "1",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Share(Free(tt.nodes, tt.pods), tt.percent)
+			for r, want := range map[corev1.ResourceName]string{corev1.ResourceCPU: tt.cpu, corev1.ResourceMemory: tt.mem, corev1.ResourcePods: tt.count} {
+				q := got[r]
+				if q.Cmp(resource.MustParse(want)) != 0 {
+					t.Errorf("%s = %s, want %s", r, q.String(), want)
+				}
+			}
+		})
+	}
+}

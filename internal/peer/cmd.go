@@ -1,0 +1,137 @@
+package peer
+
+import (
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+)
+
+const generateLong = `Create a peering token on this cluster, the provider, and print the command
+that peers a consumer cluster with it.
+
+The command carries the provider's name and cluster ID, the URL of its auth
+service, the token and the hash of the auth service's CA, which the consumer
+pins. The token is stored in a Secret in the install namespace. It expires
+after --ttl (1h by default, 24h at most) and can be used once unless
+--reusable is set. Treat the printed command as a password: it is the only
+place kubectl offload ever shows a token.
+
+Nothing is created unless kubectl offload is installed and its auth service
+has created its CA; kubectl offload status --wait waits for that.`
+
+const generateExample = `  # Print the command to run on the consumer
+  kubectl offload peer generate
+
+  # A token for several consumers, valid for 8 hours, as JSON
+  kubectl offload peer generate --reusable --ttl 8h -o json
+
+  # Advertise the auth service behind a load balancer of your own
+  kubectl offload peer generate --auth-url https://peering.example.com:443`
+
+const tokensLong = `List and revoke the peering tokens of this cluster.
+
+Revoking a token stops it from peering new consumers; consumers that already
+peered keep their own credentials (kubectl offload unpeer removes those).`
+
+// NewCmdPeer returns the peer command and its subcommands.
+func NewCmdPeer(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "peer",
+		Short: "Peer this cluster with other clusters",
+		Long:  "Peer this cluster with other clusters: generate a peering command on the provider, and manage its tokens.",
+	}
+	cmd.AddCommand(newCmdGenerate("generate", f, streams))
+	cmd.AddCommand(newCmdTokens(f, streams))
+	return cmd
+}
+
+// NewCmdGenerateParent returns `kubectl offload generate`, whose peer-command
+// subcommand is an alias of `kubectl offload peer generate`.
+func NewCmdGenerateParent(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "generate",
+		Short: "Generate commands to run on other clusters",
+	}
+	cmd.AddCommand(newCmdGenerate("peer-command", f, streams))
+	return cmd
+}
+
+// newCmdGenerate returns the generate command under the name use.
+func newCmdGenerate(use string, f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewGenerateOptions(streams)
+	cmd := &cobra.Command{
+		Use:     use,
+		Short:   "Create a peering token and print the command that peers a consumer with this cluster",
+		Long:    generateLong,
+		Example: generateExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().DurationVar(&o.TTL, "ttl", o.TTL, "How long the token is valid, at most 24h.")
+	cmd.Flags().BoolVar(&o.Reusable, "reusable", o.Reusable, "Let the token peer any number of consumers until it expires.")
+	cmd.Flags().StringVar(&o.AuthURL, "auth-url", o.AuthURL, "The https URL consumers reach the auth service at, instead of the one derived from the install.")
+	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
+	return cmd
+}
+
+func newCmdTokens(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tokens",
+		Short: "List and revoke peering tokens",
+		Long:  tokensLong,
+	}
+	cmd.AddCommand(newCmdTokensList(f, streams), newCmdTokensRevoke(f, streams))
+	return cmd
+}
+
+func newCmdTokensList(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewTokensListOptions(streams)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the peering tokens, without their secrets",
+		Example: "  # The tokens of this cluster, with their status\n  kubectl offload peer tokens list",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
+	return cmd
+}
+
+func newCmdTokensRevoke(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewTokensRevokeOptions(streams)
+	cmd := &cobra.Command{
+		Use:     "revoke ID...",
+		Short:   "Delete peering tokens so that they can no longer be used",
+		Example: "  # Revoke the token with ID abc123\n  kubectl offload peer tokens revoke abc123",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f, args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVar(&o.IgnoreNotFound, "ignore-not-found", o.IgnoreNotFound, "Treat a token that does not exist as already revoked.")
+	return cmd
+}

@@ -1,0 +1,194 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/status"
+)
+
+// Token lifetimes. A token is a bearer credential that travels out of band,
+// so it lives an hour by default and a day at most: long enough to hand it
+// over, short enough that a leaked one soon stops working. Peering itself
+// outlives the token, whose only use is the first exchange.
+const (
+	DefaultTokenTTL = time.Hour
+	MaxTokenTTL     = 24 * time.Hour
+)
+
+var peerCommandType = metav1.TypeMeta{APIVersion: "offload.io/v1alpha1", Kind: "PeerCommand"}
+
+// PeerCommand is the result of peer generate: what a consumer needs to peer
+// with this cluster, and the command that does it. It is the only output of
+// kubectl offload that contains a token.
+type PeerCommand struct {
+	metav1.TypeMeta `json:",inline"`
+	// Name is the provider's cluster name.
+	Name string `json:"name"`
+	// AuthURL is where the consumer's agent reaches the auth service.
+	AuthURL string `json:"authURL"`
+	// ClusterID is the provider's cluster ID.
+	ClusterID string `json:"clusterID"`
+	// AuthToken is the peering token, id.secret.
+	AuthToken string `json:"authToken"`
+	// CACertHash pins the auth service's CA.
+	CACertHash string `json:"caCertHash"`
+	// ExpiresAt is when the token expires.
+	ExpiresAt time.Time `json:"expiresAt"`
+	// Reusable tells whether the token can be used more than once.
+	Reusable bool `json:"reusable"`
+	// Command is the command to run on the consumer.
+	Command string `json:"command"`
+}
+
+// GenerateOptions are the options of `kubectl offload peer generate`.
+type GenerateOptions struct {
+	genericiooptions.IOStreams
+
+	// TTL is how long the token is valid.
+	TTL time.Duration
+	// Reusable lets the token peer more than one consumer until it expires.
+	Reusable bool
+	// AuthURL overrides the auth URL derived from the install.
+	AuthURL string
+	Output  output.Format
+
+	namespace string
+	kube      kubernetes.Interface
+	helm      status.Helm
+	now       func() time.Time
+}
+
+// NewGenerateOptions returns GenerateOptions with defaults.
+func NewGenerateOptions(streams genericiooptions.IOStreams) *GenerateOptions {
+	return &GenerateOptions{IOStreams: streams, TTL: DefaultTokenTTL, Output: output.Table, now: time.Now}
+}
+
+// Complete builds the clients from the factory.
+func (o *GenerateOptions) Complete(f factory.Factory) error {
+	o.namespace = f.Namespace()
+	kube, err := f.KubeClient()
+	if err != nil {
+		return err
+	}
+	o.kube = kube
+	if o.AuthURL == "" {
+		cfg, err := f.HelmConfig(o.namespace)
+		if err != nil {
+			return err
+		}
+		o.helm = status.NewHelm(cfg)
+	}
+	return nil
+}
+
+// Validate checks the options without contacting the cluster.
+func (o *GenerateOptions) Validate() error {
+	if o.TTL <= 0 || o.TTL > MaxTokenTTL {
+		return fmt.Errorf("--ttl must be more than 0 and at most %s, got %s", MaxTokenTTL, o.TTL)
+	}
+	if o.AuthURL != "" {
+		if err := validateAuthURL(o.AuthURL); err != nil {
+			return fmt.Errorf("invalid --auth-url: %w", err)
+		}
+	}
+	return o.Output.Validate()
+}
+
+// Run reads everything the command needs before it creates the token Secret,
+// so that a cluster that is not ready gets no token, then prints the command.
+func (o *GenerateOptions) Run(ctx context.Context) error {
+	args, err := o.providerArgs(ctx)
+	if err != nil {
+		return err
+	}
+	tok, err := GenerateToken()
+	if err != nil {
+		return fmt.Errorf("generating a peering token: %w", err)
+	}
+	args.AuthToken = tok.String()
+	if err := ValidatePeerArgs(args); err != nil {
+		return fmt.Errorf("the peer command would be invalid: %w", err)
+	}
+	expires := o.now().Add(o.TTL).UTC().Truncate(time.Second)
+	secret := NewTokenSecret(o.namespace, tok, expires, o.Reusable)
+	if _, err := o.kube.CoreV1().Secrets(o.namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the token secret %s: %w", secret.Name, err)
+	}
+	pc := PeerCommand{
+		TypeMeta: peerCommandType, Name: args.Name, AuthURL: args.AuthURL, ClusterID: args.ClusterID,
+		AuthToken: args.AuthToken, CACertHash: args.CACertHash, ExpiresAt: expires, Reusable: o.Reusable,
+		Command: args.Command(),
+	}
+	return output.Write(o.Out, o.Output, pc, func(w io.Writer) error {
+		usage := "It can be used once"
+		if o.Reusable {
+			usage = "It can be used by any number of consumers"
+		}
+		fmt.Fprintf(o.ErrOut, "Run this command on the consumer cluster to peer it with %s. The token %s expires at %s (in %s). %s; revoke it with kubectl offload peer tokens revoke %s.\n",
+			pc.Name, tok.ID, expires.Format(time.RFC3339), o.TTL, usage, tok.ID)
+		_, err := fmt.Fprintln(w, pc.Command)
+		return err
+	})
+}
+
+// providerArgs reads this cluster's identity, auth CA and auth URL.
+func (o *GenerateOptions) providerArgs(ctx context.Context) (PeerCommandArgs, error) {
+	var a PeerCommandArgs
+	cm, err := o.kube.CoreV1().ConfigMaps(o.namespace).Get(ctx, names.IdentityConfigMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return a, fmt.Errorf("kubectl-offload is not installed in namespace %s (no ConfigMap %s): run kubectl offload install, or pass -n with its namespace", o.namespace, names.IdentityConfigMap)
+	}
+	if err != nil {
+		return a, fmt.Errorf("reading the cluster identity: %w", err)
+	}
+	a.ClusterID, a.Name = cm.Data["clusterID"], cm.Data["clusterName"]
+	if a.ClusterID == "" || a.Name == "" {
+		return a, fmt.Errorf("ConfigMap %s has no clusterID or clusterName: run kubectl offload upgrade --cluster-name NAME", names.IdentityConfigMap)
+	}
+	ca, err := o.kube.CoreV1().Secrets(o.namespace).Get(ctx, names.AuthCASecret, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return a, fmt.Errorf("the auth service has not created its CA yet (no Secret %s): wait until kubectl offload status --wait reports the auth service ready, then run this again", names.AuthCASecret)
+	}
+	if err != nil {
+		return a, fmt.Errorf("reading the auth CA: %w", err)
+	}
+	if a.CACertHash, err = CACertHash(ca.Data[names.AuthCACertKey]); err != nil {
+		return a, fmt.Errorf("reading the auth CA in Secret %s: %w", names.AuthCASecret, err)
+	}
+	if a.AuthURL = o.AuthURL; a.AuthURL == "" {
+		if a.AuthURL, err = o.releaseAuthURL(ctx); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// releaseAuthURL derives the auth URL from the installed release.
+func (o *GenerateOptions) releaseAuthURL(ctx context.Context) (string, error) {
+	rel, err := o.helm.Release(names.ReleaseName)
+	if err != nil {
+		return "", err
+	}
+	if rel == nil {
+		return "", fmt.Errorf("no Helm release %s in namespace %s: run kubectl offload install", names.ReleaseName, o.namespace)
+	}
+	u, err := status.AuthURL(ctx, o.kube, o.namespace, rel.Values)
+	if err != nil {
+		return "", fmt.Errorf("finding the auth URL (or pass --auth-url): %w", err)
+	}
+	if err := validateAuthURL(u); err != nil {
+		return "", fmt.Errorf("the auth URL of the install is not usable (pass --auth-url): %w", err)
+	}
+	return u, nil
+}

@@ -1,0 +1,204 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/status"
+)
+
+const testNS = "offload-system"
+
+type fakeHelm struct{ rel *status.Release }
+
+func (h fakeHelm) Release(string) (*status.Release, error) { return h.rel, nil }
+
+// testCA returns a PEM CA certificate and its kubeadm-style hash.
+func testCA(t *testing.T) ([]byte, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "offload test CA"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func identityCM() *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: testNS},
+		Data: map[string]string{"clusterID": testID, "clusterName": "provider"}}
+}
+
+func caSecret(certPEM []byte) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.AuthCASecret, Namespace: testNS}, Data: map[string][]byte{names.AuthCACertKey: certPEM}}
+}
+
+func newGenerate(kube *fake.Clientset) (*GenerateOptions, *bytes.Buffer, *bytes.Buffer) {
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	o := NewGenerateOptions(streams)
+	o.namespace, o.kube = testNS, kube
+	o.helm = fakeHelm{rel: &status.Release{Name: names.ReleaseName, Values: map[string]any{"auth": map[string]any{"url": testURL}}}}
+	return o, out, errOut
+}
+
+func tokenSecrets(t *testing.T, kube *fake.Clientset) []corev1.Secret {
+	t.Helper()
+	list, err := kube.CoreV1().Secrets(testNS).List(context.Background(), metav1.ListOptions{LabelSelector: TokenIDLabel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func TestGenerateCreatesNothingUntilTheClusterIsReady(t *testing.T) {
+	certPEM, _ := testCA(t)
+	tests := []struct {
+		name    string
+		objects []runtime.Object
+	}{
+		{name: "not installed", objects: nil},
+		{name: "installed, the auth CA not created yet", objects: []runtime.Object{identityCM()}},
+		{name: "a CA Secret without a certificate", objects: []runtime.Object{identityCM(), caSecret(nil)}},
+		{name: "no cluster name", objects: []runtime.Object{&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: testNS}, Data: map[string]string{"clusterID": testID}}, caSecret(certPEM)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kube := fake.NewClientset(tt.objects...)
+			o, out, _ := newGenerate(kube)
+			if err := o.Run(context.Background()); err == nil {
+				t.Fatal("generate succeeded")
+			}
+			if n := len(tokenSecrets(t, kube)); n != 0 || out.Len() != 0 {
+				t.Errorf("generate left %d token Secrets and printed %q", n, out.String())
+			}
+		})
+	}
+}
+
+func TestGeneratePrintsTheCommandForANewToken(t *testing.T) {
+	certPEM, hash := testCA(t)
+	kube := fake.NewClientset(identityCM(), caSecret(certPEM))
+	o, out, errOut := newGenerate(kube)
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	o.now = func() time.Time { return now }
+	if err := o.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	args, err := ParsePeerCommand(out.String())
+	if err != nil {
+		t.Fatalf("the output does not parse: %v\n%s", err, out)
+	}
+	want := PeerCommandArgs{Name: "provider", AuthURL: testURL, ClusterID: testID, AuthToken: args.AuthToken, CACertHash: hash}
+	if args != want || strings.Count(out.String(), "\n") != 1 {
+		t.Errorf("generate printed %q, want one line with %+v", out, want)
+	}
+	tok, _ := ParseToken(args.AuthToken)
+	if strings.Contains(errOut.String(), tok.Secret) || !strings.Contains(errOut.String(), tok.ID) {
+		t.Errorf("the note names the token by its ID only: %q", errOut)
+	}
+	secrets := tokenSecrets(t, kube)
+	if len(secrets) != 1 || secrets[0].Name != TokenSecretName(tok.ID) ||
+		secrets[0].StringData[UsageKey] != UsageSingle || secrets[0].StringData[ExpirationKey] != "2030-01-01T13:00:00Z" {
+		t.Errorf("token Secrets = %+v, want one single-use Secret for %s expiring in an hour", secrets, tok.ID)
+	}
+}
+
+func TestGenerateValidatesItsFlags(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*GenerateOptions)
+		ok     bool
+	}{
+		{name: "the defaults are valid", modify: func(*GenerateOptions) {}, ok: true},
+		{name: "a day is the longest ttl", modify: func(o *GenerateOptions) { o.TTL = MaxTokenTTL }, ok: true},
+		{name: "a zero ttl is refused", modify: func(o *GenerateOptions) { o.TTL = 0 }},
+		{name: "a negative ttl is refused", modify: func(o *GenerateOptions) { o.TTL = -time.Minute }},
+		{name: "a ttl over a day is refused", modify: func(o *GenerateOptions) { o.TTL = MaxTokenTTL + time.Second }},
+		{name: "an http auth URL is refused", modify: func(o *GenerateOptions) { o.AuthURL = "http://h:1" }},
+		{name: "an unknown output is refused", modify: func(o *GenerateOptions) { o.Output = "xml" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := NewGenerateOptions(genericiooptions.NewTestIOStreamsDiscard())
+			tt.modify(o)
+			if err := o.Validate(); (err == nil) != tt.ok {
+				t.Errorf("Validate = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
+
+func TestTokensListAndRevoke(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	valid := stored(NewTokenSecret(testNS, Token{ID: "aaaaaa", Secret: "secretsecret0001"}, now.Add(time.Hour), false))
+	expired := stored(NewTokenSecret(testNS, Token{ID: "bbbbbb", Secret: "secretsecret0002"}, now.Add(-time.Hour), true))
+	used := stored(NewTokenSecret(testNS, Token{ID: "cccccc", Secret: "secretsecret0003"}, now.Add(2*time.Hour), false))
+	used.Data[UsedByKey], used.Data[UsedAtKey] = []byte(testID), []byte(now.Format(time.RFC3339))
+	kube := fake.NewClientset(valid, expired, used)
+
+	streams, _, out, _ := genericiooptions.NewTestIOStreams()
+	l := NewTokensListOptions(streams)
+	l.namespace, l.kube, l.now = testNS, kube, func() time.Time { return now }
+	if err := l.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := "ID       EXPIRES                USAGE        STATUS    USED BY\n" +
+		"bbbbbb   2030-01-01T11:00:00Z   reusable     expired   -\n" +
+		"aaaaaa   2030-01-01T13:00:00Z   single-use   valid     -\n" +
+		"cccccc   2030-01-01T14:00:00Z   single-use   used      " + testID + "\n"
+	if out.String() != want {
+		t.Errorf("tokens list =\n%s\nwant\n%s", out, want)
+	}
+	if strings.Contains(out.String(), "secretsecret") {
+		t.Errorf("tokens list shows a secret")
+	}
+
+	streams, _, out, _ = genericiooptions.NewTestIOStreams()
+	r := NewTokensRevokeOptions(streams)
+	r.namespace, r.kube, r.IDs = testNS, kube, []string{"aaaaaa", "zzzzzz"}
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "zzzzzz") {
+		t.Errorf("revoking an unknown ID: %v, want an error naming it", err)
+	}
+	if n := len(tokenSecrets(t, kube)); n != 2 || out.String() != "token aaaaaa revoked\n" {
+		t.Errorf("after revoke: %d token Secrets, output %q; want 2 and aaaaaa revoked", n, out)
+	}
+	r.IgnoreNotFound, r.IDs = true, []string{"aaaaaa"}
+	if err := r.Run(context.Background()); err != nil {
+		t.Errorf("revoking again with --ignore-not-found: %v", err)
+	}
+	for _, bad := range []string{"aaaaaa.secretsecret0001", "AAAAAA", "aaaaa"} {
+		r.IDs = []string{bad}
+		if err := r.Validate(); err == nil || strings.Contains(err.Error(), bad) {
+			t.Errorf("Validate(%q) = %v, want an error that does not echo it", bad, err)
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package peer
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestParseToken(t *testing.T) {
+	tests := []struct {
+		name   string
+		input  string
+		want   Token
+		wantOK bool
+	}{
+		{name: "a well formed token parses", input: "abc123.0123456789abcdef", want: Token{ID: "abc123", Secret: "0123456789abcdef"}, wantOK: true},
+		{name: "surrounding blanks are ignored", input: "  abc123.0123456789abcdef\n", want: Token{ID: "abc123", Secret: "0123456789abcdef"}, wantOK: true},
+		{name: "an empty string is refused", input: ""},
+		{name: "a token without a dot is refused", input: "abc1230123456789abcdef"},
+		{name: "a short id is refused", input: "abc12.0123456789abcdef"},
+		{name: "a long id is refused", input: "abc1234.0123456789abcdef"},
+		{name: "a short secret is refused", input: "abc123.0123456789abcde"},
+		{name: "a long secret is refused", input: "abc123.0123456789abcdef0"},
+		{name: "uppercase is refused", input: "ABC123.0123456789ABCDEF"},
+		{name: "an extra dot is refused", input: "abc123.01234567.9abcdef"},
+		{name: "a trailing dot is refused", input: "abc123.0123456789abcdef."},
+		{name: "a space inside is refused", input: "abc123. 123456789abcdef"},
+		{name: "unicode letters are refused", input: "abc123.0123456789abcdéf"},
+		{name: "a look-alike digit is refused", input: "abc123.０123456789abcdef"},
+		{name: "a newline inside is refused", input: "abc123.0123456789\nbcdef"},
+		{name: "a token with a prefix is refused", input: "x abc123.0123456789abcdef"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseToken(tt.input)
+			if !tt.wantOK {
+				if !errors.Is(err, ErrMalformedToken) {
+					t.Fatalf("ParseToken = %v, want ErrMalformedToken", err)
+				}
+				if strings.TrimSpace(tt.input) != "" && strings.Contains(err.Error(), strings.TrimSpace(tt.input)) {
+					t.Errorf("the error echoes the input: %v", err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseToken = %+v, %v; want %+v", got, err, tt.want)
+			}
+			if got.String() != strings.TrimSpace(tt.input) {
+				t.Errorf("String() = %q, want the canonical input", got.String())
+			}
+		})
+	}
+}
+
+func TestGeneratedTokensAreWellFormedAndUnique(t *testing.T) {
+	format := regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
+	seen := map[string]bool{}
+	for range 1000 {
+		tok, err := GenerateToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !format.MatchString(tok.String()) {
+			t.Fatalf("generated token %q has the wrong format", tok)
+		}
+		if parsed, err := ParseToken(tok.String()); err != nil || parsed != tok {
+			t.Fatalf("a generated token does not parse back: %+v, %v", parsed, err)
+		}
+		if seen[tok.ID] || seen[tok.Secret] {
+			t.Fatalf("token part repeated after %d tokens", len(seen)/2)
+		}
+		seen[tok.ID], seen[tok.Secret] = true, true
+	}
+}
+
+// stored returns the Secret for tok as the API server returns it: with Data, not StringData.
+func stored(s *corev1.Secret) *corev1.Secret {
+	out := s.DeepCopy()
+	out.Data = map[string][]byte{}
+	for k, v := range s.StringData {
+		out.Data[k] = []byte(v)
+	}
+	out.StringData = nil
+	return out
+}
+
+func TestTokenSecretRoundTrip(t *testing.T) {
+	tok := Token{ID: "abc123", Secret: "0123456789abcdef"}
+	expires := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, reusable := range []bool{false, true} {
+		s := NewTokenSecret("offload-system", tok, expires, reusable)
+		if s.Name != TokenSecretName(tok.ID) || s.Namespace != "offload-system" || s.Type != TokenSecretType || s.Labels[TokenIDLabel] != tok.ID {
+			t.Fatalf("unexpected token Secret metadata: %+v", s.ObjectMeta)
+		}
+		got, err := ReadTokenSecret(stored(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != tok.ID || !got.Expires.Equal(expires) || got.Reusable != reusable || got.UsedBy != "" || !got.UsedAt.IsZero() {
+			t.Errorf("round trip (reusable=%v) = %+v", reusable, got)
+		}
+		if !got.Matches(tok) {
+			t.Errorf("the stored token does not match the one it was made from")
+		}
+	}
+}
+
+func TestReadTokenSecretRefusesOtherSecrets(t *testing.T) {
+	good := stored(NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, time.Now(), false))
+	otherType := good.DeepCopy()
+	otherType.Type = corev1.SecretTypeOpaque
+	noExpiry := good.DeepCopy()
+	delete(noExpiry.Data, ExpirationKey)
+	badUsedAt := good.DeepCopy()
+	badUsedAt.Data[UsedAtKey] = []byte("yesterday")
+	for name, s := range map[string]*corev1.Secret{"another type": otherType, "no expiry": noExpiry, "a bad used-at": badUsedAt} {
+		if _, err := ReadTokenSecret(s); err == nil {
+			t.Errorf("a Secret with %s was read as a token", name)
+		} else if strings.Contains(err.Error(), "0123456789abcdef") {
+			t.Errorf("the error for a Secret with %s contains the secret: %v", name, err)
+		}
+	}
+}
+
+func TestMatchesNeedsTheIDAndTheSecret(t *testing.T) {
+	s := stored(NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, time.Now(), false))
+	st, err := ReadTokenSecret(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		tok  Token
+		want bool
+	}{
+		{"the same token matches", Token{ID: "abc123", Secret: "0123456789abcdef"}, true},
+		{"a wrong id does not match", Token{ID: "abc124", Secret: "0123456789abcdef"}, false},
+		{"a wrong secret does not match", Token{ID: "abc123", Secret: "0123456789abcdeg"}, false},
+		{"a secret prefix does not match", Token{ID: "abc123", Secret: "0123456789abcde"}, false},
+		{"an empty token does not match", Token{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := st.Matches(tt.tok); got != tt.want {
+				t.Errorf("Matches = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestExpiredAndSpent(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name             string
+		tok              StoredToken
+		expired, spent   bool
+		wantListedStatus string
+	}{
+		{name: "a fresh token is valid", tok: StoredToken{Expires: now.Add(time.Minute)}, wantListedStatus: TokenValid},
+		{name: "a token is expired at its expiry", tok: StoredToken{Expires: now}, expired: true, wantListedStatus: TokenExpired},
+		{name: "a used single-use token is spent", tok: StoredToken{Expires: now.Add(time.Minute), UsedAt: now, UsedBy: "x"}, spent: true, wantListedStatus: TokenUsed},
+		{name: "a used reusable token is not spent", tok: StoredToken{Expires: now.Add(time.Minute), UsedAt: now, Reusable: true}, wantListedStatus: TokenValid},
+		{name: "a used and expired token lists as used", tok: StoredToken{Expires: now.Add(-time.Minute), UsedAt: now}, expired: true, spent: true, wantListedStatus: TokenUsed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.tok.Expired(now); got != tt.expired {
+				t.Errorf("Expired = %v, want %v", got, tt.expired)
+			}
+			if got := tt.tok.Spent(); got != tt.spent {
+				t.Errorf("Spent = %v, want %v", got, tt.spent)
+			}
+			if got := tokenInfo(tt.tok, now).Status; got != tt.wantListedStatus {
+				t.Errorf("listed status = %q, want %q", got, tt.wantListedStatus)
+			}
+		})
+	}
+}

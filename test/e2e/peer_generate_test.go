@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	c := framework.StartClusters(t, framework.ClusterOptions{Name: "provider", FakeNodes: 1, RealNode: true})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	// Before install there is nothing to peer with, and no token is created.
+	if out, _, err := offload(t, c, "peer", "generate"); err == nil {
+		t.Errorf("peer generate before install succeeded:\n%s", out)
+	}
+	expectTokenSecrets(ctx, t, c, 0)
+
+	installAgent(t, c)
+	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
+	caCert := waitCASecret(ctx, t, c)
+	wantHash, err := peer.CACertHash(caCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := c.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantURL := "https://" + net.JoinHostPort(c.Node.IP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
+	id := identity(ctx, t, c)
+
+	// Bad flags are refused before anything is created.
+	for _, args := range [][]string{{"--ttl", "0"}, {"--ttl", "25h"}, {"--auth-url", "http://insecure.example"}} {
+		if _, _, err := offload(t, c, append([]string{"peer", "generate"}, args...)...); err == nil {
+			t.Errorf("peer generate %s succeeded", strings.Join(args, " "))
+		}
+	}
+	expectTokenSecrets(ctx, t, c, 0)
+
+	// The table output is the command, on one line, and nothing else.
+	start := time.Now()
+	out, errOut, err := offload(t, c, "peer", "generate")
+	if err != nil {
+		t.Fatalf("peer generate: %v\n%s", err, errOut)
+	}
+	if strings.Count(strings.TrimSuffix(out, "\n"), "\n") != 0 {
+		t.Errorf("peer generate printed more than one line:\n%s", out)
+	}
+	args, err := peer.ParsePeerCommand(out)
+	if err != nil {
+		t.Fatalf("the printed command does not parse: %v", err)
+	}
+	tok, _ := peer.ParseToken(args.AuthToken)
+	if strings.Contains(errOut, tok.Secret) {
+		t.Errorf("the note on stderr contains the token secret")
+	}
+	if args.Name != c.Name || args.ClusterID != id["clusterID"] || args.CACertHash != wantHash || args.AuthURL != wantURL {
+		t.Errorf("peer generate printed name %s, cluster ID %s, CA hash %s, auth URL %s; want %s, %s, %s, %s",
+			args.Name, args.ClusterID, args.CACertHash, args.AuthURL, c.Name, id["clusterID"], wantHash, wantURL)
+	}
+	stored := readToken(ctx, t, c, tok.ID)
+	if stored.Reusable || !stored.Matches(tok) {
+		t.Errorf("the token Secret is reusable=%v, matches=%v; want a single-use Secret for the printed token", stored.Reusable, stored.Matches(tok))
+	}
+	if lo, hi := start.Add(time.Hour-time.Minute), time.Now().Add(time.Hour+time.Minute); stored.Expires.Before(lo) || stored.Expires.After(hi) {
+		t.Errorf("the token expires at %s, want about an hour from now", stored.Expires)
+	}
+
+	// JSON carries the same fields, for a reusable token.
+	var pc peer.PeerCommand
+	if err := jsonUnmarshal(mustOffload(t, c, "generate", "peer-command", "--reusable", "--ttl", "2h", "-o", "json"), &pc); err != nil {
+		t.Fatal(err)
+	}
+	jsonArgs, err := peer.ParsePeerCommand(pc.Command)
+	if err != nil {
+		t.Fatalf("the JSON command does not parse: %v", err)
+	}
+	want := peer.PeerCommandArgs{Name: pc.Name, AuthURL: pc.AuthURL, ClusterID: pc.ClusterID, AuthToken: pc.AuthToken, CACertHash: pc.CACertHash}
+	if pc.Kind != "PeerCommand" || pc.APIVersion != "offload.io/v1alpha1" || !pc.Reusable || jsonArgs != want ||
+		pc.Name != args.Name || pc.AuthURL != args.AuthURL || pc.ClusterID != args.ClusterID || pc.CACertHash != args.CACertHash {
+		t.Errorf("peer generate -o json = %+v, want the fields of %+v with another, reusable token", pc, args)
+	}
+	tok2, _ := peer.ParseToken(pc.AuthToken)
+	if s := readToken(ctx, t, c, tok2.ID); !s.Reusable || s.Expires.Sub(pc.ExpiresAt).Abs() > time.Second {
+		t.Errorf("the second token Secret is reusable=%v expiring %s, want reusable expiring %s", s.Reusable, s.Expires, pc.ExpiresAt)
+	}
+
+	// The list shows both tokens and never a secret.
+	listJSON := mustOffload(t, c, "peer", "tokens", "list", "-o", "json")
+	listTable := mustOffload(t, c, "peer", "tokens", "list")
+	for _, secret := range []string{tok.Secret, tok2.Secret} {
+		if strings.Contains(listJSON+listTable, secret) {
+			t.Errorf("peer tokens list shows a token secret")
+		}
+	}
+	var list peer.TokenList
+	if err := jsonUnmarshal(listJSON, &list); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokenStatuses(list); len(got) != 2 || got[tok.ID] != peer.TokenValid || got[tok2.ID] != peer.TokenValid {
+		t.Errorf("peer tokens list = %v, want %s and %s valid", got, tok.ID, tok2.ID)
+	}
+
+	// Revoking deletes the Secret; revoking again is an error unless told otherwise.
+	mustOffload(t, c, "peer", "tokens", "revoke", tok.ID)
+	if _, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.TokenSecretName(tok.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the revoked token's Secret is still there: %v", err)
+	}
+	if _, errOut, err := offload(t, c, "peer", "tokens", "revoke", tok.ID); err == nil {
+		t.Errorf("revoking a revoked token succeeded")
+	} else if strings.Contains(errOut, tok.Secret) {
+		t.Errorf("the revoke error shows the secret")
+	}
+	if _, errOut, err := offload(t, c, "peer", "tokens", "revoke", tok.String()); err == nil || strings.Contains(errOut, tok.Secret) {
+		t.Errorf("revoke with a whole token: err=%v, stderr shows the secret: %v", err, strings.Contains(errOut, tok.Secret))
+	}
+	mustOffload(t, c, "peer", "tokens", "revoke", "--ignore-not-found", tok.ID)
+	expectTokenSecrets(ctx, t, c, 1)
+}
+
+// waitCASecret waits until the auth service has created its CA Secret and
+// returns the PEM CA certificate.
+func waitCASecret(ctx context.Context, t *testing.T, c *framework.Cluster) []byte {
+	t.Helper()
+	var cert []byte
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, auth.CASecretName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		cert = s.Data[auth.CACertKey]
+		return len(cert) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the auth CA Secret %s did not appear: %v", auth.CASecretName, err)
+	}
+	return cert
+}
+
+func readToken(ctx context.Context, t *testing.T, c *framework.Cluster, id string) peer.StoredToken {
+	t.Helper()
+	s, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.TokenSecretName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("token Secret for %s: %v", id, err)
+	}
+	st, err := peer.ReadTokenSecret(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// expectTokenSecrets checks the number of token Secrets in the install namespace.
+func expectTokenSecrets(ctx context.Context, t *testing.T, c *framework.Cluster, want int) {
+	t.Helper()
+	list, err := c.Kube.CoreV1().Secrets(installNS).List(ctx, metav1.ListOptions{LabelSelector: peer.TokenIDLabel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(list.Items); got != want {
+		t.Errorf("%d token Secrets in %s, want %d", got, installNS, want)
+	}
+}
+
+func tokenStatuses(l peer.TokenList) map[string]string {
+	out := map[string]string{}
+	for _, i := range l.Items {
+		out[i.ID] = i.Status
+	}
+	return out
+}
