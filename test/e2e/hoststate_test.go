@@ -19,7 +19,13 @@ type hostSnapshot struct {
 	interfaces []string
 	processes  []string
 	netns      []string
+	// absent are host directories a real node writes to that did not exist.
+	absent []string
 }
+
+// nodeHostDirs are the host directories a real node's kubelet, CNI and
+// containerd write to, whatever their configuration says.
+var nodeHostDirs = []string{"/var/log/containers", "/var/lib/cni", "/run/containerd", "/run/netns"}
 
 func snapshotHost(t *testing.T) hostSnapshot {
 	t.Helper()
@@ -49,6 +55,11 @@ func snapshotHost(t *testing.T) hostSnapshot {
 			for _, pid := range strings.Fields(string(out)) {
 				s.processes = append(s.processes, name+"/"+pid)
 			}
+		}
+	}
+	for _, d := range nodeHostDirs {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			s.absent = append(s.absent, d)
 		}
 	}
 	entries, _ := os.ReadDir("/run/netns")
@@ -85,6 +96,11 @@ func expectHostRestored(t *testing.T, before hostSnapshot) {
 	diff("interface", before.interfaces, after.interfaces)
 	diff("process", before.processes, after.processes)
 	diff("network namespace", before.netns, after.netns)
+	for _, d := range before.absent {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("%s did not exist before and is left after teardown", d)
+		}
+	}
 	for _, p := range []string{"/var/log/containers", "/var/lib/cni"} {
 		entries, _ := os.ReadDir(p)
 		for _, e := range entries {

@@ -33,6 +33,17 @@ func TestImagesImportIntoContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// containerd and runc create /run/containerd whatever their
+	// configuration says; the host state bookkeeping of real nodes removes
+	// it again if it was not there before.
+	if err := acquireHostState(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := releaseHostState(); err != nil {
+			t.Error(err)
+		}
+	})
 	address := startPrivateContainerd(t)
 
 	paths := slices.Sorted(maps.Values(archives))
