@@ -40,10 +40,58 @@ func NewCmdPeer(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Co
 	cmd := &cobra.Command{
 		Use:   "peer",
 		Short: "Peer this cluster with other clusters",
-		Long:  "Peer this cluster with other clusters: generate a peering command on the provider, and manage its tokens.",
+		Long:  "Peer this cluster with other clusters: generate a peering command on the provider, run it on the consumer with out-of-band, and manage the tokens.",
 	}
 	cmd.AddCommand(newCmdGenerate("generate", f, streams))
 	cmd.AddCommand(newCmdTokens(f, streams))
+	cmd.AddCommand(newCmdOutOfBand(f, streams))
+	return cmd
+}
+
+const outOfBandLong = `Peer this cluster, the consumer, with a provider, using the command that
+kubectl offload peer generate printed on the provider.
+
+Every flag is checked before anything is written. The token is then stored in
+a Secret in the install namespace and the ForeignCluster NAME is created; the
+agent exchanges the token with the provider's auth service, which it trusts
+only when its CA matches --ca-cert-hash, and deletes the token once used.
+Running the command again with the same arguments changes nothing; with a new
+token it retries at once.
+
+With --wait (the default) the command reports each peering step until it
+succeeds, fails with the provider's explanation, or --timeout passes.`
+
+const outOfBandExample = `  # Run the command peer generate printed on the provider
+  kubectl offload peer out-of-band provider --auth-url https://203.0.113.7:31443 \
+    --cluster-id 123e4567-e89b-12d3-a456-426614174000 --auth-token abc123.0123456789abcdef \
+    --ca-cert-hash sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+
+  # Return as soon as the ForeignCluster is created
+  kubectl offload peer out-of-band provider --wait=false ...`
+
+func newCmdOutOfBand(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewOutOfBandOptions(streams)
+	cmd := &cobra.Command{
+		Use:     "out-of-band NAME --auth-url URL --cluster-id ID --auth-token TOKEN --ca-cert-hash HASH",
+		Short:   "Peer this cluster with a provider using the command peer generate printed there",
+		Long:    outOfBandLong,
+		Example: outOfBandExample,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f, args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&o.Args.AuthURL, AuthURLFlag, o.Args.AuthURL, "The https URL of the provider's auth service.")
+	cmd.Flags().StringVar(&o.Args.ClusterID, ClusterIDFlag, o.Args.ClusterID, "The provider's cluster ID.")
+	cmd.Flags().StringVar(&o.Args.AuthToken, AuthTokenFlag, o.Args.AuthToken, "The peering token, id.secret, from kubectl offload peer generate.")
+	cmd.Flags().StringVar(&o.Args.CACertHash, CACertHashFlag, o.Args.CACertHash, "The pin of the provider's auth CA, sha256:HEX.")
+	cmd.Flags().BoolVar(&o.Wait, "wait", o.Wait, "Wait until the peering steps succeed or one fails.")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long --wait waits.")
 	return cmd
 }
 

@@ -2,10 +2,14 @@ package app
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/resourceoffer"
 )
 
 const controllerManagerLong = `Run the controller-manager: the offload.io controllers, the webhook and the
@@ -28,11 +32,13 @@ const controllerManagerExample = `  # In a pod, as the chart runs it
 // controllerManagerOptions are the options of offload-agent controller-manager.
 type controllerManagerOptions struct {
 	manager.Options
-	global *globalOptions
+	// SharingPercentage is the share of free resources offered to each consumer.
+	SharingPercentage int
+	global            *globalOptions
 }
 
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
-	o := &controllerManagerOptions{Options: manager.NewOptions(), global: g}
+	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage, global: g}
 	cmd := &cobra.Command{
 		Use:     "controller-manager",
 		Short:   "Run the controllers, the webhook and the virtual kubelets",
@@ -53,6 +59,7 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus /metrics endpoint, such as ":8080"; "0" turns it off.`)
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Run the controllers on one replica at a time, elected through Lease "+manager.LeaderElectionID+".")
+	fs.IntVar(&o.SharingPercentage, "sharing-percentage", o.SharingPercentage, "Percentage of this cluster's free cpu, memory and pods offered to each consumer.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "How long the controllers may take to stop after SIGTERM.")
 	return cmd
 }
@@ -66,6 +73,9 @@ func (o *controllerManagerOptions) Complete() {
 
 // Validate checks the options.
 func (o *controllerManagerOptions) Validate() error {
+	if o.SharingPercentage < 0 || o.SharingPercentage > 100 {
+		return fmt.Errorf("--sharing-percentage must be between 0 and 100, got %d", o.SharingPercentage)
+	}
 	return o.Options.Validate()
 }
 
@@ -76,5 +86,17 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	o.Controllers = append(o.Controllers,
+		// Provider side: what each consumer may use.
+		func(mgr ctrlmanager.Manager) error {
+			r := &resourceoffer.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, SharingPercentage: o.SharingPercentage}
+			return r.SetupWithManager(mgr)
+		},
+		// Consumer side: authenticating to the providers it peers with.
+		func(mgr ctrlmanager.Manager) error {
+			r := &foreigncluster.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
+			return r.SetupWithManager(mgr)
+		},
+	)
 	return manager.Run(ctx, cfg, o.Options)
 }

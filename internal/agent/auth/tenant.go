@@ -245,7 +245,11 @@ func (p *Peering) apiServerCA(ctx context.Context) ([]byte, error) {
 // Tenant last, so that a failure part-way can be retried.
 func (p *Peering) teardown(ctx context.Context, t *offloadv1alpha1.Tenant) error {
 	ns := t.Spec.TenantNamespace
+	// The RoleBinding goes first: the RBAC authorizer drops it within
+	// milliseconds, while the API server keeps accepting a token it has
+	// already validated for up to 10 s after its ServiceAccount is gone.
 	for _, o := range []client.Object{
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: TenantRole, Namespace: ns}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: ns}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: t.Name}},

@@ -43,6 +43,9 @@ type Options struct {
 	GracefulShutdownTimeout time.Duration
 	// Logger receives the manager's logs; the zero value discards them.
 	Logger klog.Logger
+	// Controllers add the controllers to the manager New creates. They are
+	// functions so that controller packages may import this one.
+	Controllers []func(ctrlmanager.Manager) error
 }
 
 // NewOptions returns Options with the defaults the chart relies on.
@@ -102,6 +105,11 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 	check := &identityCheck{reader: mgr.GetAPIReader(), namespace: o.Namespace, clusterName: o.ClusterName, log: o.Logger}
 	if err := mgr.Add(check); err != nil {
 		return nil, fmt.Errorf("adding the identity check: %w", err)
+	}
+	for _, add := range o.Controllers {
+		if err := add(mgr); err != nil {
+			return nil, fmt.Errorf("adding a controller: %w", err)
+		}
 	}
 	return mgr, nil
 }

@@ -1,0 +1,285 @@
+// Package foreigncluster reconciles ForeignClusters on the consumer: it
+// exchanges the peering token the CLI stored for credentials on the
+// provider, over TLS pinned to the provider's auth CA, and keeps them in a
+// kubeconfig Secret.
+package foreigncluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+)
+
+// Reasons of the Authenticated condition set by the agent itself; the auth
+// service's own reasons (peer.Reason*) are copied as they are.
+const (
+	ReasonAuthenticated  = "Authenticated"
+	ReasonUnreachable    = "Unreachable"
+	ReasonCAHashMismatch = "CAHashMismatch"
+	ReasonTokenMissing   = "TokenMissing"
+	ReasonInvalidSpec    = "InvalidSpec"
+)
+
+// DefaultHTTPClientTimeout bounds a call to an auth service when
+// Reconciler.HTTPClientTimeout is zero.
+const DefaultHTTPClientTimeout = 30 * time.Second
+
+// refusedRetryInterval is how long the agent waits before it retries a
+// token the provider refused; a spec or token change retries at once.
+const refusedRetryInterval = time.Minute
+
+// Reconciler exchanges the peering token of each ForeignCluster with
+// outgoing peering enabled for a kubeconfig Secret.
+type Reconciler struct {
+	// Client writes ForeignClusters and Secrets.
+	Client client.Client
+	// Reader reads Secrets and the identity ConfigMap in Namespace. It must
+	// not be a cache over every namespace; SetupWithManager sets it to the
+	// manager's API reader when nil.
+	Reader client.Reader
+	// Namespace is the install namespace: the identity ConfigMap and the peer Secrets.
+	Namespace string
+	// HTTPClientTimeout bounds a call to an auth service; zero means DefaultHTTPClientTimeout.
+	HTTPClientTimeout time.Duration
+}
+
+// SetupWithManager registers the reconciler with mgr. It reacts to spec and
+// annotation changes of ForeignClusters, not to its own status updates.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Reader == nil {
+		r.Reader = mgr.GetAPIReader()
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("foreigncluster").
+		For(&offloadv1alpha1.ForeignCluster{}, builder.WithPredicates(
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Complete(r)
+}
+
+// +kubebuilder:rbac:groups=offload.io,resources=foreignclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=offload.io,resources=foreignclusters/status,verbs=get;update;patch
+// In the install namespace only (the chart's Role offload-controller-manager):
+// Secrets get, create, delete; ConfigMaps get.
+
+// Reconcile authenticates with the provider of the ForeignCluster once.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	var fc offloadv1alpha1.ForeignCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &fc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !fc.DeletionTimestamp.IsZero() || !fc.Spec.OutgoingPeering.Enabled {
+		return ctrl.Result{}, nil
+	}
+	kubeconfig, err := r.getSecret(ctx, peer.PeerKubeconfigSecretName(fc.Name))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if kubeconfig == nil {
+		res, err := r.authenticate(ctx, logger, &fc)
+		if err != nil || !res.IsZero() {
+			return res, err
+		}
+		if kubeconfig, err = r.getSecret(ctx, peer.PeerKubeconfigSecretName(fc.Name)); err != nil || kubeconfig == nil {
+			return ctrl.Result{}, errors.Join(err, errors.New("the kubeconfig Secret vanished right after it was written"))
+		}
+	}
+	return ctrl.Result{}, r.authenticated(ctx, &fc, kubeconfig)
+}
+
+// authenticate exchanges the token for credentials and writes them into the
+// kubeconfig Secret. A non-zero result or an error means it did not, and
+// that the condition says why.
+func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *offloadv1alpha1.ForeignCluster) (ctrl.Result, error) {
+	if fc.Spec.AuthURL == "" || fc.Spec.CACertHash == "" {
+		return ctrl.Result{}, r.setFailed(ctx, fc, ReasonInvalidSpec,
+			"spec.authURL and spec.caCertHash are required for outgoing peering: run kubectl offload peer out-of-band with the command peer generate printed")
+	}
+	tokenSecret, err := r.getSecret(ctx, peer.PeerTokenSecretName(fc.Name))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if tokenSecret == nil || len(tokenSecret.Data[peer.PeerTokenKey]) == 0 {
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, ReasonTokenMissing, fmt.Sprintf(
+			"no peering token in Secret %s: generate one on the provider with `kubectl offload peer generate` and run the command it prints here",
+			peer.PeerTokenSecretName(fc.Name)))
+	}
+	identity, err := r.identity(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	timeout := r.HTTPClientTimeout
+	if timeout <= 0 {
+		timeout = DefaultHTTPClientTimeout
+	}
+	resp, err := newAuthClient(fc.Spec.AuthURL, fc.Spec.CACertHash, timeout).Peer(ctx, peer.PeerRequest{
+		Token:             string(tokenSecret.Data[peer.PeerTokenKey]),
+		ClusterID:         identity.Data["clusterID"],
+		ClusterName:       identity.Data["clusterName"],
+		ProviderClusterID: fc.Spec.ClusterID,
+	})
+	var pinErr *PinError
+	var authErr *AuthError
+	switch {
+	case errors.As(err, &pinErr):
+		logger.Info("The auth server's CA does not match the pin", "foreignCluster", klog.KObj(fc), "authURL", fc.Spec.AuthURL, "reason", pinErr.Reason)
+		return ctrl.Result{}, errors.Join(r.setFailed(ctx, fc, ReasonCAHashMismatch,
+			"the auth server's CA does not match --ca-cert-hash: "+pinErr.Reason+"; check --auth-url and --ca-cert-hash against what kubectl offload peer generate printed"), err)
+	case errors.As(err, &authErr):
+		logger.Info("The auth service refused the peering", "foreignCluster", klog.KObj(fc), "status", authErr.Status, "reason", authErr.Reason)
+		if setErr := r.setFailed(ctx, fc, authErr.Reason, authErr.Message); setErr != nil {
+			return ctrl.Result{}, setErr
+		}
+		if authErr.Status >= http.StatusInternalServerError {
+			return ctrl.Result{}, authErr // retried with backoff
+		}
+		// 4xx: the same token will not do better; wait for a new one.
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, nil
+	case err != nil:
+		return ctrl.Result{}, errors.Join(r.setFailed(ctx, fc, ReasonUnreachable,
+			fmt.Sprintf("cannot reach the auth service at %s: %v; check that --auth-url is reachable from this cluster", fc.Spec.AuthURL, err)), err)
+	}
+	if resp.ClusterID != "" && resp.ClusterID != fc.Spec.ClusterID {
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, peer.ReasonWrongCluster, fmt.Sprintf(
+			"the auth service answered as cluster %s, not %s: check --cluster-id", resp.ClusterID, fc.Spec.ClusterID))
+	}
+	secret, err := r.kubeconfigSecret(fc, resp.Credentials)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// The token is spent: the credentials must be kept whatever happens next.
+	if err := r.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		return ctrl.Result{}, fmt.Errorf("storing the credentials in Secret %s: %w", secret.Name, err)
+	}
+	logger.Info("Authenticated with the provider", "foreignCluster", klog.KObj(fc), "tenantNamespace", resp.Credentials.TenantNamespace,
+		"expiration", resp.Credentials.ExpirationTimestamp)
+	now := metav1.Now()
+	fc.Status.LastSeen = &now
+	return ctrl.Result{}, nil
+}
+
+// authenticated finishes a peering whose kubeconfig Secret exists: it
+// deletes the spent token, fills spec.apiServerURL and sets the status.
+func (r *Reconciler) authenticated(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, kubeconfig *corev1.Secret) error {
+	tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: peer.PeerTokenSecretName(fc.Name)}}
+	if err := r.Client.Delete(ctx, tokenSecret); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting the spent token Secret %s: %w", tokenSecret.Name, err)
+	}
+	status := fc.Status.DeepCopy()
+	if fc.Spec.APIServerURL == "" {
+		cfg, err := clientcmd.Load(kubeconfig.Data[peer.PeerKubeconfigKey])
+		if err != nil {
+			return fmt.Errorf("reading Secret %s: %w", kubeconfig.Name, err)
+		}
+		for _, c := range cfg.Clusters {
+			fc.Spec.APIServerURL = c.Server
+		}
+		if err := r.Client.Update(ctx, fc); err != nil {
+			return fmt.Errorf("setting spec.apiServerURL: %w", err)
+		}
+	}
+	fc.Status = *status
+	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionTrue, Reason: ReasonAuthenticated,
+		Message: "the provider issued credentials, kept in Secret " + kubeconfig.Name, ObservedGeneration: fc.Generation,
+	})
+	fc.Status.Auth = offloadv1alpha1.PhaseEstablished
+	switch fc.Status.Role {
+	case offloadv1alpha1.RoleProvider, offloadv1alpha1.RoleConsumerAndProvider:
+		fc.Status.Role = offloadv1alpha1.RoleConsumerAndProvider
+	default:
+		fc.Status.Role = offloadv1alpha1.RoleConsumer
+	}
+	if err := r.Client.Status().Update(ctx, fc); err != nil {
+		return fmt.Errorf("updating the status: %w", err)
+	}
+	return nil
+}
+
+// setFailed sets Authenticated=False with reason and message, and auth Failed.
+func (r *Reconciler) setFailed(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, reason, message string) error {
+	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionFalse, Reason: reason,
+		Message: message, ObservedGeneration: fc.Generation,
+	})
+	fc.Status.Auth = offloadv1alpha1.PhaseFailed
+	if err := r.Client.Status().Update(ctx, fc); err != nil {
+		return fmt.Errorf("updating the status: %w", err)
+	}
+	return nil
+}
+
+// kubeconfigSecret builds the Secret holding creds, owned by fc.
+func (r *Reconciler) kubeconfigSecret(fc *offloadv1alpha1.ForeignCluster, creds peer.Credentials) (*corev1.Secret, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[fc.Name] = &clientcmdapi.Cluster{Server: creds.APIServerURL, CertificateAuthorityData: []byte(creds.CACert)}
+	cfg.AuthInfos[fc.Name] = &clientcmdapi.AuthInfo{Token: creds.Token}
+	cfg.Contexts[fc.Name] = &clientcmdapi.Context{Cluster: fc.Name, AuthInfo: fc.Name, Namespace: creds.TenantNamespace}
+	cfg.CurrentContext = fc.Name
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: peer.PeerKubeconfigSecretName(fc.Name), Namespace: r.Namespace,
+			Labels: map[string]string{peer.ForeignClusterLabel: fc.Name},
+		},
+		Type: peer.PeerKubeconfigSecretType,
+		Data: map[string][]byte{
+			peer.PeerKubeconfigKey: data,
+			peer.PeerExpirationKey: []byte(creds.ExpirationTimestamp.UTC().Format(time.RFC3339)),
+		},
+	}
+	if err := controllerutil.SetOwnerReference(fc, s, r.Client.Scheme()); err != nil {
+		return nil, fmt.Errorf("owning the kubeconfig Secret: %w", err)
+	}
+	return s, nil
+}
+
+// getSecret returns the Secret name of the install namespace, or nil.
+func (r *Reconciler) getSecret(ctx context.Context, name string) (*corev1.Secret, error) {
+	var s corev1.Secret
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: name}, &s)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Secret %s: %w", name, err)
+	}
+	return &s, nil
+}
+
+// identity reads this cluster's identity ConfigMap.
+func (r *Reconciler) identity(ctx context.Context) (*corev1.ConfigMap, error) {
+	var cm corev1.ConfigMap
+	key := types.NamespacedName{Namespace: r.Namespace, Name: names.IdentityConfigMap}
+	if err := r.Reader.Get(ctx, key, &cm); err != nil {
+		return nil, fmt.Errorf("reading the cluster identity ConfigMap %s: %w", key, err)
+	}
+	if cm.Data["clusterID"] == "" {
+		return nil, fmt.Errorf("the cluster identity ConfigMap %s has no clusterID: run kubectl offload upgrade to restore it", key)
+	}
+	return &cm, nil
+}

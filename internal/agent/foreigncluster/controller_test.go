@@ -1,0 +1,314 @@
+package foreigncluster
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+)
+
+const (
+	testToken      = "abc123.0123456789abcdef"
+	testSecret     = "0123456789abcdef"
+	tenantSAToken  = "tenant-sa-token"
+	providerAPIURL = "https://provider.example:6443"
+	tokenExpired   = "token expired: generate a new one on the provider with `kubectl offload peer generate`"
+)
+
+// consumerEnv is a consumer cluster (envtest) with kubectl-offload
+// installed, and a fake provider auth service.
+type consumerEnv struct {
+	c          client.Client
+	namespace  string
+	consumerID string
+	providerID string
+	pin        string
+	authURL    string
+	r          *Reconciler
+
+	mu       sync.Mutex
+	requests []peer.PeerRequest
+	answer   func(w http.ResponseWriter, req peer.PeerRequest, providerID string)
+}
+
+func newConsumerEnv(t *testing.T) *consumerEnv {
+	t.Helper()
+	c := newClient(t, apiServer(t))
+	installCRDs(t, c)
+	e := &consumerEnv{c: c, namespace: newNamespace(t, c), consumerID: string(uuid.NewUUID()), providerID: string(uuid.NewUUID())}
+	mustCreate(t, c, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: e.namespace},
+		Data:       map[string]string{"clusterID": e.consumerID, "clusterName": "consumer"},
+	})
+	e.answer = grantCredentials
+	ca, pin := newCA(t)
+	e.pin = pin
+	srv, _ := tlsServer(t, servingCert(t, ca), func(w http.ResponseWriter, r *http.Request) {
+		var req peer.PeerRequest
+		if r.URL.Path != peer.PeerPath || json.NewDecoder(r.Body).Decode(&req) != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		e.mu.Lock()
+		e.requests = append(e.requests, req)
+		answer := e.answer
+		e.mu.Unlock()
+		answer(w, req, e.providerID)
+	})
+	e.authURL = srv.URL
+	e.r = &Reconciler{Client: c, Reader: c, Namespace: e.namespace, HTTPClientTimeout: 5 * time.Second}
+	return e
+}
+
+func grantCredentials(w http.ResponseWriter, _ peer.PeerRequest, providerID string) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(peer.PeerResponse{ClusterID: providerID, ClusterName: "provider", Credentials: peer.Credentials{
+		APIServerURL: providerAPIURL, CACert: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", Token: tenantSAToken,
+		ExpirationTimestamp: time.Now().Add(time.Hour), TenantNamespace: "tenant-consumer",
+	}})
+}
+
+func refuseExpired(w http.ResponseWriter, _ peer.PeerRequest, _ string) {
+	auth.WriteError(w, &auth.Error{Reason: peer.ReasonTokenExpired, Message: tokenExpired, Status: http.StatusUnauthorized})
+}
+
+func (e *consumerEnv) requestCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.requests)
+}
+
+// peerWith creates what peer out-of-band creates: the token Secret and the
+// ForeignCluster, and returns the ForeignCluster's name.
+func (e *consumerEnv) peerWith(t *testing.T, pin string) string {
+	t.Helper()
+	name := "provider-" + rand.String(6)
+	mustCreate(t, e.c, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: peer.PeerTokenSecretName(name), Namespace: e.namespace, Labels: map[string]string{peer.ForeignClusterLabel: name}},
+		Type:       peer.PeerAuthTokenSecretType,
+		Data:       map[string][]byte{peer.PeerTokenKey: []byte(testToken)},
+	})
+	mustCreate(t, e.c, &offloadv1alpha1.ForeignCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: e.providerID, ClusterName: name, AuthURL: e.authURL, CACertHash: pin,
+			OutgoingPeering: offloadv1alpha1.OutgoingPeering{Enabled: true}},
+	})
+	t.Cleanup(func() {
+		_ = e.c.Delete(context.Background(), &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	return name
+}
+
+func (e *consumerEnv) reconcile(t *testing.T, name string) (ctrl.Result, error) {
+	t.Helper()
+	return e.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})
+}
+
+func (e *consumerEnv) foreignCluster(t *testing.T, name string) *offloadv1alpha1.ForeignCluster {
+	t.Helper()
+	var fc offloadv1alpha1.ForeignCluster
+	if err := e.c.Get(context.Background(), types.NamespacedName{Name: name}, &fc); err != nil {
+		t.Fatal(err)
+	}
+	return &fc
+}
+
+func (e *consumerEnv) secret(t *testing.T, name string) *corev1.Secret {
+	t.Helper()
+	var s corev1.Secret
+	err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.namespace, Name: name}, &s)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &s
+}
+
+func authenticated(t *testing.T, fc *offloadv1alpha1.ForeignCluster) metav1.Condition {
+	t.Helper()
+	c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated)
+	if c == nil {
+		t.Fatalf("ForeignCluster %s has no Authenticated condition", fc.Name)
+	}
+	return *c
+}
+
+func TestAnAcceptedTokenBecomesAKubeconfigSecretAndIsDeleted(t *testing.T) {
+	e := newConsumerEnv(t)
+	name := e.peerWith(t, e.pin)
+	if _, err := e.reconcile(t, name); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+
+	if got := e.requests[0]; got != (peer.PeerRequest{Token: testToken, ClusterID: e.consumerID, ClusterName: "consumer", ProviderClusterID: e.providerID}) {
+		t.Errorf("the provider got %+v", got)
+	}
+	s := e.secret(t, peer.PeerKubeconfigSecretName(name))
+	if s == nil {
+		t.Fatal("no kubeconfig Secret")
+	}
+	if s.Type != peer.PeerKubeconfigSecretType || s.Labels[peer.ForeignClusterLabel] != name || len(s.OwnerReferences) != 1 {
+		t.Errorf("kubeconfig Secret type %s, labels %v, owners %v", s.Type, s.Labels, s.OwnerReferences)
+	}
+	if _, err := time.Parse(time.RFC3339, string(s.Data[peer.PeerExpirationKey])); err != nil {
+		t.Errorf("expiration: %v", err)
+	}
+	cfg, err := clientcmd.Load(s.Data[peer.PeerKubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := cfg.Contexts[cfg.CurrentContext]
+	if cfg.Clusters[kctx.Cluster].Server != providerAPIURL || cfg.AuthInfos[kctx.AuthInfo].Token != tenantSAToken || kctx.Namespace != "tenant-consumer" {
+		t.Errorf("the kubeconfig does not hold the credentials: %+v", cfg)
+	}
+	if e.secret(t, peer.PeerTokenSecretName(name)) != nil {
+		t.Error("the spent token Secret still exists")
+	}
+	fc := e.foreignCluster(t, name)
+	if c := authenticated(t, fc); c.Status != metav1.ConditionTrue || c.Reason != ReasonAuthenticated {
+		t.Errorf("Authenticated = %+v, want True", c)
+	}
+	if fc.Status.Auth != offloadv1alpha1.PhaseEstablished || fc.Status.Role != offloadv1alpha1.RoleConsumer || fc.Status.LastSeen == nil {
+		t.Errorf("status %+v, want auth Established, role Consumer and lastSeen", fc.Status)
+	}
+	if fc.Spec.APIServerURL != providerAPIURL {
+		t.Errorf("spec.apiServerURL = %q, want %q", fc.Spec.APIServerURL, providerAPIURL)
+	}
+
+	if _, err := e.reconcile(t, name); err != nil {
+		t.Fatalf("second Reconcile: %v", err)
+	}
+	if n := e.requestCount(); n != 1 {
+		t.Errorf("the provider got %d requests, want 1: a peered cluster does not authenticate again", n)
+	}
+}
+
+func TestARefusedTokenSetsTheProvidersReasonAndIsNotRetriedAtOnce(t *testing.T) {
+	e := newConsumerEnv(t)
+	e.answer = refuseExpired
+	name := e.peerWith(t, e.pin)
+	res, err := e.reconcile(t, name)
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Errorf("Reconcile = %+v, want a retry within a minute, not an error and not a hot loop", res)
+	}
+	fc := e.foreignCluster(t, name)
+	c := authenticated(t, fc)
+	if c.Status != metav1.ConditionFalse || c.Reason != peer.ReasonTokenExpired || c.Message != tokenExpired {
+		t.Errorf("Authenticated = %+v, want False with the provider's reason and message", c)
+	}
+	if fc.Status.Auth != offloadv1alpha1.PhaseFailed {
+		t.Errorf("status.auth = %s, want Failed", fc.Status.Auth)
+	}
+	if e.secret(t, peer.PeerKubeconfigSecretName(name)) != nil {
+		t.Error("a kubeconfig Secret exists")
+	}
+	if e.secret(t, peer.PeerTokenSecretName(name)) == nil {
+		t.Error("the token Secret was deleted")
+	}
+}
+
+func TestAnAuthServerWithAnotherCAGetsNoTokenAndIsReportedAsAPinMismatch(t *testing.T) {
+	e := newConsumerEnv(t)
+	_, otherPin := newCA(t)
+	name := e.peerWith(t, otherPin)
+	if _, err := e.reconcile(t, name); err == nil {
+		t.Error("Reconcile succeeded, want an error so that it is retried with backoff")
+	}
+	if n := e.requestCount(); n != 0 {
+		t.Fatalf("the fake provider got %d requests: the token left the consumer", n)
+	}
+	c := authenticated(t, e.foreignCluster(t, name))
+	if c.Status != metav1.ConditionFalse || c.Reason != ReasonCAHashMismatch || !strings.HasPrefix(c.Message, "the auth server's CA does not match --ca-cert-hash: ") {
+		t.Errorf("Authenticated = %+v, want False CAHashMismatch", c)
+	}
+	if strings.Contains(c.Message, testSecret) {
+		t.Error("the message contains the token")
+	}
+	if e.secret(t, peer.PeerKubeconfigSecretName(name)) != nil {
+		t.Error("a kubeconfig Secret exists")
+	}
+}
+
+func TestAnUnreachableAuthServiceIsReportedAndRetried(t *testing.T) {
+	e := newConsumerEnv(t)
+	e.authURL = "https://127.0.0.1:1"
+	name := e.peerWith(t, e.pin)
+	if _, err := e.reconcile(t, name); err == nil {
+		t.Error("Reconcile succeeded, want an error so that it is retried with backoff")
+	}
+	c := authenticated(t, e.foreignCluster(t, name))
+	if c.Status != metav1.ConditionFalse || c.Reason != ReasonUnreachable || strings.Contains(c.Message, testSecret) {
+		t.Errorf("Authenticated = %+v, want False Unreachable", c)
+	}
+}
+
+func TestTheManagerRunsTheReconciler(t *testing.T) {
+	e := newConsumerEnv(t)
+	mgr, err := ctrlmanager.New(apiServer(t), ctrlmanager.Options{
+		Scheme: scheme.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptrTo(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Namespace: e.namespace, HTTPClientTimeout: 5 * time.Second}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	name := e.peerWith(t, e.pin)
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		fc := e.foreignCluster(t, name)
+		c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated)
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	if err != nil {
+		t.Fatalf("the ForeignCluster did not become Authenticated: %v", err)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func mustCreate(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}

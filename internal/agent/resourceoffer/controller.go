@@ -1,0 +1,255 @@
+package resourceoffer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+)
+
+// DefaultSharingPercentage is the share of its free resources a provider
+// offers each tenant unless told otherwise.
+const DefaultSharingPercentage = 50
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "resourceoffer"
+
+// namespaceRetry is how long a tenant waits for its namespace to appear.
+const namespaceRetry = 5 * time.Second
+
+// Reconciler publishes, for each Tenant, a ResourceOffer named after this
+// cluster in the tenant namespace, and keeps it in step with the free
+// resources of the cluster's nodes.
+//
+// +kubebuilder:rbac:groups=offload.io,resources=tenants,verbs=get;list;watch
+// +kubebuilder:rbac:groups=offload.io,resources=tenants/finalizers,verbs=update
+// +kubebuilder:rbac:groups=offload.io,resources=resourceoffers,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=offload.io,resources=resourceoffers/status,verbs=get;update
+// +kubebuilder:rbac:groups="",resources=nodes;pods;namespaces,verbs=get;list;watch
+//
+// It also gets ConfigMap offload-cluster-identity in the agent namespace,
+// uncached, as the manager's identity check does.
+type Reconciler struct {
+	// Client reads Tenants, Nodes, Pods and Namespaces (the manager's
+	// cache) and writes ResourceOffers.
+	Client client.Client
+	// Namespace is the agent's namespace, which holds the cluster identity.
+	Namespace string
+	// SharingPercentage is the percentage of the free resources offered to
+	// each tenant.
+	SharingPercentage int
+
+	// identityReader reads the identity ConfigMap uncached, so that the
+	// cache does not watch every ConfigMap of the cluster. SetupWithManager
+	// sets it to the manager's API reader; when nil, Client is used.
+	identityReader client.Reader
+
+	// skipNameValidation lets tests start the controller more than once
+	// in a process (go test -count=2).
+	skipNameValidation bool
+
+	mu       sync.Mutex
+	identity *manager.Identity
+}
+
+// SetupWithManager registers the controller with mgr. It reconciles every
+// Tenant when a Node or a Pod changes in a way that changes the free
+// resources.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.SharingPercentage < 0 || r.SharingPercentage > 100 {
+		return fmt.Errorf("the sharing percentage must be between 0 and 100, got %d", r.SharingPercentage)
+	}
+	r.identityReader = mgr.GetAPIReader()
+	enqueueTenants := handler.EnqueueRequestsFromMapFunc(r.allTenants)
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		WithOptions(controller.Options{SkipNameValidation: &r.skipNameValidation}).
+		For(&offloadv1alpha1.Tenant{}).
+		Owns(&offloadv1alpha1.ResourceOffer{}).
+		Watches(&corev1.Node{}, enqueueTenants, builder.WithPredicates(nodeChanged())).
+		Watches(&corev1.Pod{}, enqueueTenants, builder.WithPredicates(podChanged())).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the %s controller: %w", ControllerName, err)
+	}
+	return nil
+}
+
+// Reconcile creates or updates the ResourceOffer of one Tenant.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	var tenant offloadv1alpha1.Tenant
+	if err := r.Client.Get(ctx, req.NamespacedName, &tenant); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !tenant.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	var ns corev1.Namespace
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: tenant.Spec.TenantNamespace}, &ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			log.V(1).Info("Waiting for the tenant namespace", "tenant", klog.KObj(&tenant), "namespace", tenant.Spec.TenantNamespace)
+			return reconcile.Result{RequeueAfter: namespaceRetry}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("reading tenant namespace %q: %w", tenant.Spec.TenantNamespace, err)
+	}
+	if !ns.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing nodes: %w", err)
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
+	}
+	share := Share(Free(nodes.Items, pods.Items), r.SharingPercentage)
+	id, err := r.readIdentity(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	offer := &offloadv1alpha1.ResourceOffer{ObjectMeta: metav1.ObjectMeta{Name: id.Name, Namespace: tenant.Spec.TenantNamespace}}
+	changed := false
+	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, offer, func() error {
+		changed = !sameResources(offer.Spec.Resources, share)
+		offer.Spec.ClusterID = id.ID
+		offer.Spec.ClusterName = id.Name
+		offer.Spec.Resources = share
+		return controllerutil.SetControllerReference(&tenant, offer, r.Client.Scheme())
+	})
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("publishing resource offer %s/%s: %w", offer.Namespace, offer.Name, err)
+	}
+	if !changed && offer.Status.LastUpdate != nil && meta.IsStatusConditionTrue(offer.Status.Conditions, offloadv1alpha1.ConditionReady) {
+		return reconcile.Result{}, nil
+	}
+	now := metav1.Now()
+	offer.Status.LastUpdate = &now
+	meta.SetStatusCondition(&offer.Status.Conditions, metav1.Condition{
+		Type:               offloadv1alpha1.ConditionReady,
+		Status:             metav1.ConditionTrue,
+		Reason:             "Published",
+		Message:            fmt.Sprintf("%d%% of the free resources of cluster %s", r.SharingPercentage, id.Name),
+		ObservedGeneration: offer.Generation,
+	})
+	if err := r.Client.Status().Update(ctx, offer); err != nil {
+		return reconcile.Result{}, fmt.Errorf("updating the status of resource offer %s/%s: %w", offer.Namespace, offer.Name, err)
+	}
+	log.Info("Published resource offer", "tenant", klog.KObj(&tenant), "offer", klog.KObj(offer), "operation", op,
+		"cpu", share.Cpu().String(), "memory", share.Memory().String(), "pods", share.Pods().String())
+	return reconcile.Result{}, nil
+}
+
+// readIdentity reads this cluster's identity once; its ID never changes, and
+// a renamed cluster is picked up when the agent restarts.
+func (r *Reconciler) readIdentity(ctx context.Context) (manager.Identity, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.identity != nil {
+		return *r.identity, nil
+	}
+	reader := r.identityReader
+	if reader == nil {
+		reader = r.Client
+	}
+	id, err := manager.ReadIdentity(ctx, reader, r.Namespace)
+	if err != nil {
+		return manager.Identity{}, err
+	}
+	r.identity = &id
+	return id, nil
+}
+
+// allTenants maps any event to a request for every Tenant.
+func (r *Reconciler) allTenants(ctx context.Context, _ client.Object) []reconcile.Request {
+	var tenants offloadv1alpha1.TenantList
+	if err := r.Client.List(ctx, &tenants); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing tenants to refresh their resource offers")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(tenants.Items))
+	for _, t := range tenants.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: t.Name}})
+	}
+	return reqs
+}
+
+// nodeChanged lets through the Node events that can change the free
+// resources: not the periodic status heartbeats.
+func nodeChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*corev1.Node)
+			cur, okNew := e.ObjectNew.(*corev1.Node)
+			if !okOld || !okNew {
+				return true
+			}
+			return old.Labels[VirtualNodeLabel] != cur.Labels[VirtualNodeLabel] ||
+				old.Spec.Unschedulable != cur.Spec.Unschedulable ||
+				ready(*old) != ready(*cur) ||
+				!sameResources(old.Status.Allocatable, cur.Status.Allocatable)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// podChanged lets through the Pod events that can change the free
+// resources: a bound pod appearing or going away, a binding, a phase change
+// or a resize; not the other status updates.
+func podChanged() predicate.Funcs {
+	bound := func(o client.Object) bool {
+		p, ok := o.(*corev1.Pod)
+		return !ok || p.Spec.NodeName != ""
+	}
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return bound(e.Object) },
+		DeleteFunc: func(e event.DeleteEvent) bool { return bound(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*corev1.Pod)
+			cur, okNew := e.ObjectNew.(*corev1.Pod)
+			if !okOld || !okNew {
+				return true
+			}
+			return old.Spec.NodeName != cur.Spec.NodeName ||
+				old.Status.Phase != cur.Status.Phase ||
+				!sameResources(podRequests(*old), podRequests(*cur))
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// sameResources compares quantities by value, so "1" and "1000m" are equal.
+func sameResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for r, q := range a {
+		other, ok := b[r]
+		if !ok || q.Cmp(other) != 0 {
+			return false
+		}
+	}
+	return true
+}

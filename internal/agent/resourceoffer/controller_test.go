@@ -1,0 +1,369 @@
+package resourceoffer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+	"github.com/kubectl-offload/kubectl-offload/internal/install"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+const providerName = "provider"
+
+func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
+	cfg := apiServer(t)
+	c := newClient(t, cfg)
+	installCRDs(t, c)
+	agentNS := newNamespace(t, c)
+	createIdentity(t, c, agentNS)
+	startManager(t, cfg, agentNS)
+
+	nodeA := createNode(t, c, "4", "8Gi", "110")
+	createNode(t, c, "2", "4Gi", "110")
+	tenant := createTenant(t, c)
+
+	// 6 cpu, 12Gi and 220 pods are free; half is offered.
+	offer := waitForOffer(t, c, tenant, resources("3", "6Gi", "110"))
+	owners := offer.GetOwnerReferences()
+	if len(owners) != 1 || owners[0].UID != tenant.UID || owners[0].Kind != "Tenant" || owners[0].Controller == nil || !*owners[0].Controller {
+		t.Errorf("owner references %+v, want the Tenant %s as controller", owners, tenant.Name)
+	}
+	if offer.Spec.ClusterID != testClusterID || offer.Spec.ClusterName != providerName {
+		t.Errorf("offer identifies cluster %s/%s, want %s/%s", offer.Spec.ClusterID, offer.Spec.ClusterName, testClusterID, providerName)
+	}
+	if offer.Status.LastUpdate == nil {
+		t.Error("status.lastUpdate is not set")
+	}
+
+	// A pod bound to node A requests 1 cpu and 2Gi: 5 cpu, 10Gi, 219 pods free.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: agentNS},
+		Spec: corev1.PodSpec{
+			NodeName: nodeA,
+			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: resources("1", "2Gi", ""),
+			}}},
+		},
+	}
+	mustCreate(t, c, pod)
+	waitForOffer(t, c, tenant, resources("2500m", "5Gi", "109"))
+
+	// Without node B, 3 cpu, 6Gi and 109 pods are free.
+	setNodeReady(t, c, nodeA, true)
+	for _, n := range otherNodes(t, c, nodeA) {
+		setNodeReady(t, c, n, false)
+	}
+	waitForOffer(t, c, tenant, resources("1500m", "3Gi", "54"))
+}
+
+func TestReconcilingAnUnchangedTenantWritesNothing(t *testing.T) {
+	cfg := apiServer(t)
+	c := newClient(t, cfg)
+	installCRDs(t, c)
+	agentNS := newNamespace(t, c)
+	createIdentity(t, c, agentNS)
+	tenant := createTenant(t, c)
+	r := &Reconciler{Client: c, Namespace: agentNS, SharingPercentage: DefaultSharingPercentage}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: tenant.Name}}
+	ctx := context.Background()
+
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	var first offloadv1alpha1.ResourceOffer
+	if err := c.Get(ctx, offerKey(tenant), &first); err != nil {
+		t.Fatalf("the first reconcile published no offer: %v", err)
+	}
+	if !meta.IsStatusConditionTrue(first.Status.Conditions, offloadv1alpha1.ConditionReady) {
+		t.Errorf("conditions %+v, want Ready", first.Status.Conditions)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	var second offloadv1alpha1.ResourceOffer
+	if err := c.Get(ctx, offerKey(tenant), &second); err != nil {
+		t.Fatal(err)
+	}
+	if second.ResourceVersion != first.ResourceVersion {
+		t.Errorf("the second reconcile wrote the offer (resourceVersion %s, then %s)", first.ResourceVersion, second.ResourceVersion)
+	}
+}
+
+func TestReconcileWaitsForTheTenantNamespace(t *testing.T) {
+	cfg := apiServer(t)
+	c := newClient(t, cfg)
+	installCRDs(t, c)
+	agentNS := newNamespace(t, c)
+	createIdentity(t, c, agentNS)
+	tenant := &offloadv1alpha1.Tenant{
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer-" + rand.String(6)},
+		Spec:       offloadv1alpha1.TenantSpec{ClusterID: "c", ClusterName: "consumer", TenantNamespace: "offload-tenant-missing-" + rand.String(6)},
+	}
+	mustCreate(t, c, tenant)
+	t.Cleanup(func() { _ = c.Delete(context.Background(), tenant) })
+	r := &Reconciler{Client: c, Namespace: agentNS, SharingPercentage: DefaultSharingPercentage}
+	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: tenant.Name}})
+	if err != nil || res.RequeueAfter <= 0 {
+		t.Errorf("Reconcile returned %+v, %v; want a requeue after a delay and no error", res, err)
+	}
+}
+
+func TestOnlyEventsThatChangeTheFreeResourcesTrigger(t *testing.T) {
+	pod := func(node string, phase corev1.PodPhase, cpu string) *corev1.Pod {
+		p := &corev1.Pod{Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c"}}}, Status: corev1.PodStatus{Phase: phase}}
+		if cpu != "" {
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+		}
+		return p
+	}
+	withIP := pod("n", corev1.PodRunning, "1")
+	withIP.Status.PodIP = "10.0.0.1"
+	podTests := []struct {
+		name     string
+		old, cur *corev1.Pod
+		want     bool
+	}{
+		{"binding a pod triggers", pod("", corev1.PodPending, "1"), pod("n", corev1.PodPending, "1"), true},
+		{"a phase change triggers", pod("n", corev1.PodRunning, "1"), pod("n", corev1.PodSucceeded, "1"), true},
+		{"a resize triggers", pod("n", corev1.PodRunning, "1"), pod("n", corev1.PodRunning, "2"), true},
+		{"another status update does not", pod("n", corev1.PodRunning, "1"), withIP, false},
+	}
+	for _, tt := range podTests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := podChanged().Update(event.UpdateEvent{ObjectOld: tt.old, ObjectNew: tt.cur}); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if podChanged().Create(event.CreateEvent{Object: pod("", corev1.PodPending, "1")}) {
+		t.Error("creating an unbound pod triggers")
+	}
+
+	node := func(ready bool, cpu string) *corev1.Node {
+		n := &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: condition(ready)}}
+		return n
+	}
+	heartbeat := node(true, "2")
+	heartbeat.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+	nodeTests := []struct {
+		name     string
+		old, cur *corev1.Node
+		want     bool
+	}{
+		{"a node going NotReady triggers", node(true, "2"), node(false, "2"), true},
+		{"an allocatable change triggers", node(true, "2"), node(true, "2500m"), true},
+		{"an equal quantity spelled otherwise does not", node(true, "2"), node(true, "2000m"), false},
+		{"a heartbeat does not", node(true, "2"), heartbeat, false},
+	}
+	for _, tt := range nodeTests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nodeChanged().Update(event.UpdateEvent{ObjectOld: tt.old, ObjectNew: tt.cur}); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+const testClusterID = "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
+
+var crdsOnce sync.Once
+
+// installCRDs creates the chart's CRDs once per test process and waits
+// until they are served.
+func installCRDs(t *testing.T, c client.Client) {
+	t.Helper()
+	crdsOnce.Do(func() {
+		crds, err := install.CRDs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, crd := range crds {
+			if err := c.Create(context.Background(), crd); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+		err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			for _, crd := range crds {
+				var got apiextensionsv1.CustomResourceDefinition
+				if err := c.Get(ctx, client.ObjectKey{Name: crd.Name}, &got); err != nil {
+					return false, nil
+				}
+				established := false
+				for _, cond := range got.Status.Conditions {
+					established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
+				}
+				if !established {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("waiting for the CRDs: %v", err)
+		}
+	})
+}
+
+// startManager runs a controller-manager with the Reconciler until the test ends.
+func startManager(t *testing.T, cfg *rest.Config, namespace string) {
+	t.Helper()
+	port, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := manager.NewOptions()
+	o.Namespace = namespace
+	o.LeaderElection = false
+	o.HealthProbeBindAddress = fmt.Sprintf("127.0.0.1:%d", port)
+	o.GracefulShutdownTimeout = 10 * time.Second
+	o.Logger = ktesting.NewLogger(t, ktesting.NewConfig())
+	mgr, err := manager.New(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Namespace: namespace, SharingPercentage: DefaultSharingPercentage, skipNameValidation: true}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the manager: %v", err)
+		}
+	})
+}
+
+func createIdentity(t *testing.T, c client.Client, namespace string) {
+	t.Helper()
+	mustCreate(t, c, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: namespace},
+		Data:       map[string]string{"clusterID": testClusterID, "clusterName": providerName},
+	})
+}
+
+// createNode creates a Ready node with the given allocatable resources and
+// returns its name. The node is deleted when the test ends.
+func createNode(t *testing.T, c client.Client, cpu, memory, pods string) string {
+	t.Helper()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + rand.String(6)}}
+	mustCreate(t, c, node)
+	t.Cleanup(func() { _ = c.Delete(context.Background(), node) })
+	node.Status.Capacity = resources(cpu, memory, pods)
+	node.Status.Allocatable = resources(cpu, memory, pods)
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+	if err := c.Status().Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	return node.Name
+}
+
+// otherNodes returns the names of the nodes other than keep.
+func otherNodes(t *testing.T, c client.Client, keep string) []string {
+	t.Helper()
+	var nodes corev1.NodeList
+	if err := c.List(context.Background(), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range nodes.Items {
+		if n.Name != keep {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+func setNodeReady(t *testing.T, c client.Client, name string, ready bool) {
+	t.Helper()
+	var node corev1.Node
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, &node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: condition(ready), Reason: "Test"}}
+	if err := c.Status().Update(context.Background(), &node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createTenant creates a Tenant and its namespace; the Tenant is deleted
+// when the test ends (envtest has no garbage collector for its offer).
+func createTenant(t *testing.T, c client.Client) *offloadv1alpha1.Tenant {
+	t.Helper()
+	ns := newNamespace(t, c)
+	tenant := &offloadv1alpha1.Tenant{
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer-" + rand.String(6)},
+		Spec:       offloadv1alpha1.TenantSpec{ClusterID: "1c2d3e4f-0000-4000-8000-000000000001", ClusterName: "consumer", TenantNamespace: ns},
+	}
+	mustCreate(t, c, tenant)
+	t.Cleanup(func() { _ = c.Delete(context.Background(), tenant) })
+	return tenant
+}
+
+func offerKey(tenant *offloadv1alpha1.Tenant) client.ObjectKey {
+	return client.ObjectKey{Namespace: tenant.Spec.TenantNamespace, Name: providerName}
+}
+
+// waitForOffer polls the tenant's offer until it is Ready and offers want.
+func waitForOffer(t *testing.T, c client.Client, tenant *offloadv1alpha1.Tenant, want corev1.ResourceList) *offloadv1alpha1.ResourceOffer {
+	t.Helper()
+	var offer offloadv1alpha1.ResourceOffer
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, offerKey(tenant), &offer); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return sameResources(offer.Spec.Resources, want) &&
+			meta.IsStatusConditionTrue(offer.Status.Conditions, offloadv1alpha1.ConditionReady), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for resource offer %s to offer %v: last %v, conditions %+v: %v",
+			offerKey(tenant), want, offer.Spec.Resources, offer.Status.Conditions, err)
+	}
+	return &offer
+}
+
+func resources(cpu, memory, pods string) corev1.ResourceList {
+	out := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
+	if pods != "" {
+		out[corev1.ResourcePods] = resource.MustParse(pods)
+	}
+	return out
+}
+
+func condition(ok bool) corev1.ConditionStatus {
+	if ok {
+		return corev1.ConditionTrue
+	}
+	return corev1.ConditionFalse
+}
+
+func mustCreate(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}

@@ -1,0 +1,364 @@
+package peer
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+)
+
+// The Secrets a consumer keeps for a peer, in the install namespace, and
+// their keys. The CLI writes the token Secret; the agent exchanges the token
+// for credentials, writes the kubeconfig Secret and deletes the token Secret.
+const (
+	// PeerAuthTokenSecretType is the type of the Secret holding the token
+	// the consumer was given by peer generate.
+	PeerAuthTokenSecretType corev1.SecretType = "offload.io/peer-auth-token"
+	// PeerKubeconfigSecretType is the type of the Secret holding the
+	// consumer's credentials on the provider.
+	PeerKubeconfigSecretType corev1.SecretType = "offload.io/peer-kubeconfig"
+	// PeerTokenKey holds the token, id.secret, in a token Secret.
+	PeerTokenKey = "token"
+	// PeerKubeconfigKey holds the kubeconfig in a kubeconfig Secret.
+	PeerKubeconfigKey = "kubeconfig"
+	// PeerExpirationKey holds when the kubeconfig's token expires, RFC 3339.
+	PeerExpirationKey = "expiration"
+	// ForeignClusterLabel names the ForeignCluster a Secret belongs to.
+	ForeignClusterLabel = "offload.io/foreign-cluster"
+	// TokenIDAnnotation on a ForeignCluster is the ID (never the secret) of
+	// the token the CLI last stored for it; changing it makes the agent try
+	// the new token at once.
+	TokenIDAnnotation = "offload.io/peer-token-id"
+)
+
+// PeerTokenSecretName returns the name of the token Secret for peer name.
+func PeerTokenSecretName(name string) string { return "offload-peer-" + name + "-token" }
+
+// PeerKubeconfigSecretName returns the name of the kubeconfig Secret for peer name.
+func PeerKubeconfigSecretName(name string) string { return "offload-peer-" + name + "-kubeconfig" }
+
+// ReasonPending is the reason of a condition the agent has yet to evaluate.
+const ReasonPending = "Pending"
+
+// DefaultPeerTimeout is how long peer out-of-band waits by default.
+const DefaultPeerTimeout = 2 * time.Minute
+
+// pollInterval is how often --wait reads the ForeignCluster; tests shorten it.
+var pollInterval = time.Second
+
+// OutOfBandOptions are the options of `kubectl offload peer out-of-band`.
+type OutOfBandOptions struct {
+	genericiooptions.IOStreams
+
+	// Args are the provider's name and the flags peer generate printed.
+	Args PeerCommandArgs
+	// Wait waits until the peering steps have succeeded.
+	Wait bool
+	// Timeout bounds the wait.
+	Timeout time.Duration
+
+	extraArgs    int
+	namespace    string
+	client       client.Client
+	pollInterval time.Duration
+}
+
+// NewOutOfBandOptions returns OutOfBandOptions with defaults.
+func NewOutOfBandOptions(streams genericiooptions.IOStreams) *OutOfBandOptions {
+	return &OutOfBandOptions{IOStreams: streams, Wait: true, Timeout: DefaultPeerTimeout, pollInterval: pollInterval}
+}
+
+// Complete takes the provider's name from args and builds the client.
+func (o *OutOfBandOptions) Complete(f factory.Factory, args []string) error {
+	if len(args) > 0 {
+		o.Args.Name = args[0]
+		o.extraArgs = len(args) - 1
+	}
+	o.namespace = f.Namespace()
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	o.client = c
+	return nil
+}
+
+// Validate checks every argument offline. Its errors never contain the token.
+func (o *OutOfBandOptions) Validate() error {
+	if o.extraArgs > 0 {
+		return errors.New("only one NAME is expected: kubectl offload peer out-of-band NAME --auth-url URL --cluster-id ID --auth-token TOKEN --ca-cert-hash HASH")
+	}
+	if err := ValidatePeerArgs(o.Args); err != nil {
+		return err
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout must be more than 0, got %s", o.Timeout)
+	}
+	return nil
+}
+
+// Run stores the token and the ForeignCluster, then waits for the peering
+// steps when Wait is set.
+func (o *OutOfBandOptions) Run(ctx context.Context) error {
+	if err := o.checkInstalled(ctx); err != nil {
+		return err
+	}
+	var fc offloadv1alpha1.ForeignCluster
+	err := o.client.Get(ctx, types.NamespacedName{Name: o.Args.Name}, &fc)
+	switch {
+	case apierrors.IsNotFound(err):
+		fc = offloadv1alpha1.ForeignCluster{}
+	case err != nil:
+		return fmt.Errorf("reading ForeignCluster %s: %w", o.Args.Name, err)
+	case fc.Spec.ClusterID != "" && fc.Spec.ClusterID != o.Args.ClusterID:
+		return fmt.Errorf("ForeignCluster %s already stands for cluster ID %s, not %s: run kubectl offload unpeer %s first, or pick another NAME",
+			o.Args.Name, fc.Spec.ClusterID, o.Args.ClusterID, o.Args.Name)
+	}
+	peered, err := o.exists(ctx, PeerKubeconfigSecretName(o.Args.Name))
+	if err != nil {
+		return err
+	}
+	createdFC := fc.Name == ""
+	tokenChanged := false
+	if !peered {
+		if tokenChanged, err = o.applyTokenSecret(ctx); err != nil {
+			return err
+		}
+	}
+	if err := o.applyForeignCluster(ctx, &fc, tokenChanged); err != nil {
+		return err
+	}
+	if peered {
+		fmt.Fprintf(o.Out, "foreigncluster.offload.io/%s configured (already authenticated; the token was not needed)\n", o.Args.Name)
+	} else {
+		fmt.Fprintf(o.Out, "foreigncluster.offload.io/%s configured\n", o.Args.Name)
+	}
+	if !o.Wait {
+		return nil
+	}
+	err = o.wait(ctx)
+	if err != nil && createdFC && !peered {
+		// A first attempt that failed leaves nothing behind: run the
+		// command again once the cause is fixed.
+		if rerr := o.rollback(context.WithoutCancel(ctx)); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		fmt.Fprintf(o.ErrOut, "removed ForeignCluster %s and its token Secret: nothing is left of this attempt\n", o.Args.Name)
+	}
+	return err
+}
+
+// rollback deletes what a failed first attempt created.
+func (o *OutOfBandOptions) rollback(ctx context.Context) error {
+	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: o.Args.Name}}
+	if err := o.client.Delete(ctx, fc); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing ForeignCluster %s: %w", o.Args.Name, err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerTokenSecretName(o.Args.Name), Namespace: o.namespace}}
+	if err := o.client.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing Secret %s: %w", secret.Name, err)
+	}
+	return nil
+}
+
+// checkInstalled reads this cluster's identity and refuses to peer with itself.
+func (o *OutOfBandOptions) checkInstalled(ctx context.Context) error {
+	var cm corev1.ConfigMap
+	err := o.client.Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: names.IdentityConfigMap}, &cm)
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubectl-offload is not installed in namespace %s (no ConfigMap %s): run kubectl offload install, or pass -n with its namespace", o.namespace, names.IdentityConfigMap)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the cluster identity: %w", err)
+	}
+	if cm.Data["clusterID"] == o.Args.ClusterID {
+		return fmt.Errorf("invalid --%s: it is this cluster's own ID; run kubectl offload peer out-of-band on the consumer, with the command peer generate printed on the provider", ClusterIDFlag)
+	}
+	return nil
+}
+
+func (o *OutOfBandOptions) exists(ctx context.Context, secret string) (bool, error) {
+	var s corev1.Secret
+	err := o.client.Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: secret}, &s)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading Secret %s: %w", secret, err)
+	}
+	return true, nil
+}
+
+// applyTokenSecret creates or updates the token Secret, and tells whether
+// its token changed.
+func (o *OutOfBandOptions) applyTokenSecret(ctx context.Context) (bool, error) {
+	name := PeerTokenSecretName(o.Args.Name)
+	want := corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: o.namespace, Labels: map[string]string{ForeignClusterLabel: o.Args.Name}},
+		Type:       PeerAuthTokenSecretType,
+		Data:       map[string][]byte{PeerTokenKey: []byte(o.Args.AuthToken)},
+	}
+	var got corev1.Secret
+	err := o.client.Get(ctx, client.ObjectKeyFromObject(&want), &got)
+	if apierrors.IsNotFound(err) {
+		if err := o.client.Create(ctx, &want); err != nil {
+			return false, fmt.Errorf("creating the token Secret %s: %w", name, err)
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the token Secret %s: %w", name, err)
+	}
+	if got.Type != PeerAuthTokenSecretType {
+		return false, fmt.Errorf("secret %s exists but is not a peering token (type %s): delete it, then run this again", name, got.Type)
+	}
+	sameToken := subtle.ConstantTimeCompare(got.Data[PeerTokenKey], []byte(o.Args.AuthToken)) == 1
+	if sameToken && got.Labels[ForeignClusterLabel] == o.Args.Name {
+		return false, nil
+	}
+	changed := !sameToken
+	got.Data = want.Data
+	if got.Labels == nil {
+		got.Labels = map[string]string{}
+	}
+	got.Labels[ForeignClusterLabel] = o.Args.Name
+	if err := o.client.Update(ctx, &got); err != nil {
+		return false, fmt.Errorf("updating the token Secret %s: %w", name, err)
+	}
+	return changed, nil
+}
+
+// applyForeignCluster creates or updates fc, the ForeignCluster as read
+// (empty when it does not exist). When the token changed, it marks
+// Authenticated Unknown so that --wait does not report the previous
+// token's failure.
+func (o *OutOfBandOptions) applyForeignCluster(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, tokenChanged bool) error {
+	create := fc.Name == ""
+	before := fc.DeepCopy()
+	fc.Name = o.Args.Name
+	fc.Spec.ClusterID = o.Args.ClusterID
+	fc.Spec.ClusterName = o.Args.Name
+	fc.Spec.AuthURL = o.Args.AuthURL
+	fc.Spec.CACertHash = o.Args.CACertHash
+	fc.Spec.OutgoingPeering.Enabled = true
+	if tokenChanged {
+		tok, _ := ParseToken(o.Args.AuthToken) // validated
+		metav1.SetMetaDataAnnotation(&fc.ObjectMeta, TokenIDAnnotation, tok.ID)
+	}
+	if create {
+		if err := o.client.Create(ctx, fc); err != nil {
+			return fmt.Errorf("creating ForeignCluster %s: %w", fc.Name, err)
+		}
+	} else if !tokenChanged && equality.Semantic.DeepEqual(before, fc) {
+		return nil
+	} else if err := o.client.Update(ctx, fc); err != nil {
+		return fmt.Errorf("updating ForeignCluster %s: %w", fc.Name, err)
+	}
+	if !tokenChanged || create {
+		return nil
+	}
+	if c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated); c == nil || c.Status == metav1.ConditionTrue {
+		return nil
+	}
+	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionUnknown, Reason: ReasonPending,
+		Message: "waiting for the agent to use the new token", ObservedGeneration: fc.Generation,
+	})
+	fc.Status.Auth = offloadv1alpha1.PhasePending
+	if err := o.client.Status().Update(ctx, fc); err != nil {
+		return fmt.Errorf("resetting the status of ForeignCluster %s: %w", fc.Name, err)
+	}
+	return nil
+}
+
+// waitStep is a step of the peering that --wait reports: it succeeds when
+// the ForeignCluster's condition of that type is True.
+type waitStep struct {
+	name      string
+	condition string
+}
+
+// waitSteps are the steps --wait reports, in order.
+// TODO: append OutgoingPeering established and VirtualNodeReady once their controllers exist.
+var waitSteps = []waitStep{
+	{name: "Authenticated with the provider", condition: offloadv1alpha1.ConditionAuthenticated},
+}
+
+// ConditionFailedError is a peering step whose condition is False. Its
+// message is the agent's, which says what to do next.
+type ConditionFailedError struct {
+	Condition string
+	Reason    string
+	Message   string
+}
+
+// Error returns the agent's message.
+func (e *ConditionFailedError) Error() string {
+	if e.Message == "" {
+		return e.Reason
+	}
+	return e.Message
+}
+
+// wait polls the ForeignCluster until every step succeeded, one failed or
+// the timeout passed.
+func (o *OutOfBandOptions) wait(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	steps := output.NewSteps(o.ErrOut)
+	for _, s := range waitSteps {
+		err := steps.Run(s.name, func() error { return o.waitCondition(ctx, s.condition) })
+		var failed *ConditionFailedError
+		switch {
+		case errors.As(err, &failed):
+			return fmt.Errorf("peering with %s failed at step %q: %w", o.Args.Name, s.name, err)
+		case err != nil:
+			return fmt.Errorf("peering with %s: step %q %w; see kubectl get foreigncluster %s -o yaml and the offload-controller-manager logs", o.Args.Name, s.name, err, o.Args.Name)
+		}
+	}
+	return nil
+}
+
+// waitCondition waits until the condition is True, and returns a
+// *ConditionFailedError when it is False.
+func (o *OutOfBandOptions) waitCondition(ctx context.Context, condition string) error {
+	var failed error
+	err := wait.PollUntilContextCancel(ctx, o.pollInterval, true, func(ctx context.Context) (bool, error) {
+		var fc offloadv1alpha1.ForeignCluster
+		if err := o.client.Get(ctx, types.NamespacedName{Name: o.Args.Name}, &fc); err != nil {
+			return false, nil // transient; the timeout decides
+		}
+		c := meta.FindStatusCondition(fc.Status.Conditions, condition)
+		switch {
+		case c == nil || c.Status == metav1.ConditionUnknown:
+			return false, nil
+		case c.Status == metav1.ConditionTrue:
+			return true, nil
+		}
+		failed = &ConditionFailedError{Condition: condition, Reason: c.Reason, Message: c.Message}
+		return true, nil
+	})
+	if failed != nil {
+		return failed
+	}
+	if err != nil {
+		return fmt.Errorf("is still pending after %s (--timeout)", o.Timeout)
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// generate runs peer generate on the provider and parses the printed command.
+func generate(t *testing.T, provider *framework.Cluster, args ...string) peer.PeerCommandArgs {
+	t.Helper()
+	line := mustOffload(t, provider, append([]string{"peer", "generate"}, args...)...)
+	parsed, err := peer.ParsePeerCommand(line)
+	if err != nil {
+		t.Fatalf("peer generate printed a command that does not parse: %v", err)
+	}
+	return parsed
+}
+
+// outOfBand runs the command on the consumer, as a user pastes it.
+func outOfBand(t *testing.T, consumer *framework.Cluster, a peer.PeerCommandArgs, extra ...string) (string, error) {
+	t.Helper()
+	args := append(strings.Fields(strings.TrimPrefix(a.Command(), "kubectl offload ")), extra...)
+	_, errOut, err := offload(t, consumer, args...)
+	return errOut, err
+}
+
+// expectNoPeeringLeft checks that a failed attempt left nothing on either side.
+func expectNoPeeringLeft(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, name string) {
+	t.Helper()
+	err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: name}, &offloadv1alpha1.ForeignCluster{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("ForeignCluster %s is left on the consumer (err=%v)", name, err)
+	}
+	var tenants offloadv1alpha1.TenantList
+	if err := ctrlClient(t, provider).List(ctx, &tenants); err != nil {
+		t.Fatal(err)
+	}
+	if len(tenants.Items) != 0 {
+		t.Errorf("the provider has tenants after a failed peering: %v", tenants.Items)
+	}
+	if _, err := provider.Kube.CoreV1().Namespaces().Get(ctx, "offload-tenant-"+consumer.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("tenant namespace left on the provider (err=%v)", err)
+	}
+}
+
+func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	clusters := framework.StartClusters(t,
+		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
+		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
+	)
+	consumer, provider := clusters[0], clusters[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range clusters {
+		wg.Go(func() { installAgent(t, c, "--api-server-url", "https://"+c.Node.HostIP+":"+portOf(c.Config.Host)) })
+	}
+	wg.Wait()
+	for _, c := range clusters {
+		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
+		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
+	}
+	waitCASecret(ctx, t, provider)
+
+	bad := []struct {
+		name string
+		edit func(*peer.PeerCommandArgs)
+		want string
+	}{
+		{"a wrong CA hash", func(a *peer.PeerCommandArgs) { a.CACertHash = "sha256:" + strings.Repeat("ab", 32) }, "does not match"},
+		{"a wrong cluster ID", func(a *peer.PeerCommandArgs) { a.ClusterID = "00000000-0000-4000-8000-000000000000" }, "check --cluster-id"},
+		{"an unknown token", func(a *peer.PeerCommandArgs) { a.AuthToken = "abcdef.0123456789abcdef" }, "token"},
+		{"an unreachable auth URL", func(a *peer.PeerCommandArgs) { a.AuthURL = "https://" + provider.Node.IP + ":1" }, "cannot reach the auth service"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			a := generate(t, provider)
+			tc.edit(&a)
+			errOut, err := outOfBand(t, consumer, a, "--timeout", "45s")
+			if err == nil || !strings.Contains(strings.ToLower(errOut), strings.ToLower(tc.want)) {
+				t.Errorf("peer out-of-band with %s: err=%v, stderr %q; want a failure mentioning %q", tc.name, err, errOut, tc.want)
+			}
+			if strings.Contains(errOut, strings.SplitN(a.AuthToken, ".", 2)[1]) {
+				t.Errorf("the error output shows the token's secret")
+			}
+			expectNoPeeringLeft(ctx, t, consumer, provider, a.Name)
+		})
+	}
+	t.Run("an expired token", func(t *testing.T) {
+		a := generate(t, provider, "--ttl", "1s")
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return strings.Contains(mustOffload(t, provider, "peer", "tokens", "list"), "expired"), nil
+		})
+		errOut, err := outOfBand(t, consumer, a, "--timeout", "45s")
+		if err == nil || !strings.Contains(errOut, "kubectl offload peer generate") {
+			t.Errorf("an expired token: err=%v, stderr %q; want the advice to generate a new one", err, errOut)
+		}
+		expectNoPeeringLeft(ctx, t, consumer, provider, a.Name)
+	})
+
+	// The happy path: the printed command, verbatim.
+	a := generate(t, provider)
+	start := time.Now()
+	if errOut, err := outOfBand(t, consumer, a, "--timeout", "2m"); err != nil {
+		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
+	}
+	t.Logf("peer out-of-band to Authenticated: %s", time.Since(start).Round(time.Millisecond))
+	var fc offloadv1alpha1.ForeignCluster
+	if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: a.Name}, &fc); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated) {
+		t.Errorf("ForeignCluster %s is not Authenticated: %+v", a.Name, fc.Status)
+	}
+	if _, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.PeerKubeconfigSecretName(a.Name), metav1.GetOptions{}); err != nil {
+		t.Errorf("no kubeconfig Secret for the peer: %v", err)
+	}
+	if _, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.PeerTokenSecretName(a.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the spent token Secret is still on the consumer (err=%v)", err)
+	}
+	var tenant offloadv1alpha1.Tenant
+	if err := ctrlClient(t, provider).Get(ctx, client.ObjectKey{Name: consumer.Name}, &tenant); err != nil {
+		t.Errorf("no Tenant for the consumer on the provider: %v", err)
+	}
+	// Running the command again changes nothing and succeeds.
+	if errOut, err := outOfBand(t, consumer, a, "--timeout", "1m"); err != nil {
+		t.Errorf("running peer out-of-band again: %v\n%s", err, errOut)
+	}
+}

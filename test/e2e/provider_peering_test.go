@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// pinnedClient trusts only a server whose chain holds a CA with hash pin,
+// as the consumer's agent does; the host name is not checked (kubeadm style).
+func pinnedClient(pin string) *http.Client {
+	return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		InsecureSkipVerify: true, // replaced by the pin check below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			for _, cert := range cs.PeerCertificates {
+				h, err := peer.CACertHash(pemOf(cert))
+				if err == nil && h == pin && cert.IsCA {
+					roots := x509.NewCertPool()
+					roots.AddCert(cert)
+					_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots})
+					return err
+				}
+			}
+			return fmt.Errorf("no certificate of the server matches the pin %s", pin)
+		},
+	}}}
+}
+
+func pemOf(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+}
+
+// post sends body as JSON and decodes the answer into out, returning the status.
+func post(t *testing.T, hc *http.Client, url, bearer string, body, out any) int {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("POST %s: %s, not JSON: %s", url, resp.Status, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *testing.T) {
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	c := framework.StartClusters(t, framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	installAgent(t, c, "--api-server-url", "https://"+c.Node.HostIP+":"+portOf(c.Config.Host))
+	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
+	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
+	waitCASecret(ctx, t, c)
+
+	var cmd peer.PeerCommand
+	if err := json.Unmarshal([]byte(mustOffload(t, c, "peer", "generate", "-o", "json")), &cmd); err != nil {
+		t.Fatal(err)
+	}
+	hc := pinnedClient(cmd.CACertHash)
+	consumerID := "0f0e0d0c-0b0a-4908-8706-050403020100"
+
+	// A wrong pin is refused before anything is sent.
+	if _, err := pinnedClient("sha256:" + strings.Repeat("0", 64)).Get(cmd.AuthURL + "/healthz"); err == nil {
+		t.Errorf("a client pinning another CA reached the auth service")
+	}
+
+	var resp peer.PeerResponse
+	start := time.Now()
+	code := post(t, hc, cmd.AuthURL+peer.PeerPath, "", peer.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &resp)
+	if code != http.StatusOK {
+		t.Fatalf("POST /v1/peer: %d %+v", code, resp)
+	}
+	t.Logf("token exchanged for credentials in %s; they expire at %s", time.Since(start).Round(time.Millisecond), resp.Credentials.ExpirationTimestamp)
+
+	// The single-use token is spent.
+	var failure map[string]string
+	if code := post(t, hc, cmd.AuthURL+peer.PeerPath, "", peer.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &failure); code != http.StatusUnauthorized || failure["reason"] != peer.ReasonTokenUsed {
+		t.Errorf("reusing the token: %d %v, want 401 %s", code, failure, peer.ReasonTokenUsed)
+	}
+
+	// The credentials work against the provider API and see the offer the
+	// provider's controller-manager publishes in the tenant namespace.
+	cfg := &rest.Config{Host: resp.Credentials.APIServerURL, BearerToken: resp.Credentials.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: []byte(resp.Credentials.CACert)}}
+	tenantClient, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := resp.Credentials.TenantNamespace
+	var offer offloadv1alpha1.ResourceOffer
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return tenantClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "provider"}, &offer) == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("no ResourceOffer readable with the tenant credentials in %s: %v", ns, err)
+	}
+	cpu := offer.Spec.Resources[corev1.ResourceCPU]
+	if offer.Spec.ClusterID != cmd.ClusterID || cpu.Sign() <= 0 {
+		t.Errorf("offer %+v: want the provider's ID and a positive cpu share", offer.Spec)
+	}
+	t.Logf("offer: cpu %s, memory %s, pods %s", offer.Spec.Resources.Cpu(), offer.Spec.Resources.Memory(), offer.Spec.Resources.Pods())
+
+	t.Run("the consumer identity is scoped to its tenant namespace", func(t *testing.T) {
+		user := "system:serviceaccount:" + ns + ":offload-consumer"
+		for _, a := range []struct {
+			verb, group, resource, namespace string
+			allowed                          bool
+		}{
+			{"create", "offload.io", "remotenamespaces", ns, true},
+			{"list", "offload.io", "resourceoffers", ns, true},
+			{"create", "offload.io", "resourceoffers", ns, false},
+			{"create", "offload.io", "remotenamespaces", "default", false},
+			{"list", "offload.io", "remotenamespaces", "offload-tenant-other", false},
+			{"list", "", "nodes", "", false},
+			{"list", "", "secrets", "", false},
+			{"get", "", "secrets", ns, false},
+			{"create", "", "namespaces", "", false},
+			{"list", "offload.io", "tenants", "", false},
+			{"create", "", "pods", ns, false},
+		} {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, Groups: []string{"system:serviceaccounts", "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.namespace},
+			}}
+			got, err := c.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Allowed != a.allowed {
+				t.Errorf("%s %s.%s in %q: allowed=%t, want %t", a.verb, a.resource, a.group, a.namespace, got.Status.Allowed, a.allowed)
+			}
+		}
+	})
+
+	// unpeer: the tenant goes, and the old credentials stop working.
+	if code := post(t, hc, cmd.AuthURL+peer.UnpeerPath, resp.Credentials.Token, peer.RefreshRequest{ClusterID: consumerID}, nil); code != http.StatusOK {
+		t.Fatalf("POST /v1/unpeer: %d", code)
+	}
+	revoked := time.Now()
+	// What the credentials could do a moment ago is refused at once (403,
+	// the RoleBinding is gone), and the token itself stops authenticating
+	// (401) once the API server's token cache lets go of it.
+	var denied, unauthenticated time.Duration
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := tenantClient.List(ctx, &offloadv1alpha1.ResourceOfferList{}, client.InNamespace(ns))
+		if denied == 0 && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
+			denied = time.Since(revoked)
+		}
+		if apierrors.IsUnauthorized(err) {
+			unauthenticated = time.Since(revoked)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("the old credentials still authenticate 30 s after unpeer: %v", err)
+	}
+	t.Logf("after unpeer the old credentials were refused (403) in %s and no longer authenticated (401) in %s",
+		denied.Round(time.Millisecond), unauthenticated.Round(time.Millisecond))
+	if denied > 2*time.Second {
+		t.Errorf("the old credentials could still read the tenant namespace %s after unpeer", denied)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var tenants offloadv1alpha1.TenantList
+		if err := ctrlClient(t, c).List(ctx, &tenants); err != nil {
+			return false, nil
+		}
+		_, err := c.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return len(tenants.Items) == 0 && apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("tenant or tenant namespace %s left after unpeer: %v", ns, err)
+	}
+}
+
+// portOf returns the port of an https://host:port URL.
+func portOf(u string) string { return u[strings.LastIndex(u, ":")+1:] }
