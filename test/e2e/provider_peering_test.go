@@ -3,11 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -23,33 +19,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// pinnedClient trusts only a server whose chain holds a CA with hash pin,
-// as the consumer's agent does; the host name is not checked (kubeadm style).
+// pinnedClient trusts only a server whose chain holds the CA with hash pin,
+// the way the consumer's agent connects.
 func pinnedClient(pin string) *http.Client {
-	return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		InsecureSkipVerify: true, // replaced by the pin check below
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			for _, cert := range cs.PeerCertificates {
-				h, err := peer.CACertHash(pemOf(cert))
-				if err == nil && h == pin && cert.IsCA {
-					roots := x509.NewCertPool()
-					roots.AddCert(cert)
-					_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots})
-					return err
-				}
-			}
-			return fmt.Errorf("no certificate of the server matches the pin %s", pin)
-		},
-	}}}
-}
-
-func pemOf(c *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: foreigncluster.PinnedTLSConfig(pin)}}
 }
 
 // post sends body as JSON and decodes the answer into out, returning the status.
