@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -294,10 +295,12 @@ type waitStep struct {
 	condition string
 }
 
-// waitSteps are the steps --wait reports, in order.
-// TODO: append OutgoingPeering established and VirtualNodeReady once their controllers exist.
+// waitSteps are the steps --wait reports, in order; <name> stands for the
+// provider's name.
 var waitSteps = []waitStep{
 	{name: "Authenticated with the provider", condition: offloadv1alpha1.ConditionAuthenticated},
+	{name: "OutgoingPeering established", condition: offloadv1alpha1.ConditionOutgoingPeering},
+	{name: "Virtual node offload-<name> Ready", condition: offloadv1alpha1.ConditionVirtualNodeReady},
 }
 
 // ConditionFailedError is a peering step whose condition is False. Its
@@ -323,6 +326,7 @@ func (o *OutOfBandOptions) wait(ctx context.Context) error {
 	defer cancel()
 	steps := output.NewSteps(o.ErrOut)
 	for _, s := range waitSteps {
+		s.name = strings.ReplaceAll(s.name, "<name>", o.Args.Name)
 		err := steps.Run(s.name, func() error { return o.waitCondition(ctx, s.condition) })
 		var failed *ConditionFailedError
 		switch {

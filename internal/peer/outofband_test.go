@@ -197,6 +197,14 @@ func peeredProvider(status metav1.ConditionStatus, reason, message string) *offl
 	return fc
 }
 
+// withVirtualNode sets OutgoingPeering True and VirtualNodeReady to ready,
+// as the agent's virtual node controller does.
+func withVirtualNode(fc *offloadv1alpha1.ForeignCluster, ready metav1.ConditionStatus) *offloadv1alpha1.ForeignCluster {
+	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{Type: offloadv1alpha1.ConditionOutgoingPeering, Status: metav1.ConditionTrue, Reason: "Established"})
+	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{Type: offloadv1alpha1.ConditionVirtualNodeReady, Status: ready, Reason: "NodeReady"})
+	return fc
+}
+
 func tokenSecretWith(token string) *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerTokenSecretName("provider"), Namespace: testNS,
 		Labels: map[string]string{ForeignClusterLabel: "provider"}}, Type: PeerAuthTokenSecretType, Data: map[string][]byte{PeerTokenKey: []byte(token)}}
@@ -212,9 +220,16 @@ func TestOutOfBandWaitReportsEachStep(t *testing.T) {
 		wantStderr string
 	}{
 		{
-			name:       "an authenticated peering succeeds without storing the token again",
-			objects:    []client.Object{peeredProvider(metav1.ConditionTrue, "Authenticated", "ok"), kubeconfig},
-			wantStderr: " ✓ Authenticated with the provider\n",
+			name:    "an authenticated peering with a Ready virtual node succeeds without storing the token again",
+			objects: []client.Object{withVirtualNode(peeredProvider(metav1.ConditionTrue, "Authenticated", "ok"), metav1.ConditionTrue), kubeconfig},
+			wantStderr: " ✓ Authenticated with the provider\n ✓ OutgoingPeering established\n" +
+				" ✓ Virtual node offload-provider Ready\n",
+		},
+		{
+			name:       "a virtual node that is not Ready yet times out at its step",
+			objects:    []client.Object{withVirtualNode(peeredProvider(metav1.ConditionTrue, "Authenticated", "ok"), metav1.ConditionUnknown), kubeconfig},
+			wantErr:    `step "Virtual node offload-provider Ready" is still pending`,
+			wantStderr: " ✓ OutgoingPeering established\n ✗ Virtual node offload-provider Ready: is still pending",
 		},
 		{
 			name:       "a refused token fails with the agent's message",

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,7 +120,7 @@ func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
 	if errOut, err := outOfBand(t, consumer, a, "--timeout", "2m"); err != nil {
 		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
 	}
-	t.Logf("peer out-of-band to Authenticated: %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("peer out-of-band, waiting for VirtualNodeReady: %s", time.Since(start).Round(time.Millisecond))
 	var fc offloadv1alpha1.ForeignCluster
 	if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: a.Name}, &fc); err != nil {
 		t.Fatal(err)
@@ -137,8 +138,61 @@ func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
 	if err := ctrlClient(t, provider).Get(ctx, client.ObjectKey{Name: consumer.Name}, &tenant); err != nil {
 		t.Errorf("no Tenant for the consumer on the provider: %v", err)
 	}
+	expectVirtualNodeReady(ctx, t, consumer, provider, a.Name, tenant.Spec.TenantNamespace)
+	t.Logf("peer out-of-band to node %s Ready with the offer's allocatable: %s", "offload-"+a.Name, time.Since(start).Round(time.Millisecond))
 	// Running the command again changes nothing and succeeds.
 	if errOut, err := outOfBand(t, consumer, a, "--timeout", "1m"); err != nil {
 		t.Errorf("running peer out-of-band again: %v\n%s", err, errOut)
 	}
+}
+
+// expectVirtualNodeReady waits until the consumer's node offload-<name> is
+// Ready with the allocatable resources of the provider's ResourceOffer.
+func expectVirtualNodeReady(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, name, tenantNamespace string) {
+	t.Helper()
+	var fc offloadv1alpha1.ForeignCluster
+	if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: name}, &fc); err != nil {
+		t.Fatal(err)
+	}
+	var node corev1.Node
+	var offer offloadv1alpha1.ResourceOffer
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := ctrlClient(t, provider).Get(ctx, client.ObjectKey{Namespace: tenantNamespace, Name: fc.Spec.ClusterName}, &offer); err != nil {
+			return false, nil
+		}
+		if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: "offload-" + name}, &node); err != nil {
+			return false, nil
+		}
+		ready := false
+		for _, c := range node.Status.Conditions {
+			ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}
+		return ready && sameResources(node.Status.Allocatable, offer.Spec.Resources), nil
+	})
+	if err != nil {
+		t.Fatalf("node offload-%s is not Ready with the offer's resources %v: conditions %+v, allocatable %v",
+			name, offer.Spec.Resources, node.Status.Conditions, node.Status.Allocatable)
+	}
+	if node.Labels["offload.io/type"] != "virtual-node" || node.Labels["offload.io/remote-cluster-id"] != fc.Spec.ClusterID {
+		t.Errorf("node offload-%s has labels %v", name, node.Labels)
+	}
+	if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: name}, &fc); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(fc.Status.Conditions, offloadv1alpha1.ConditionOutgoingPeering) || fc.Status.Outgoing != offloadv1alpha1.PhaseEstablished {
+		t.Errorf("ForeignCluster %s: outgoing peering is not Established: %+v", name, fc.Status)
+	}
+}
+
+// sameResources reports whether a and b hold the same quantities.
+func sameResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
 }

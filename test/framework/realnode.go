@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // RealNodeLabel marks the real node (kubelet + containerd) of a cluster.
@@ -209,18 +211,11 @@ func (n *RealNode) apiServerURL(c *Cluster) (string, error) {
 	return "https://" + net.JoinHostPort(n.HostIP, u.Port()), nil
 }
 
+// waitFor polls ok until it is true, ctx ends or timeout passes.
 func waitFor(ctx context.Context, timeout time.Duration, ok func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s", timeout)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return ok(), nil
+	})
 }
 
 // stop removes everything the node put on the host: pods, processes,

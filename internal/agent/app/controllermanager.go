@@ -10,6 +10,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/resourceoffer"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 )
 
 const controllerManagerLong = `Run the controller-manager: the offload.io controllers, the webhook and the
@@ -95,6 +96,11 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		// Consumer side: authenticating to the providers it peers with.
 		func(mgr ctrlmanager.Manager) error {
 			r := &foreigncluster.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
+			return r.SetupWithManager(mgr)
+		},
+		// Consumer side: one virtual node per authenticated provider.
+		func(mgr ctrlmanager.Manager) error {
+			r := &virtualnode.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
 			return r.SetupWithManager(mgr)
 		},
 	)

@@ -1,0 +1,216 @@
+// Package virtualnode runs, on the consumer, one virtual-kubelet node
+// controller per provider: the virtual node offload-<peer>, whose capacity
+// is the provider's ResourceOffer and which is Ready while the provider
+// serves it.
+package virtualnode
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+)
+
+// Reasons of the OutgoingPeering and VirtualNodeReady conditions.
+const (
+	ReasonEstablished         = "Established"
+	ReasonNodeReady           = "NodeReady"
+	ReasonProviderUnreachable = "ProviderUnreachable"
+	ReasonStarting            = "Starting"
+	ReasonDisabled            = "Disabled"
+)
+
+// DefaultPollInterval is how often the provider is pinged and the offer
+// read when Reconciler.PollInterval is zero.
+const DefaultPollInterval = 5 * time.Second
+
+// secretCheckInterval is how often a running peer's kubeconfig Secret is
+// compared with the one its node controller uses: Secrets are not watched,
+// since the agent may read them in its own namespace only.
+const secretCheckInterval = 30 * time.Second
+
+// Reconciler keeps one virtual-kubelet node controller running for each
+// authenticated ForeignCluster with outgoing peering enabled.
+type Reconciler struct {
+	// Client reads and updates ForeignClusters.
+	Client client.Client
+	// Reader reads the kubeconfig Secrets in Namespace, uncached.
+	Reader client.Reader
+	// Kube writes the virtual nodes and their Leases.
+	Kube kubernetes.Interface
+	// Namespace is the install namespace, which holds the kubeconfig Secrets.
+	Namespace string
+	// PollInterval is how often the provider is pinged; zero means DefaultPollInterval.
+	PollInterval time.Duration
+
+	mu    sync.Mutex
+	peers map[string]*peerRun
+}
+
+// peerRun is the running node controller of one peer.
+type peerRun struct {
+	key    string // what it was started from: Secret version and spec
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// SetupWithManager registers the reconciler with mgr; the node controllers
+// stop with the manager.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Reader == nil {
+		r.Reader = mgr.GetAPIReader()
+	}
+	if r.Kube == nil {
+		kube, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("creating the client of the virtual nodes: %w", err)
+		}
+		r.Kube = kube
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		r.stopAll()
+		return nil
+	})); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("virtualnode").
+		For(&offloadv1alpha1.ForeignCluster{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, authenticatedChanged()))).
+		Complete(r)
+}
+
+// authenticatedChanged passes the updates that change the Authenticated condition.
+func authenticatedChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*offloadv1alpha1.ForeignCluster)
+		n, ok2 := e.ObjectNew.(*offloadv1alpha1.ForeignCluster)
+		return ok1 && ok2 && authenticated(o) != authenticated(n)
+	}}
+}
+
+func authenticated(fc *offloadv1alpha1.ForeignCluster) bool {
+	return meta.IsStatusConditionTrue(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated)
+}
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update;delete
+// +kubebuilder:rbac:groups=offload.io,resources=foreignclusters/status,verbs=get;update;patch
+
+// Reconcile starts, restarts or stops the node controller of the ForeignCluster.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var fc offloadv1alpha1.ForeignCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &fc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.remove(ctx, req.Name)
+		}
+		return ctrl.Result{}, err
+	}
+	if !fc.DeletionTimestamp.IsZero() || !fc.Spec.OutgoingPeering.Enabled {
+		if err := r.remove(ctx, fc.Name); err != nil {
+			return ctrl.Result{}, err
+		}
+		if fc.DeletionTimestamp.IsZero() && meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionOutgoingPeering) != nil {
+			return ctrl.Result{}, r.setStatus(ctx, fc.Name, metav1.ConditionFalse, metav1.ConditionFalse, ReasonDisabled, "outgoing peering is disabled")
+		}
+		return ctrl.Result{}, nil
+	}
+	if !authenticated(&fc) {
+		r.stop(fc.Name)
+		return ctrl.Result{}, nil
+	}
+	var secret corev1.Secret
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: peer.PeerKubeconfigSecretName(fc.Name)}, &secret)
+	if apierrors.IsNotFound(err) {
+		r.stop(fc.Name)
+		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("reading the kubeconfig Secret: %w", err)
+	}
+	key := fmt.Sprintf("%s/%s/%s/%s", secret.ResourceVersion, fc.UID, fc.Spec.ClusterID, fc.Spec.ClusterName)
+	r.mu.Lock()
+	running := r.peers[fc.Name]
+	r.mu.Unlock()
+	if running != nil && running.key == key {
+		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
+	}
+	r.stop(fc.Name)
+	r.start(ctx, fc.DeepCopy(), secret.Data[peer.PeerKubeconfigKey], key)
+	return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
+}
+
+// start runs the node controller of fc in a goroutine.
+func (r *Reconciler) start(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, kubeconfig []byte, key string) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	run := &peerRun{key: key, cancel: cancel, done: make(chan struct{})}
+	r.mu.Lock()
+	if r.peers == nil {
+		r.peers = map[string]*peerRun{}
+	}
+	r.peers[fc.Name] = run
+	r.mu.Unlock()
+	log.FromContext(ctx).Info("Starting the virtual node", "node", NodeName(fc.Name), "foreignCluster", klog.KObj(fc))
+	go func() {
+		defer close(run.done)
+		r.runPeer(ctx, fc, kubeconfig)
+	}()
+}
+
+// stop stops the node controller of name, if any, and waits until it stopped.
+func (r *Reconciler) stop(name string) {
+	r.mu.Lock()
+	run := r.peers[name]
+	delete(r.peers, name)
+	r.mu.Unlock()
+	if run != nil {
+		run.cancel()
+		<-run.done
+	}
+}
+
+func (r *Reconciler) stopAll() {
+	r.mu.Lock()
+	names := make([]string, 0, len(r.peers))
+	for name := range r.peers {
+		names = append(names, name)
+	}
+	r.mu.Unlock()
+	for _, name := range names {
+		r.stop(name)
+	}
+}
+
+// remove stops the node controller of name and deletes its node and Lease.
+func (r *Reconciler) remove(ctx context.Context, name string) error {
+	r.stop(name)
+	node := NodeName(name)
+	if err := r.Kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting virtual node %q: %w", node, err)
+	}
+	err := r.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, node, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the Lease of virtual node %q: %w", node, err)
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package virtualnode
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// waitTimeout bounds each wait of these tests.
+const waitTimeout = 30 * time.Second
+
+func resources(cpu, memory, pods string) corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory), corev1.ResourcePods: resource.MustParse(pods),
+	}
+}
+
+// peering is one API server playing both clusters: a tenant namespace with
+// the provider's ResourceOffer, a kubeconfig Secret for it and an
+// authenticated ForeignCluster.
+type peering struct {
+	admin  client.Client
+	fc     *offloadv1alpha1.ForeignCluster
+	offer  *offloadv1alpha1.ResourceOffer
+	tenant string
+}
+
+func newPeering(t *testing.T) *peering {
+	t.Helper()
+	ctx := context.Background()
+	cfg := apiServer(t)
+	admin := newClient(t, cfg)
+	installCRDs(t, admin)
+	install := newNamespace(t, admin)
+	tenant := newNamespace(t, admin)
+	providerName := "provider-" + rand.String(6)
+
+	p := &peering{admin: admin, tenant: tenant}
+	p.offer = &offloadv1alpha1.ResourceOffer{
+		ObjectMeta: metav1.ObjectMeta{Name: providerName, Namespace: tenant},
+		Spec:       offloadv1alpha1.ResourceOfferSpec{ClusterID: string(uuid.NewUUID()), ClusterName: providerName, Resources: resources("4", "8Gi", "110")},
+	}
+	mustCreate(t, admin, p.offer)
+
+	kubeconfig, err := clientcmd.Load(framework.APIServerKubeconfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig.Contexts[kubeconfig.CurrentContext].Namespace = tenant
+	data, err := clientcmd.Write(*kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.fc = &offloadv1alpha1.ForeignCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: providerName},
+		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: p.offer.Spec.ClusterID, ClusterName: providerName,
+			OutgoingPeering: offloadv1alpha1.OutgoingPeering{Enabled: true}},
+	}
+	mustCreate(t, admin, p.fc)
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), p.fc) })
+	mustCreate(t, admin, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: peer.PeerKubeconfigSecretName(p.fc.Name), Namespace: install},
+		Type:       peer.PeerKubeconfigSecretType,
+		Data:       map[string][]byte{peer.PeerKubeconfigKey: data},
+	})
+	meta.SetStatusCondition(&p.fc.Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionTrue, Reason: "Authenticated", Message: "test"})
+	if err := admin.Status().Update(ctx, p.fc); err != nil {
+		t.Fatal(err)
+	}
+
+	mgr, err := ctrlmanager.New(cfg, ctrlmanager.Options{
+		Scheme: scheme.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: new(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Namespace: install, PollInterval: 500 * time.Millisecond}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return p
+}
+
+// eventually polls cond until it holds, and fails the test with what
+// otherwise.
+func eventually(t *testing.T, what string, cond func(ctx context.Context) bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		return cond(ctx), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (p *peering) node(ctx context.Context) (*corev1.Node, error) {
+	var n corev1.Node
+	err := p.admin.Get(ctx, client.ObjectKey{Name: NodeName(p.fc.Name)}, &n)
+	return &n, err
+}
+
+func (p *peering) condition(ctx context.Context, t string) *metav1.Condition {
+	var fc offloadv1alpha1.ForeignCluster
+	if err := p.admin.Get(ctx, client.ObjectKeyFromObject(p.fc), &fc); err != nil {
+		return nil
+	}
+	return meta.FindStatusCondition(fc.Status.Conditions, t)
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func sameResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
+	p := newPeering(t)
+	ctx := context.Background()
+
+	eventually(t, "the virtual node is Ready with the offer's capacity", func(ctx context.Context) bool {
+		n, err := p.node(ctx)
+		return err == nil && nodeReady(n) && sameResources(n.Status.Capacity, p.offer.Spec.Resources) &&
+			sameResources(n.Status.Allocatable, p.offer.Spec.Resources)
+	})
+	n, err := p.node(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLabels := map[string]string{
+		"offload.io/type": "virtual-node", "offload.io/remote-cluster-id": p.fc.Spec.ClusterID,
+		"kubernetes.io/role": "agent", "type": "virtual-kubelet", "kubernetes.io/os": "linux",
+	}
+	for k, v := range wantLabels {
+		if n.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, n.Labels[k], v)
+		}
+	}
+	wantTaint := corev1.Taint{Key: "offload.io/virtual-node", Value: "true", Effect: corev1.TaintEffectNoExecute}
+	// The API server adds node.kubernetes.io/not-ready:NoSchedule at
+	// registration, and the node lifecycle controller removes it later.
+	hasTaint := false
+	for _, taint := range n.Spec.Taints {
+		hasTaint = hasTaint || taint.MatchTaint(&wantTaint) && taint.Value == wantTaint.Value
+	}
+	if !hasTaint {
+		t.Errorf("taints %v, want %v among them", n.Spec.Taints, wantTaint)
+	}
+	eventually(t, "the node's Lease is renewed in kube-node-lease", func(ctx context.Context) bool {
+		var l coordinationv1.Lease
+		err := p.admin.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: n.Name}, &l)
+		return err == nil && l.Spec.RenewTime != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == n.Name
+	})
+	eventually(t, "OutgoingPeering and VirtualNodeReady are True", func(ctx context.Context) bool {
+		o, r := p.condition(ctx, offloadv1alpha1.ConditionOutgoingPeering), p.condition(ctx, offloadv1alpha1.ConditionVirtualNodeReady)
+		return o != nil && o.Status == metav1.ConditionTrue && o.Reason == ReasonEstablished && r != nil && r.Status == metav1.ConditionTrue
+	})
+	var fc offloadv1alpha1.ForeignCluster
+	if err := p.admin.Get(ctx, client.ObjectKeyFromObject(p.fc), &fc); err != nil || fc.Status.Outgoing != offloadv1alpha1.PhaseEstablished {
+		t.Errorf("status.outgoing = %q (%v), want Established", fc.Status.Outgoing, err)
+	}
+
+	// The provider lends more.
+	if err := p.admin.Get(ctx, client.ObjectKeyFromObject(p.offer), p.offer); err != nil {
+		t.Fatal(err)
+	}
+	p.offer.Spec.Resources = resources("6", "12Gi", "200")
+	if err := p.admin.Update(ctx, p.offer); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the capacity follows the offer", func(ctx context.Context) bool {
+		n, err := p.node(ctx)
+		return err == nil && sameResources(n.Status.Capacity, p.offer.Spec.Resources) && sameResources(n.Status.Allocatable, p.offer.Spec.Resources)
+	})
+
+	// The provider stops serving the offer: the ping fails.
+	if err := p.admin.Delete(ctx, p.offer); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "VirtualNodeReady turns False while the ping fails", func(ctx context.Context) bool {
+		c := p.condition(ctx, offloadv1alpha1.ConditionVirtualNodeReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonProviderUnreachable
+	})
+	p.offer.ResourceVersion = ""
+	mustCreate(t, p.admin, p.offer)
+	eventually(t, "VirtualNodeReady is True again once the ping succeeds", func(ctx context.Context) bool {
+		c := p.condition(ctx, offloadv1alpha1.ConditionVirtualNodeReady)
+		return c != nil && c.Status == metav1.ConditionTrue
+	})
+
+	// The peering goes away.
+	if err := p.admin.Delete(ctx, p.fc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the virtual node and its Lease are deleted", func(ctx context.Context) bool {
+		_, err := p.node(ctx)
+		var l coordinationv1.Lease
+		leaseErr := p.admin.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: NodeName(p.fc.Name)}, &l)
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(leaseErr)
+	})
+}
+
+func mustCreate(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,127 @@
+package virtualnode
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+// Labels and taint of every virtual node.
+const (
+	TypeLabel            = "offload.io/type"
+	TypeLabelValue       = "virtual-node"
+	RemoteClusterIDLabel = "offload.io/remote-cluster-id"
+	TaintKey             = "offload.io/virtual-node"
+)
+
+// KubeletVersion is what virtual nodes report as their kubelet version.
+const KubeletVersion = "v1.13.0-virtual-kubelet"
+
+// NodeName is the name of the virtual node backed by ForeignCluster fcName.
+func NodeName(fcName string) string { return "offload-" + fcName }
+
+// offerProvider is the virtual-kubelet NodeProvider of one peer: Ping reads
+// the ResourceOffer with the tenant's credentials, and the node status
+// follows the offer's resources.
+type offerProvider struct {
+	remote client.Reader
+	offer  types.NamespacedName
+
+	mu        sync.Mutex
+	notify    func(*corev1.Node)
+	resources corev1.ResourceList
+}
+
+// Ping reads the ResourceOffer: the tenant identity may not read /readyz,
+// and a provider that serves the offer is one that can run pods.
+func (p *offerProvider) Ping(ctx context.Context) error {
+	_, err := p.read(ctx)
+	return err
+}
+
+// NotifyNodeStatus keeps cb; the poll loop calls it when the offer changes.
+func (p *offerProvider) NotifyNodeStatus(_ context.Context, cb func(*corev1.Node)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notify = cb
+}
+
+// read gets the ResourceOffer from the provider.
+func (p *offerProvider) read(ctx context.Context) (*offloadv1alpha1.ResourceOffer, error) {
+	var offer offloadv1alpha1.ResourceOffer
+	if err := p.remote.Get(ctx, p.offer, &offer); err != nil {
+		return nil, fmt.Errorf("reading ResourceOffer %s on the provider: %w", p.offer, err)
+	}
+	return &offer, nil
+}
+
+// observe records the offer's resources and reports whether they changed,
+// with the callback to call then.
+func (p *offerProvider) observe(offer *offloadv1alpha1.ResourceOffer) (func(*corev1.Node), bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if apiequality.Semantic.DeepEqual(p.resources, offer.Spec.Resources) {
+		return p.notify, false
+	}
+	p.resources = offer.Spec.Resources.DeepCopy()
+	return p.notify, true
+}
+
+// newNode builds the virtual node of ForeignCluster fc with resources.
+func newNode(fc *offloadv1alpha1.ForeignCluster, resources corev1.ResourceList) *corev1.Node {
+	now := metav1.NewTime(time.Now())
+	condition := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: NodeName(fc.Name),
+			Labels: map[string]string{
+				TypeLabel:            TypeLabelValue,
+				RemoteClusterIDLabel: fc.Spec.ClusterID,
+				"kubernetes.io/role": "agent",
+				"type":               "virtual-kubelet",
+				corev1.LabelOSStable: "linux",
+				corev1.LabelHostname: NodeName(fc.Name),
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: offloadv1alpha1.GroupVersion.String(), Kind: "ForeignCluster", Name: fc.Name, UID: fc.UID,
+			}},
+		},
+		Spec: corev1.NodeSpec{
+			Taints: []corev1.Taint{{Key: TaintKey, Value: "true", Effect: corev1.TaintEffectNoExecute}},
+		},
+		Status: corev1.NodeStatus{
+			Capacity:    resources.DeepCopy(),
+			Allocatable: resources.DeepCopy(),
+			Phase:       corev1.NodeRunning,
+			Conditions: []corev1.NodeCondition{
+				condition(corev1.NodeReady, corev1.ConditionTrue, "ProviderReachable", "the provider serves the ResourceOffer"),
+				condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "ProviderReachable", ""),
+				condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "ProviderReachable", ""),
+				condition(corev1.NodePIDPressure, corev1.ConditionFalse, "ProviderReachable", ""),
+				condition(corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "ProviderReachable", ""),
+			},
+			NodeInfo: corev1.NodeSystemInfo{
+				OperatingSystem: "linux",
+				KubeletVersion:  KubeletVersion,
+			},
+		},
+	}
+}
+
+// current returns the resources last read from the offer.
+func (p *offerProvider) current() corev1.ResourceList {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resources.DeepCopy()
+}
