@@ -29,7 +29,7 @@ func (o *Options) apply(ctx context.Context, steps *output.Steps, ch *chart.Char
 	if err := steps.Run(fmt.Sprintf("Namespace %s", o.namespace), func() error { return o.ensureNamespace(ctx) }); err != nil {
 		return err
 	}
-	if err := steps.Run("CRDs established", func() error { return applyCRDs(ctx, o.client, o.Timeout) }); err != nil {
+	if err := steps.Run("CRDs established", func() error { return ApplyCRDs(ctx, o.client, o.Timeout) }); err != nil {
 		return err
 	}
 

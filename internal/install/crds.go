@@ -62,10 +62,10 @@ func crdManifest() (string, error) {
 	return b.String(), nil
 }
 
-// applyCRDs creates or updates the CRDs with server-side apply and waits
+// ApplyCRDs creates or updates the CRDs with server-side apply and waits
 // until the API server serves them. Helm never upgrades CRDs, so the CLI
 // does it on install and upgrade alike.
-func applyCRDs(ctx context.Context, c client.Client, timeout time.Duration) error {
+func ApplyCRDs(ctx context.Context, c client.Client, timeout time.Duration) error {
 	crds, err := CRDs()
 	if err != nil {
 		return err

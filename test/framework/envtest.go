@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/install"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 
@@ -92,4 +93,21 @@ func APIServerKubeconfig(t *testing.T) []byte {
 	t.Helper()
 	APIServer(t)
 	return apiServer.env.KubeConfig
+}
+
+var crds struct {
+	once sync.Once
+	err  error
+}
+
+// InstallCRDs applies the chart's CRDs to the API server c talks to, once
+// per test process, and waits until they are served.
+func InstallCRDs(t *testing.T, c client.Client) {
+	t.Helper()
+	crds.once.Do(func() {
+		crds.err = install.ApplyCRDs(context.Background(), c, time.Minute)
+	})
+	if crds.err != nil {
+		t.Fatalf("installing the CRDs: %v", crds.err)
+	}
 }

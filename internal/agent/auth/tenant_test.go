@@ -17,7 +17,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -27,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/install"
 	"github.com/kubectl-offload/kubectl-offload/internal/names"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
@@ -128,20 +126,11 @@ func newPeeringEnv(t *testing.T) *peeringEnv {
 var clusterObjects sync.Once
 
 // installClusterObjects creates the chart's CRDs and the offload-auth and
-// offload-tenant ClusterRoles once per test process, and waits until the
-// CRDs are served.
+// offload-tenant ClusterRoles once per test process.
 func installClusterObjects(t *testing.T, c client.Client) {
 	t.Helper()
+	framework.InstallCRDs(t, c)
 	clusterObjects.Do(func() {
-		crds, err := install.CRDs()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, crd := range crds {
-			if err := c.Create(context.Background(), crd); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatal(err)
-			}
-		}
 		// The rules of charts/offload/templates/rbac-auth.yaml.
 		mustCreate(t, c, &rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{Name: TenantRole},
@@ -163,25 +152,6 @@ func installClusterObjects(t *testing.T, c client.Client) {
 				{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 			},
 		})
-		err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			for _, crd := range crds {
-				var got apiextensionsv1.CustomResourceDefinition
-				if err := c.Get(ctx, client.ObjectKey{Name: crd.Name}, &got); err != nil {
-					return false, nil
-				}
-				established := false
-				for _, cond := range got.Status.Conditions {
-					established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
-				}
-				if !established {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatalf("waiting for the CRDs: %v", err)
-		}
 	})
 }
 

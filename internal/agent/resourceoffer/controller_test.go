@@ -3,13 +3,10 @@ package resourceoffer
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +21,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
-	"github.com/kubectl-offload/kubectl-offload/internal/install"
 	"github.com/kubectl-offload/kubectl-offload/internal/names"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -188,43 +184,8 @@ func TestOnlyEventsThatChangeTheFreeResourcesTrigger(t *testing.T) {
 
 const testClusterID = "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
 
-var crdsOnce sync.Once
-
-// installCRDs creates the chart's CRDs once per test process and waits
-// until they are served.
-func installCRDs(t *testing.T, c client.Client) {
-	t.Helper()
-	crdsOnce.Do(func() {
-		crds, err := install.CRDs()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, crd := range crds {
-			if err := c.Create(context.Background(), crd); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatal(err)
-			}
-		}
-		err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			for _, crd := range crds {
-				var got apiextensionsv1.CustomResourceDefinition
-				if err := c.Get(ctx, client.ObjectKey{Name: crd.Name}, &got); err != nil {
-					return false, nil
-				}
-				established := false
-				for _, cond := range got.Status.Conditions {
-					established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
-				}
-				if !established {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatalf("waiting for the CRDs: %v", err)
-		}
-	})
-}
+// installCRDs applies the chart's CRDs once per test process.
+func installCRDs(t *testing.T, c client.Client) { framework.InstallCRDs(t, c) }
 
 // startManager runs a controller-manager with the Reconciler until the test ends.
 func startManager(t *testing.T, cfg *rest.Config, namespace string) {
