@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -57,6 +58,17 @@ func APIServer(t *testing.T) *rest.Config {
 		t.Fatalf("starting the test API server: %v", apiServer.err)
 	}
 	return apiServer.config
+}
+
+// RunWithAPIServer runs a package's tests, then stops the API server that
+// APIServer started for them, if any, and returns the exit code for
+// TestMain: os.Exit(framework.RunWithAPIServer(m)).
+func RunWithAPIServer(m *testing.M) int {
+	code := m.Run()
+	if err := StopAPIServer(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the test API server:", err)
+	}
+	return code
 }
 
 // StopAPIServer stops the API server APIServer started, if any.

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -11,14 +10,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-func TestMain(m *testing.M) {
-	setUpLogging()
-	code := m.Run()
-	if err := framework.StopAPIServer(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the test API server:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
 
 // apiServer returns the config of a real kube-apiserver (envtest).
 func apiServer(t *testing.T) *rest.Config { return framework.APIServer(t) }
@@ -27,5 +19,3 @@ func apiServer(t *testing.T) *rest.Config { return framework.APIServer(t) }
 func newNamespace(t *testing.T, c client.Client) string { return framework.NewNamespace(t, c, "app") }
 
 func newClient(t *testing.T, cfg *rest.Config) client.Client { return framework.NewClient(t, cfg) }
-
-func setUpLogging() {}

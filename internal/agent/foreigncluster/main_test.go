@@ -1,7 +1,6 @@
 package foreigncluster
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -11,13 +10,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := framework.StopAPIServer(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the test API server:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
 
 // apiServer returns the config of a real kube-apiserver (envtest).
 func apiServer(t *testing.T) *rest.Config { return framework.APIServer(t) }

@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -14,12 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	setUpLogging()
-	code := m.Run()
-	if err := framework.StopAPIServer(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the test API server:", err)
-	}
-	os.Exit(code)
+	// controller-runtime's own packages log through its global logger.
+	ctrllog.SetLogger(klog.Background())
+	os.Exit(framework.RunWithAPIServer(m))
 }
 
 // apiServer returns the config of a real kube-apiserver (envtest).
@@ -29,6 +25,3 @@ func apiServer(t *testing.T) *rest.Config { return framework.APIServer(t) }
 func newNamespace(t *testing.T, c client.Client) string { return framework.NewNamespace(t, c, "cm") }
 
 func newClient(t *testing.T, cfg *rest.Config) client.Client { return framework.NewClient(t, cfg) }
-
-// setUpLogging sends controller-runtime's own packages' logs through klog.
-func setUpLogging() { ctrllog.SetLogger(klog.Background()) }
