@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -29,6 +30,26 @@ import (
 // the way the consumer's agent connects.
 func pinnedClient(pin string) *http.Client {
 	return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: foreigncluster.PinnedTLSConfig(pin)}}
+}
+
+// waitAuthReachable waits until the auth service answers through its
+// NodePort: kube-proxy programs a new NodePort a few seconds after the
+// Service appears.
+func waitAuthReachable(ctx context.Context, t *testing.T, hc *http.Client, authURL string) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		resp, err := hc.Get(authURL + "/healthz")
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("the auth service at %s never answered: %v", authURL, last)
+	}
 }
 
 // post sends body as JSON and decodes the answer into out, returning the status.
@@ -74,10 +95,13 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 	}
 	hc := pinnedClient(cmd.CACertHash)
 	consumerID := "0f0e0d0c-0b0a-4908-8706-050403020100"
+	waitAuthReachable(ctx, t, hc, cmd.AuthURL)
 
 	// A wrong pin is refused before anything is sent.
-	if _, err := pinnedClient("sha256:" + strings.Repeat("0", 64)).Get(cmd.AuthURL + "/healthz"); err == nil {
-		t.Errorf("a client pinning another CA reached the auth service")
+	_, err := pinnedClient("sha256:" + strings.Repeat("0", 64)).Get(cmd.AuthURL + "/healthz")
+	var pinErr *foreigncluster.PinError
+	if !errors.As(err, &pinErr) {
+		t.Errorf("a client pinning another CA: %v, want a pin mismatch", err)
 	}
 
 	var resp peer.PeerResponse
