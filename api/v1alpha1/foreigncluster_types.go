@@ -84,6 +84,10 @@ type ForeignClusterStatus struct {
 	// LastSeen is when the peer last answered.
 	// +optional
 	LastSeen *metav1.Time `json:"lastSeen,omitempty"`
+	// CredentialExpiry is when the credentials this cluster holds for the
+	// peer expire; the agent rotates them before then.
+	// +optional
+	CredentialExpiry *metav1.Time `json:"credentialExpiry,omitempty"`
 }
 
 // ForeignCluster is a peer cluster, on both sides of a peering.

@@ -54,6 +54,7 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(status.NewCmdStatus(f, streams))
 	root.AddCommand(peer.NewCmdPeer(f, streams))
 	root.AddCommand(peer.NewCmdGenerateParent(f, streams))
+	root.AddCommand(peer.NewCmdUnpeer(f, streams))
 	root.AddCommand(version.NewCmdVersion(f, streams))
 	root.AddCommand(newCmdCompletion(root))
 	return root

@@ -183,3 +183,53 @@ func newCmdTokensRevoke(f factory.Factory, streams genericiooptions.IOStreams) *
 	cmd.Flags().BoolVar(&o.IgnoreNotFound, "ignore-not-found", o.IgnoreNotFound, "Treat a token that does not exist as already revoked.")
 	return cmd
 }
+
+const unpeerLong = `Remove the peering with NAME.
+
+On a consumer, NAME is the ForeignCluster that peer out-of-band created. The
+agent asks the provider to remove this cluster's tenant, which revokes the
+credentials it holds at once, then deletes the virtual node offload-NAME, its
+Lease and the peer's Secrets, and the ForeignCluster goes.
+
+When the provider cannot be reached the command stops and says why; the agent
+keeps retrying. --force removes the peering on this side only and prints what
+it could not clean up on the provider.
+
+On a provider, NAME is a consumer (kubectl get tenants lists them): its
+tenant namespace, ServiceAccount and RoleBinding are deleted, so its
+credentials stop working at once.`
+
+const unpeerExample = `  # On the consumer: remove the peering with the provider named provider
+  kubectl offload unpeer provider
+
+  # The provider is gone for good: clean up this side only
+  kubectl offload unpeer provider --force
+
+  # On the provider: revoke the consumer named consumer
+  kubectl offload unpeer consumer`
+
+// NewCmdUnpeer returns the unpeer command.
+func NewCmdUnpeer(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	return newCmdUnpeer(f, NewUnpeerOptions(streams))
+}
+
+func newCmdUnpeer(f factory.Factory, o *UnpeerOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "unpeer NAME",
+		Short:   "Remove the peering with a provider or a consumer and revoke its credentials",
+		Long:    unpeerLong,
+		Example: unpeerExample,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f, args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVar(&o.Force, "force", o.Force, "Remove the peering on this side even when the provider cannot be reached or the agent is not running.")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long to wait for each side's cleanup.")
+	return cmd
+}

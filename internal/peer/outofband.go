@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,6 +39,8 @@ const (
 	PeerKubeconfigKey = "kubeconfig"
 	// PeerExpirationKey holds when the kubeconfig's token expires, RFC 3339.
 	PeerExpirationKey = "expiration"
+	// PeerIssuedKey holds when the kubeconfig's token was issued, RFC 3339.
+	PeerIssuedKey = "issued"
 	// ForeignClusterLabel names the ForeignCluster a Secret belongs to.
 	ForeignClusterLabel = "offload.io/foreign-cluster"
 	// TokenIDAnnotation on a ForeignCluster is the ID (never the secret) of
@@ -57,10 +58,15 @@ func PeerKubeconfigSecretName(name string) string { return "offload-peer-" + nam
 // ReasonPending is the reason of a condition the agent has yet to evaluate.
 const ReasonPending = "Pending"
 
+// rollbackTimeout bounds the wait for the agent to let go of the
+// ForeignCluster of a failed first attempt.
+const rollbackTimeout = time.Minute
+
 // DefaultPeerTimeout is how long peer out-of-band waits by default.
 const DefaultPeerTimeout = 2 * time.Minute
 
-// pollInterval is how often --wait reads the ForeignCluster; tests shorten it.
+// pollInterval is how often --wait reads the ForeignCluster when the client
+// cannot watch; tests shorten it.
 var pollInterval = time.Second
 
 // OutOfBandOptions are the options of `kubectl offload peer out-of-band`.
@@ -170,6 +176,15 @@ func (o *OutOfBandOptions) rollback(ctx context.Context) error {
 	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: o.Args.Name}}
 	if err := o.client.Delete(ctx, fc); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing ForeignCluster %s: %w", o.Args.Name, err)
+	}
+	// The agent's finalizers let it go once it released what it holds: the
+	// tenant on the provider, if the token was spent.
+	ctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
+	defer cancel()
+	if err := waitForeignCluster(ctx, o.client, o.Args.Name, o.pollInterval, func(fc *offloadv1alpha1.ForeignCluster) (bool, error) {
+		return fc == nil, nil
+	}); err != nil {
+		return fmt.Errorf("ForeignCluster %s is still being removed after %s: kubectl offload unpeer %s finishes the job", o.Args.Name, rollbackTimeout, o.Args.Name)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerTokenSecretName(o.Args.Name), Namespace: o.namespace}}
 	if err := o.client.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
@@ -343,10 +358,9 @@ func (o *OutOfBandOptions) wait(ctx context.Context) error {
 // *ConditionFailedError when it is False.
 func (o *OutOfBandOptions) waitCondition(ctx context.Context, condition string) error {
 	var failed error
-	err := wait.PollUntilContextCancel(ctx, o.pollInterval, true, func(ctx context.Context) (bool, error) {
-		var fc offloadv1alpha1.ForeignCluster
-		if err := o.client.Get(ctx, types.NamespacedName{Name: o.Args.Name}, &fc); err != nil {
-			return false, nil // transient; the timeout decides
+	err := waitForeignCluster(ctx, o.client, o.Args.Name, o.pollInterval, func(fc *offloadv1alpha1.ForeignCluster) (bool, error) {
+		if fc == nil {
+			return false, nil // not in the cache yet
 		}
 		c := meta.FindStatusCondition(fc.Status.Conditions, condition)
 		switch {

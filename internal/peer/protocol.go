@@ -12,6 +12,15 @@ const (
 	UnpeerPath = "/v1/unpeer"
 )
 
+// Names of a tenant's objects on the provider.
+const (
+	// ConsumerServiceAccount is the consumer's ServiceAccount in its tenant namespace.
+	ConsumerServiceAccount = "offload-consumer"
+	// TenantRole is the ClusterRole, and the RoleBinding in each tenant
+	// namespace, that scope the consumer's identity.
+	TenantRole = "offload-tenant"
+)
+
 // PeerRequest is the body of POST /v1/peer, sent by the consumer's agent.
 type PeerRequest struct {
 	// Token is the peering token, id.secret.

@@ -370,3 +370,24 @@ func (e *Env) Names() []string {
 
 // Delete deletes the cluster called name, if it exists.
 func (e *Env) Delete(ctx context.Context, name string) error { return e.deleteByName(ctx, name) }
+
+// StopControlPlane stops every control-plane process of the cluster (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, kwok) and waits
+// until they have exited, keeping their state: an outage of the cluster as
+// its peers see it. A real node keeps running.
+func (c *Cluster) StopControlPlane(ctx context.Context) error {
+	pids := c.PIDs()
+	if _, err := c.env.kwokctl(ctx, "stop", "cluster", "--name", c.Name); err != nil {
+		return err
+	}
+	return waitExited(ctx, pids, 30*time.Second)
+}
+
+// StartControlPlane starts again what StopControlPlane stopped and waits
+// until the API server is ready.
+func (c *Cluster) StartControlPlane(ctx context.Context) error {
+	if _, err := c.env.kwokctl(ctx, "start", "cluster", "--name", c.Name); err != nil {
+		return err
+	}
+	return c.waitReady(ctx)
+}

@@ -29,10 +29,10 @@ const (
 	TenantLabel = "offload.io/tenant"
 	// ConsumerServiceAccount is the ServiceAccount of a consumer in its
 	// tenant namespace; its tokens are the consumer's credentials.
-	ConsumerServiceAccount = "offload-consumer"
+	ConsumerServiceAccount = peer.ConsumerServiceAccount
 	// TenantRole is the ClusterRole a consumer's ServiceAccount is bound to,
 	// by a RoleBinding of the same name in its tenant namespace only.
-	TenantRole = "offload-tenant"
+	TenantRole = peer.TenantRole
 	// cleanupTimeout bounds the deletions that undo a failed peering.
 	cleanupTimeout = 30 * time.Second
 )

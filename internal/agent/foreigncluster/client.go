@@ -124,23 +124,58 @@ func newAuthClient(authURL, caCertHash string, timeout time.Duration) *authClien
 // service answers with an error, and a *PinError (wrapped) when the server
 // is not the pinned one.
 func (c *authClient) Peer(ctx context.Context, req peer.PeerRequest) (*peer.PeerResponse, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
+	var out peer.PeerResponse
+	if err := c.post(ctx, peer.PeerPath, "", req, &out); err != nil {
 		return nil, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+peer.PeerPath, bytes.NewReader(body))
+	return &out, checkCredentials(out.Credentials)
+}
+
+// Refresh exchanges the current credentials, token, for new ones.
+func (c *authClient) Refresh(ctx context.Context, token, clusterID string) (*peer.PeerResponse, error) {
+	var out peer.PeerResponse
+	if err := c.post(ctx, peer.RefreshPath, token, peer.RefreshRequest{ClusterID: clusterID}, &out); err != nil {
+		return nil, err
+	}
+	return &out, checkCredentials(out.Credentials)
+}
+
+// Unpeer asks the provider to remove this cluster's tenant; token is the
+// current credentials, which stop working.
+func (c *authClient) Unpeer(ctx context.Context, token, clusterID string) error {
+	return c.post(ctx, peer.UnpeerPath, token, peer.RefreshRequest{ClusterID: clusterID}, nil)
+}
+
+func checkCredentials(c peer.Credentials) error {
+	if c.Token == "" || c.APIServerURL == "" || c.TenantNamespace == "" {
+		return errors.New("the auth service answered without complete credentials")
+	}
+	return nil
+}
+
+// post sends in as JSON to path, with bearer as the bearer token when set,
+// and decodes a 200 answer into out when it is not nil.
+func (c *authClient) post(ctx context.Context, path, bearer string, in, out any) error {
+	body, err := json.Marshal(in)
 	if err != nil {
-		return nil, fmt.Errorf("building the request: %w", err)
+		return err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("building the request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		hreq.Header.Set("Authorization", "Bearer "+bearer)
+	}
 	resp, err := c.http.Do(hreq)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return nil, fmt.Errorf("reading the answer of %s: %w", c.baseURL, err)
+		return fmt.Errorf("reading the answer of %s: %w", c.baseURL, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		e := &AuthError{Status: resp.StatusCode}
@@ -148,14 +183,13 @@ func (c *authClient) Peer(ctx context.Context, req peer.PeerRequest) (*peer.Peer
 			e.Reason = "UnexpectedResponse"
 			e.Message = fmt.Sprintf("the auth service answered %s without a peering error: is --auth-url the provider's auth service?", resp.Status)
 		}
-		return nil, e
+		return e
 	}
-	var out peer.PeerResponse
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, fmt.Errorf("decoding the answer of the auth service: %w", err)
+	if out == nil {
+		return nil
 	}
-	if out.Credentials.Token == "" || out.Credentials.APIServerURL == "" || out.Credentials.TenantNamespace == "" {
-		return nil, errors.New("the auth service answered without complete credentials")
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("decoding the answer of the auth service: %w", err)
 	}
-	return &out, nil
+	return nil
 }

@@ -82,15 +82,26 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // In the install namespace only (the chart's Role offload-controller-manager):
 // Secrets get, create, delete; ConfigMaps get.
 
-// Reconcile authenticates with the provider of the ForeignCluster once.
+// Reconcile authenticates with the provider of the ForeignCluster, keeps
+// the credentials fresh, and unpeers when the ForeignCluster is deleted.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	var fc offloadv1alpha1.ForeignCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &fc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !fc.DeletionTimestamp.IsZero() || !fc.Spec.OutgoingPeering.Enabled {
+	if !fc.DeletionTimestamp.IsZero() {
+		return r.unpeer(ctx, logger, &fc)
+	}
+	if !fc.Spec.OutgoingPeering.Enabled {
 		return ctrl.Result{}, nil
+	}
+	// The finalizer goes on before the token is spent, so that a deletion
+	// always reaches the provider.
+	if controllerutil.AddFinalizer(&fc, offloadv1alpha1.FinalizerUnpeer) {
+		if err := r.Client.Update(ctx, &fc); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer %s: %w", offloadv1alpha1.FinalizerUnpeer, err)
+		}
 	}
 	kubeconfig, err := r.getSecret(ctx, peer.PeerKubeconfigSecretName(fc.Name))
 	if err != nil {
@@ -105,7 +116,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, errors.Join(err, errors.New("the kubeconfig Secret vanished right after it was written"))
 		}
 	}
-	return ctrl.Result{}, r.authenticated(ctx, &fc, kubeconfig)
+	if err := r.authenticated(ctx, &fc, kubeconfig); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.rotate(ctx, logger, &fc, kubeconfig)
 }
 
 // authenticate exchanges the token for credentials and writes them into the
@@ -129,11 +143,7 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	timeout := r.HTTPClientTimeout
-	if timeout <= 0 {
-		timeout = DefaultHTTPClientTimeout
-	}
-	resp, err := newAuthClient(fc.Spec.AuthURL, fc.Spec.CACertHash, timeout).Peer(ctx, peer.PeerRequest{
+	resp, err := r.authClient(fc).Peer(ctx, peer.PeerRequest{
 		Token:             string(tokenSecret.Data[peer.PeerTokenKey]),
 		ClusterID:         identity.Data["clusterID"],
 		ClusterName:       identity.Data["clusterName"],
@@ -205,6 +215,9 @@ func (r *Reconciler) authenticated(ctx context.Context, fc *offloadv1alpha1.Fore
 		Message: "the provider issued credentials, kept in Secret " + kubeconfig.Name, ObservedGeneration: fc.Generation,
 	})
 	fc.Status.Auth = offloadv1alpha1.PhaseEstablished
+	if expiry, _, err := credentialTimes(kubeconfig); err == nil {
+		fc.Status.CredentialExpiry = &metav1.Time{Time: expiry}
+	}
 	switch fc.Status.Role {
 	case offloadv1alpha1.RoleProvider, offloadv1alpha1.RoleConsumerAndProvider:
 		fc.Status.Role = offloadv1alpha1.RoleConsumerAndProvider
@@ -250,6 +263,7 @@ func (r *Reconciler) kubeconfigSecret(fc *offloadv1alpha1.ForeignCluster, creds 
 		Data: map[string][]byte{
 			peer.PeerKubeconfigKey: data,
 			peer.PeerExpirationKey: []byte(creds.ExpirationTimestamp.UTC().Format(time.RFC3339)),
+			peer.PeerIssuedKey:     []byte(time.Now().UTC().Format(time.RFC3339)),
 		},
 	}
 	if err := controllerutil.SetOwnerReference(fc, s, r.Client.Scheme()); err != nil {

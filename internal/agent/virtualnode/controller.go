@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -67,7 +68,8 @@ type Reconciler struct {
 
 // peerRun is the running node controller of one peer.
 type peerRun struct {
-	key    string // what it was started from: Secret version and spec
+	key    string // what it was started from, but the token
+	creds  *credentials
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -130,14 +132,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.remove(ctx, fc.Name); err != nil {
 			return ctrl.Result{}, err
 		}
+		if controllerutil.RemoveFinalizer(&fc, offloadv1alpha1.FinalizerVirtualNode) {
+			if err := r.Client.Update(ctx, &fc); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("removing finalizer %s: %w", offloadv1alpha1.FinalizerVirtualNode, err)
+			}
+		}
 		if fc.DeletionTimestamp.IsZero() && meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionOutgoingPeering) != nil {
-			return ctrl.Result{}, r.setStatus(ctx, fc.Name, metav1.ConditionFalse, metav1.ConditionFalse, ReasonDisabled, "outgoing peering is disabled")
+			return ctrl.Result{}, r.setStatus(ctx, fc.Name, metav1.ConditionFalse, metav1.ConditionFalse, ReasonDisabled, "outgoing peering is disabled", false)
 		}
 		return ctrl.Result{}, nil
 	}
 	if !authenticated(&fc) {
 		r.stop(fc.Name)
 		return ctrl.Result{}, nil
+	}
+	// The node and its Lease go before the ForeignCluster does.
+	if controllerutil.AddFinalizer(&fc, offloadv1alpha1.FinalizerVirtualNode) {
+		if err := r.Client.Update(ctx, &fc); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer %s: %w", offloadv1alpha1.FinalizerVirtualNode, err)
+		}
 	}
 	var secret corev1.Secret
 	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: peer.PeerKubeconfigSecretName(fc.Name)}, &secret)
@@ -148,22 +161,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading the kubeconfig Secret: %w", err)
 	}
-	key := fmt.Sprintf("%s/%s/%s/%s", secret.ResourceVersion, fc.UID, fc.Spec.ClusterID, fc.Spec.ClusterName)
+	creds, err := parseCredentials(fc.Name, secret.Data[peer.PeerKubeconfigKey])
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	key := fmt.Sprintf("%s/%s/%s/%s", fc.UID, fc.Spec.ClusterID, fc.Spec.ClusterName, creds.key())
 	r.mu.Lock()
 	running := r.peers[fc.Name]
 	r.mu.Unlock()
 	if running != nil && running.key == key {
+		// Renewed credentials: the running clients use the new token from
+		// their next request on.
+		running.creds.token.Store(creds.token.Load())
 		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
 	}
 	r.stop(fc.Name)
-	r.start(ctx, fc.DeepCopy(), secret.Data[peer.PeerKubeconfigKey], key)
+	r.start(ctx, fc.DeepCopy(), creds, key)
 	return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
 }
 
 // start runs the node controller of fc in a goroutine.
-func (r *Reconciler) start(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, kubeconfig []byte, key string) {
+func (r *Reconciler) start(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials, key string) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	run := &peerRun{key: key, cancel: cancel, done: make(chan struct{})}
+	run := &peerRun{key: key, creds: creds, cancel: cancel, done: make(chan struct{})}
 	r.mu.Lock()
 	if r.peers == nil {
 		r.peers = map[string]*peerRun{}
@@ -173,7 +193,7 @@ func (r *Reconciler) start(ctx context.Context, fc *offloadv1alpha1.ForeignClust
 	log.FromContext(ctx).Info("Starting the virtual node", "node", NodeName(fc.Name), "foreignCluster", klog.KObj(fc))
 	go func() {
 		defer close(run.done)
-		r.runPeer(ctx, fc, kubeconfig)
+		r.runPeer(ctx, fc, creds)
 	}()
 }
 

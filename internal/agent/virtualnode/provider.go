@@ -10,6 +10,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -33,7 +34,7 @@ func NodeName(fcName string) string { return "offload-" + fcName }
 // the ResourceOffer with the tenant's credentials, and the node status
 // follows the offer's resources.
 type offerProvider struct {
-	remote client.Reader
+	remote client.WithWatch
 	offer  types.NamespacedName
 
 	mu        sync.Mutex
@@ -48,7 +49,8 @@ func (p *offerProvider) Ping(ctx context.Context) error {
 	return err
 }
 
-// NotifyNodeStatus keeps cb; the poll loop calls it when the offer changes.
+// NotifyNodeStatus keeps cb; the run loop calls it when the offer or the
+// provider's reachability changes.
 func (p *offerProvider) NotifyNodeStatus(_ context.Context, cb func(*corev1.Node)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -64,6 +66,34 @@ func (p *offerProvider) read(ctx context.Context) (*offloadv1alpha1.ResourceOffe
 	return &offer, nil
 }
 
+// follow watches the ResourceOffer and sends every version it sees to
+// offers, replacing one not yet received, until ctx is done. A broken
+// watch is opened again after retry.
+func (p *offerProvider) follow(ctx context.Context, offers chan *offloadv1alpha1.ResourceOffer, retry time.Duration) {
+	for ctx.Err() == nil {
+		w, err := p.remote.Watch(ctx, &offloadv1alpha1.ResourceOfferList{}, client.InNamespace(p.offer.Namespace),
+			client.MatchingFields{"metadata.name": p.offer.Name})
+		if err == nil {
+			for ev := range w.ResultChan() {
+				o, ok := ev.Object.(*offloadv1alpha1.ResourceOffer)
+				if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+					continue
+				}
+				select { // keep only the newest
+				case <-offers:
+				default:
+				}
+				offers <- o
+			}
+			w.Stop()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(retry):
+		}
+	}
+}
+
 // observe records the offer's resources and reports whether they changed,
 // with the callback to call then.
 func (p *offerProvider) observe(offer *offloadv1alpha1.ResourceOffer) (func(*corev1.Node), bool) {
@@ -76,11 +106,29 @@ func (p *offerProvider) observe(offer *offloadv1alpha1.ResourceOffer) (func(*cor
 	return p.notify, true
 }
 
-// newNode builds the virtual node of ForeignCluster fc with resources.
+// notifier returns the callback of the node controller, nil before it runs.
+func (p *offerProvider) notifier() func(*corev1.Node) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.notify
+}
+
+// newNode builds the virtual node of ForeignCluster fc with resources,
+// Ready while the provider is reachable.
 func newNode(fc *offloadv1alpha1.ForeignCluster, resources corev1.ResourceList) *corev1.Node {
+	return nodeWithHealth(fc, resources, nil)
+}
+
+// nodeWithHealth builds the virtual node of ForeignCluster fc with
+// resources; a non-nil unreachable makes it NotReady with that reason.
+func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, resources corev1.ResourceList, unreachable error) *corev1.Node {
 	now := metav1.NewTime(time.Now())
 	condition := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	ready := condition(corev1.NodeReady, corev1.ConditionTrue, "ProviderReachable", "the provider serves the ResourceOffer")
+	if unreachable != nil {
+		ready = condition(corev1.NodeReady, corev1.ConditionFalse, ReasonProviderUnreachable, unreachable.Error())
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -105,7 +153,7 @@ func newNode(fc *offloadv1alpha1.ForeignCluster, resources corev1.ResourceList) 
 			Allocatable: resources.DeepCopy(),
 			Phase:       corev1.NodeRunning,
 			Conditions: []corev1.NodeCondition{
-				condition(corev1.NodeReady, corev1.ConditionTrue, "ProviderReachable", "the provider serves the ResourceOffer"),
+				ready,
 				condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "ProviderReachable", ""),
 				condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "ProviderReachable", ""),
 				condition(corev1.NodePIDPressure, corev1.ConditionFalse, "ProviderReachable", ""),

@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/oauth2"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,17 +27,20 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
+// lastSeenResolution is how stale status.lastSeen of a ForeignCluster may be.
+const lastSeenResolution = 30 * time.Second
+
 // maxRestartDelay bounds the wait before a failed node controller restarts.
 const maxRestartDelay = time.Minute
 
 // runPeer runs the node controller of fc until ctx is cancelled, restarting
 // it with backoff when it fails, for example while the provider is unreachable.
-func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, kubeconfig []byte) {
+func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) {
 	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", NodeName(fc.Name))
 	delay := r.pollInterval()
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := r.runNode(ctx, fc, kubeconfig)
+		err := r.runNode(ctx, fc, creds)
 		if ctx.Err() != nil {
 			return
 		}
@@ -44,7 +52,7 @@ func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 		if meta.IsStatusConditionTrue(r.conditions(ctx, fc.Name), offloadv1alpha1.ConditionOutgoingPeering) {
 			outgoing, ready = metav1.ConditionTrue, metav1.ConditionFalse
 		}
-		if setErr := r.setStatus(ctx, fc.Name, outgoing, ready, ReasonProviderUnreachable, err.Error()); setErr != nil {
+		if setErr := r.setStatus(ctx, fc.Name, outgoing, ready, ReasonProviderUnreachable, err.Error(), false); setErr != nil {
 			logger.Info("Cannot update the ForeignCluster status", "error", setErr.Error())
 		}
 		if time.Since(start) > maxRestartDelay {
@@ -59,22 +67,46 @@ func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	}
 }
 
-// runNode reads the offer, starts the virtual-kubelet node controller and
-// follows the offer until ctx is cancelled or the controller fails.
-func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, kubeconfig []byte) error {
-	p, err := r.newProvider(fc, kubeconfig)
+// runNode waits for the offer, starts the virtual-kubelet node controller
+// and follows the offer, pinging the provider, until ctx is cancelled or
+// the controller fails. The offer is watched, so a new one shows at once;
+// the ping every poll interval tells whether the provider still answers.
+func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) error {
+	p, err := r.newProvider(fc, creds)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	interval := r.pollInterval()
+	offers := make(chan *offloadv1alpha1.ResourceOffer, 1)
+	go p.follow(ctx, offers, interval)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+
 	offer, err := p.read(ctx)
-	if err != nil {
-		return err
+	for err != nil {
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		// The provider publishes the offer right after the tenant is made.
+		if err := r.setStatus(ctx, fc.Name, metav1.ConditionUnknown, metav1.ConditionUnknown, ReasonStarting,
+			"waiting for the provider to publish ResourceOffer "+p.offer.String(), false); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case offer = <-offers:
+			err = nil
+		case <-ticker.C:
+			offer, err = p.read(ctx)
+		}
 	}
 	p.observe(offer)
-	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionUnknown, ReasonStarting, "starting virtual node "+NodeName(fc.Name)); err != nil {
+	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionUnknown, ReasonStarting, "starting virtual node "+NodeName(fc.Name), false); err != nil {
 		return err
 	}
-	interval := r.pollInterval()
 	nc, err := node.NewNodeController(p, newNode(fc, offer.Spec.Resources), r.Kube.CoreV1().Nodes(),
 		node.WithNodeEnableLeaseV1(r.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease), 0),
 		node.WithNodePingInterval(interval),
@@ -90,7 +122,6 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	if err != nil {
 		return fmt.Errorf("creating the node controller of %q: %w", NodeName(fc.Name), err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
 		cancel()
 		<-nc.Done()
@@ -101,59 +132,119 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	case <-nc.Done():
 		return fmt.Errorf("registering virtual node %q: %w", NodeName(fc.Name), nc.Err())
 	}
-	reachable := false
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
+	var unreachable error // what the last ping said
+	r.healthy(ctx, fc, p, offer, &unreachable)
 	for {
-		offer, err := p.read(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err == nil {
-			notify, changed := p.observe(offer)
-			if (changed || !reachable) && notify != nil {
-				// A fresh status: the new capacity, or Ready again at once after an outage.
-				notify(newNode(fc, offer.Spec.Resources))
-			}
-			if setErr := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionTrue, ReasonNodeReady, "virtual node "+NodeName(fc.Name)+" is Ready"); setErr != nil {
-				log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", setErr.Error())
-			}
-		} else if setErr := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionFalse, ReasonProviderUnreachable,
-			err.Error()+"; the virtual node goes NotReady until the provider answers again"); setErr != nil {
-			log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", setErr.Error())
-		}
-		reachable = err == nil
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-nc.Done():
 			return fmt.Errorf("running virtual node %q: %w", NodeName(fc.Name), errors.Join(nc.Err(), errors.New("the node controller stopped")))
+		case offer := <-offers:
+			if unreachable == nil {
+				r.healthy(ctx, fc, p, offer, &unreachable)
+			}
 		case <-ticker.C:
+			offer, err := p.read(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				r.healthy(ctx, fc, p, offer, &unreachable)
+				continue
+			}
+			if unreachable == nil {
+				// NotReady at once: the node controller stops renewing the
+				// Lease too, but kube-controller-manager would take its
+				// node-monitor-grace-period to notice.
+				if notify := p.notifier(); notify != nil {
+					notify(nodeWithHealth(fc, p.current(), err))
+				}
+			}
+			unreachable = err
+			if setErr := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionFalse, ReasonProviderUnreachable,
+				err.Error()+"; the virtual node is NotReady until the provider answers again", false); setErr != nil {
+				log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", setErr.Error())
+			}
 		}
 	}
 }
 
-// newProvider builds the NodeProvider reading the offer with kubeconfig,
-// whose context namespace is the tenant namespace.
-func (r *Reconciler) newProvider(fc *offloadv1alpha1.ForeignCluster, kubeconfig []byte) (*offerProvider, error) {
+// healthy records a successful read of offer: the node gets its resources
+// and is Ready again after an outage, and the ForeignCluster says so.
+func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, p *offerProvider, offer *offloadv1alpha1.ResourceOffer, unreachable *error) {
+	notify, changed := p.observe(offer)
+	if (changed || *unreachable != nil) && notify != nil {
+		notify(newNode(fc, offer.Spec.Resources))
+	}
+	*unreachable = nil
+	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionTrue, ReasonNodeReady, "virtual node "+NodeName(fc.Name)+" is Ready", true); err != nil {
+		log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", err.Error())
+	}
+}
+
+// credentials are what a peer's node controller connects with: the
+// kubeconfig without its token, and the token, which the agent swaps in
+// place when it renews the credentials.
+type credentials struct {
+	config    *rest.Config
+	namespace string
+	token     atomic.Pointer[string]
+}
+
+// key identifies what a node controller must be restarted for: anything
+// but the token.
+func (c *credentials) key() string {
+	return c.config.Host + "\x00" + string(c.config.CAData) + "\x00" + string(c.config.CertData) + "\x00" + c.namespace
+}
+
+// parseCredentials reads a kubeconfig whose context namespace is the tenant namespace.
+func parseCredentials(name string, kubeconfig []byte) (*credentials, error) {
 	cc, err := clientcmd.NewClientConfigFromBytes(kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig of %s: %w", fc.Name, err)
+		return nil, fmt.Errorf("reading the kubeconfig of %s: %w", name, err)
 	}
 	cfg, err := cc.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig of %s: %w", fc.Name, err)
+		return nil, fmt.Errorf("reading the kubeconfig of %s: %w", name, err)
 	}
 	namespace, _, err := cc.Namespace()
 	if err != nil {
-		return nil, fmt.Errorf("reading the tenant namespace in the kubeconfig of %s: %w", fc.Name, err)
+		return nil, fmt.Errorf("reading the tenant namespace in the kubeconfig of %s: %w", name, err)
 	}
+	c := &credentials{config: cfg, namespace: namespace}
+	token := cfg.BearerToken
+	cfg.BearerToken = ""
+	c.token.Store(&token)
+	return c, nil
+}
+
+// newProvider builds the NodeProvider reading the offer with creds.
+func (r *Reconciler) newProvider(fc *offloadv1alpha1.ForeignCluster, creds *credentials) (*offerProvider, error) {
+	cfg := rest.CopyConfig(creds.config)
 	cfg.Timeout = r.pollInterval()
-	remote, err := client.New(cfg, client.Options{Scheme: r.Client.Scheme()})
+	p := &offerProvider{offer: types.NamespacedName{Namespace: creds.namespace, Name: fc.Spec.ClusterName}}
+	if token := creds.token.Load(); token != nil && *token != "" {
+		cfg.WrapTransport = transport.TokenSourceWrapTransport(tokenSource{&creds.token})
+	}
+	remote, err := client.NewWithWatch(cfg, client.Options{Scheme: r.Client.Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)
 	}
-	return &offerProvider{remote: remote, offer: types.NamespacedName{Namespace: namespace, Name: fc.Spec.ClusterName}}, nil
+	p.remote = remote
+	return p, nil
+}
+
+// tokenSource serves the current token of a peer's credentials.
+type tokenSource struct{ token *atomic.Pointer[string] }
+
+// Token returns the current token.
+func (t tokenSource) Token() (*oauth2.Token, error) {
+	s := t.token.Load()
+	if s == nil {
+		return nil, errors.New("no token")
+	}
+	return &oauth2.Token{AccessToken: *s}, nil
 }
 
 func (r *Reconciler) pollInterval() time.Duration {
@@ -176,7 +267,11 @@ func (r *Reconciler) conditions(ctx context.Context, name string) []metav1.Condi
 // name, with status.outgoing following OutgoingPeering; it writes only when
 // something changed. Unknown means pending: kubectl offload peer --wait keeps
 // waiting on Unknown and stops on False.
-func (r *Reconciler) setStatus(ctx context.Context, name string, outgoing, ready metav1.ConditionStatus, reason, message string) error {
+//
+// seen records that the provider answered: status.lastSeen is refreshed
+// when it is older than lastSeenResolution, so a healthy peer costs one
+// status write per lastSeenResolution.
+func (r *Reconciler) setStatus(ctx context.Context, name string, outgoing, ready metav1.ConditionStatus, reason, message string, seen bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var fc offloadv1alpha1.ForeignCluster
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &fc); err != nil {
@@ -201,6 +296,10 @@ func (r *Reconciler) setStatus(ctx context.Context, name string, outgoing, ready
 		set(offloadv1alpha1.ConditionVirtualNodeReady, ready, reason, message)
 		if phase != fc.Status.Outgoing {
 			fc.Status.Outgoing = phase
+			changed = true
+		}
+		if now := time.Now(); seen && (fc.Status.LastSeen == nil || now.Sub(fc.Status.LastSeen.Time) >= lastSeenResolution) {
+			fc.Status.LastSeen = &metav1.Time{Time: now}
 			changed = true
 		}
 		if !changed {

@@ -93,13 +93,14 @@ func (f *Flags) KubeClient() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// Client returns a controller-runtime client with the project's scheme.
+// Client returns a controller-runtime client with the project's scheme. It
+// is a client.WithWatch, for the commands that wait on objects.
 func (f *Flags) Client() (client.Client, error) {
 	cfg, err := f.RESTConfig()
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	return client.NewWithWatch(cfg, client.Options{Scheme: scheme.Scheme})
 }
 
 // HelmConfig returns a Helm action configuration for releases in namespace,

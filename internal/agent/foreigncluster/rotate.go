@@ -1,0 +1,135 @@
+package foreigncluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+)
+
+// ReasonCredentialsRefused is the reason of Authenticated=False when the
+// provider refuses to renew the credentials.
+const ReasonCredentialsRefused = "CredentialsRefused"
+
+// refreshAt is the share of a credential's lifetime after which the agent
+// renews it: a third of the lifetime is left to retry failures in.
+const refreshAt = 2.0 / 3
+
+// Bounds of the wait before a failed renewal is retried.
+const (
+	minRefreshRetry = 5 * time.Second
+	maxRefreshRetry = time.Minute
+)
+
+// credentialTimes returns when the credentials of a kubeconfig Secret
+// expire and when they were issued (the Secret's creation when not recorded).
+func credentialTimes(s *corev1.Secret) (expiry, issued time.Time, err error) {
+	expiry, err = time.Parse(time.RFC3339, string(s.Data[peer.PeerExpirationKey]))
+	if err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("secret %s has no valid %q: %w", s.Name, peer.PeerExpirationKey, err)
+	}
+	issued, err = time.Parse(time.RFC3339, string(s.Data[peer.PeerIssuedKey]))
+	if err != nil || issued.After(expiry) {
+		issued = s.CreationTimestamp.Time
+	}
+	return expiry, issued, nil
+}
+
+// refreshTime is when credentials issued at issued and expiring at expiry
+// are renewed.
+func refreshTime(issued, expiry time.Time) time.Time {
+	return issued.Add(time.Duration(float64(expiry.Sub(issued)) * refreshAt))
+}
+
+// retryDelay is how long to wait before retrying a failed renewal of
+// credentials expiring at expiry: a tenth of what is left, within bounds.
+func retryDelay(expiry, now time.Time) time.Duration {
+	return min(max(expiry.Sub(now)/10, minRefreshRetry), maxRefreshRetry)
+}
+
+// bearerToken returns the token of the kubeconfig in Secret s.
+func bearerToken(s *corev1.Secret) (string, error) {
+	cfg, err := clientcmd.Load(s.Data[peer.PeerKubeconfigKey])
+	if err != nil {
+		return "", fmt.Errorf("reading Secret %s: %w", s.Name, err)
+	}
+	for _, a := range cfg.AuthInfos {
+		if a.Token != "" {
+			return a.Token, nil
+		}
+	}
+	return "", fmt.Errorf("secret %s holds no token", s.Name)
+}
+
+// rotate renews the credentials through the provider's /v1/refresh once
+// two thirds of their lifetime has passed, and asks to be called again
+// when the next renewal is due.
+func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offloadv1alpha1.ForeignCluster, kubeconfig *corev1.Secret) (ctrl.Result, error) {
+	expiry, issued, err := credentialTimes(kubeconfig)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	now := time.Now()
+	if due := refreshTime(issued, expiry); now.Before(due) {
+		return ctrl.Result{RequeueAfter: due.Sub(now)}, nil
+	}
+	token, err := bearerToken(kubeconfig)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	identity, err := r.identity(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	resp, err := r.authClient(fc).Refresh(ctx, token, identity.Data["clusterID"])
+	var authErr *AuthError
+	switch {
+	case errors.As(err, &authErr) && authErr.Status == http.StatusUnauthorized:
+		logger.Info("The provider refused to renew the credentials", "foreignCluster", klog.KObj(fc), "reason", authErr.Reason)
+		msg := fmt.Sprintf("the provider refused to renew the credentials, which expire at %s (%s): run kubectl offload unpeer %s, then peer again with a new token from kubectl offload peer generate on the provider",
+			expiry.UTC().Format(time.RFC3339), authErr.Message, fc.Name)
+		return ctrl.Result{RequeueAfter: retryDelay(expiry, now)}, r.setFailed(ctx, fc, ReasonCredentialsRefused, msg)
+	case err != nil:
+		delay := retryDelay(expiry, now)
+		logger.Info("Cannot renew the credentials yet; retrying", "foreignCluster", klog.KObj(fc), "error", err.Error(),
+			"expiration", expiry, "retryAfter", delay)
+		return ctrl.Result{RequeueAfter: delay}, nil
+	}
+	fresh, err := r.kubeconfigSecret(fc, resp.Credentials)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	kubeconfig.Data = fresh.Data
+	if err := r.Client.Update(ctx, kubeconfig); err != nil {
+		// The new token is lost; the old one still works until it expires,
+		// so the next attempt asks again.
+		return ctrl.Result{}, fmt.Errorf("storing the renewed credentials in Secret %s: %w", kubeconfig.Name, err)
+	}
+	logger.Info("Renewed the credentials", "foreignCluster", klog.KObj(fc), "expiration", resp.Credentials.ExpirationTimestamp)
+	seen := metav1.Now()
+	fc.Status.LastSeen = &seen
+	fc.Status.CredentialExpiry = &metav1.Time{Time: resp.Credentials.ExpirationTimestamp}
+	if err := r.Client.Status().Update(ctx, fc); err != nil {
+		return ctrl.Result{}, fmt.Errorf("updating the status: %w", err)
+	}
+	return ctrl.Result{RequeueAfter: time.Until(refreshTime(time.Now(), resp.Credentials.ExpirationTimestamp))}, nil
+}
+
+// authClient returns a client of the auth service of fc.
+func (r *Reconciler) authClient(fc *offloadv1alpha1.ForeignCluster) *authClient {
+	timeout := r.HTTPClientTimeout
+	if timeout <= 0 {
+		timeout = DefaultHTTPClientTimeout
+	}
+	return newAuthClient(fc.Spec.AuthURL, fc.Spec.CACertHash, timeout)
+}

@@ -1,0 +1,125 @@
+package peer
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+// runUnpeer runs kubectl offload unpeer with args against c, polling fast.
+func runUnpeer(t *testing.T, c client.Client, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	o := NewUnpeerOptions(streams)
+	o.pollInterval, o.agentWait = 10*time.Millisecond, 200*time.Millisecond
+	cmd := newCmdUnpeer(oobFactory{c: c}, o)
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err = cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func exists(t *testing.T, c client.Client, o client.Object) bool {
+	t.Helper()
+	err := c.Get(context.Background(), client.ObjectKeyFromObject(o), o)
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+func peeredConsumerObjects() []client.Object {
+	fc := withVirtualNode(peeredProvider(metav1.ConditionTrue, "Authenticated", "ok"), metav1.ConditionTrue)
+	fc.Finalizers = []string{offloadv1alpha1.FinalizerUnpeer, offloadv1alpha1.FinalizerVirtualNode}
+	return []client.Object{
+		fc,
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "offload-provider"}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "offload-provider", Namespace: corev1.NamespaceNodeLease}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerKubeconfigSecretName("provider"), Namespace: testNS}},
+	}
+}
+
+func TestUnpeerRefusesAnUnknownPeerAndChangesNothing(t *testing.T) {
+	c := newFakeClient(peeredConsumerObjects()...)
+	_, _, err := runUnpeer(t, c, "nobody")
+	if err == nil || !strings.Contains(err.Error(), `no peer "nobody"`) {
+		t.Fatalf("error %v, want no peer", err)
+	}
+	if !exists(t, c, &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "provider"}}) {
+		t.Error("another peer was removed")
+	}
+	if _, _, err := runUnpeer(t, c); err == nil || !strings.Contains(err.Error(), "exactly one NAME") {
+		t.Errorf("no NAME: %v", err)
+	}
+}
+
+func TestUnpeerReportsAProviderTheAgentCannotReach(t *testing.T) {
+	objs := peeredConsumerObjects()
+	const why = "cannot get the provider to remove this cluster's tenant: connection refused; the agent keeps retrying"
+	meta.SetStatusCondition(&objs[0].(*offloadv1alpha1.ForeignCluster).Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionUnpeered, Status: metav1.ConditionFalse, Reason: "ProviderNotCleaned", Message: why})
+	c := newFakeClient(objs...)
+	_, stderr, err := runUnpeer(t, c, "provider")
+	if err == nil || !strings.Contains(err.Error(), why) {
+		t.Fatalf("error %v, want the agent's message", err)
+	}
+	if !strings.Contains(stderr, "✗ The provider removed this cluster's tenant") {
+		t.Errorf("stderr %q, want the failed step", stderr)
+	}
+}
+
+func TestUnpeerForceCleansUpWhenTheAgentDoesNot(t *testing.T) {
+	objs := peeredConsumerObjects()
+	c := newFakeClient(objs...)
+	_, stderr, err := runUnpeer(t, c, "provider", "--force")
+	if err != nil {
+		t.Fatalf("unpeer --force: %v\n%s", err, stderr)
+	}
+	for _, o := range objs {
+		if exists(t, c, o) {
+			t.Errorf("%T %s is left", o, o.GetName())
+		}
+	}
+	if !strings.Contains(stderr, "skipped the provider (--force)") {
+		t.Errorf("stderr %q, want a warning about what stays on the provider", stderr)
+	}
+}
+
+func TestUnpeerOnTheProviderRemovesTheTenant(t *testing.T) {
+	ns := "offload-tenant-consumer"
+	objs := []client.Object{
+		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "consumer"},
+			Spec: offloadv1alpha1.TenantSpec{ClusterID: consumerID, ClusterName: "consumer", TenantNamespace: ns}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: ns}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: TenantRole, Namespace: ns}},
+		&offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "consumer", Labels: map[string]string{offloadv1alpha1.LabelIncomingOnly: "true"}}},
+	}
+	c := newFakeClient(objs...)
+	stdout, stderr, err := runUnpeer(t, c, "consumer")
+	if err != nil {
+		t.Fatalf("unpeer: %v\n%s", err, stderr)
+	}
+	for _, o := range objs {
+		if exists(t, c, o) {
+			t.Errorf("%T %s is left", o, o.GetName())
+		}
+	}
+	if !strings.Contains(stdout, "unpeered consumer") {
+		t.Errorf("stdout %q", stdout)
+	}
+}
