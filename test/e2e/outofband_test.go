@@ -38,7 +38,8 @@ func outOfBand(t *testing.T, consumer *framework.Cluster, a peer.PeerCommandArgs
 	return errOut, err
 }
 
-// expectNoPeeringLeft checks that a failed attempt left nothing on either side.
+// expectNoPeeringLeft checks that nothing of a peering is left on either
+// side. A tenant namespace takes a moment to be deleted, so it is waited for.
 func expectNoPeeringLeft(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, name string) {
 	t.Helper()
 	err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: name}, &offloadv1alpha1.ForeignCluster{})
@@ -50,10 +51,16 @@ func expectNoPeeringLeft(ctx context.Context, t *testing.T, consumer, provider *
 		t.Fatal(err)
 	}
 	if len(tenants.Items) != 0 {
-		t.Errorf("the provider has tenants after a failed peering: %v", tenants.Items)
+		t.Errorf("the provider has tenants left: %v", tenants.Items)
 	}
-	if _, err := provider.Kube.CoreV1().Namespaces().Get(ctx, "offload-tenant-"+consumer.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("tenant namespace left on the provider (err=%v)", err)
+	ns := "offload-tenant-" + consumer.Name
+	var nsErr error
+	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, nsErr = provider.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(nsErr), nil
+	})
+	if !apierrors.IsNotFound(nsErr) {
+		t.Errorf("tenant namespace %s left on the provider (err=%v)", ns, nsErr)
 	}
 }
 

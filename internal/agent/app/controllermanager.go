@@ -8,6 +8,7 @@ import (
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/incoming"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/resourceoffer"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
@@ -92,6 +93,10 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		func(mgr ctrlmanager.Manager) error {
 			r := &resourceoffer.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, SharingPercentage: o.SharingPercentage}
 			return r.SetupWithManager(mgr)
+		},
+		// Provider side: each consumer recorded as a ForeignCluster.
+		func(mgr ctrlmanager.Manager) error {
+			return (&incoming.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 		},
 		// Consumer side: authenticating to the providers it peers with.
 		func(mgr ctrlmanager.Manager) error {

@@ -36,6 +36,8 @@ func NodeName(fcName string) string { return "offload-" + fcName }
 type offerProvider struct {
 	remote client.WithWatch
 	offer  types.NamespacedName
+	// readTimeout bounds a read of the offer.
+	readTimeout time.Duration
 
 	mu        sync.Mutex
 	notify    func(*corev1.Node)
@@ -59,6 +61,11 @@ func (p *offerProvider) NotifyNodeStatus(_ context.Context, cb func(*corev1.Node
 
 // read gets the ResourceOffer from the provider.
 func (p *offerProvider) read(ctx context.Context) (*offloadv1alpha1.ResourceOffer, error) {
+	if p.readTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.readTimeout)
+		defer cancel()
+	}
 	var offer offloadv1alpha1.ResourceOffer
 	if err := p.remote.Get(ctx, p.offer, &offer); err != nil {
 		return nil, fmt.Errorf("reading ResourceOffer %s on the provider: %w", p.offer, err)

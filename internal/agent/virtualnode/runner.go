@@ -222,8 +222,9 @@ func parseCredentials(name string, kubeconfig []byte) (*credentials, error) {
 // newProvider builds the NodeProvider reading the offer with creds.
 func (r *Reconciler) newProvider(fc *offloadv1alpha1.ForeignCluster, creds *credentials) (*offerProvider, error) {
 	cfg := rest.CopyConfig(creds.config)
-	cfg.Timeout = r.pollInterval()
-	p := &offerProvider{offer: types.NamespacedName{Namespace: creds.namespace, Name: fc.Spec.ClusterName}}
+	// No client-wide timeout: it would cut the watch of the offer. Reads
+	// are bounded by readTimeout instead.
+	p := &offerProvider{offer: types.NamespacedName{Namespace: creds.namespace, Name: fc.Spec.ClusterName}, readTimeout: r.pollInterval()}
 	if token := creds.token.Load(); token != nil && *token != "" {
 		cfg.WrapTransport = transport.TokenSourceWrapTransport(tokenSource{&creds.token})
 	}

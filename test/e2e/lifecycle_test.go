@@ -1,0 +1,261 @@
+package e2e
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// credentialLifetime is the shortest lifetime a ServiceAccount token can
+// have: the TokenRequest API refuses less than 10 minutes.
+const credentialLifetime = 10 * time.Minute
+
+// heldCredentials are the consumer's credentials for a peer, as its agent
+// keeps them in the kubeconfig Secret.
+type heldCredentials struct {
+	config           *rest.Config
+	namespace        string
+	expiry, issued   time.Time
+	secretVersion    string
+	tokenFingerprint string
+}
+
+func readHeldCredentials(ctx context.Context, t *testing.T, consumer *framework.Cluster, name string) heldCredentials {
+	t.Helper()
+	s, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.PeerKubeconfigSecretName(name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the kubeconfig Secret of %s: %v", name, err)
+	}
+	cc, err := clientcmd.NewClientConfigFromBytes(s.Data[peer.PeerKubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := heldCredentials{config: cfg, namespace: ns, secretVersion: s.ResourceVersion}
+	if h.expiry, err = time.Parse(time.RFC3339, string(s.Data[peer.PeerExpirationKey])); err != nil {
+		t.Fatalf("the kubeconfig Secret has no expiration: %v", err)
+	}
+	if h.issued, err = time.Parse(time.RFC3339, string(s.Data[peer.PeerIssuedKey])); err != nil {
+		t.Fatalf("the kubeconfig Secret has no issue time: %v", err)
+	}
+	// Compare tokens without logging them.
+	h.tokenFingerprint = cfg.BearerToken[len(cfg.BearerToken)-12:]
+	return h
+}
+
+// readOffer reads the offer on the provider with held credentials and
+// returns the API error, if any.
+func readOffer(ctx context.Context, h heldCredentials, name string) error {
+	c, err := client.New(h.config, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return err
+	}
+	return c.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: name}, &offloadv1alpha1.ResourceOffer{})
+}
+
+// nodeReady returns the Ready condition status of node name, "" when missing.
+func nodeReady(ctx context.Context, c *framework.Cluster, name string) corev1.ConditionStatus {
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status
+		}
+	}
+	return ""
+}
+
+func waitNodeReady(ctx context.Context, t *testing.T, c *framework.Cluster, name string, want corev1.ConditionStatus, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		return nodeReady(ctx, c, name) == want, nil
+	}); err != nil {
+		t.Fatalf("node %s is not Ready=%s after %s", name, want, timeout)
+	}
+	return time.Since(start)
+}
+
+func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T) {
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	clusters := framework.StartClusters(t,
+		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
+		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
+	)
+	consumer, provider := clusters[0], clusters[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range clusters {
+		wg.Go(func() {
+			installAgent(t, c, "--api-server-url", "https://"+c.Node.HostIP+":"+portOf(c.Config.Host),
+				"--set", "auth.credentialExpirationSeconds="+strconv.FormatInt(int64(credentialLifetime/time.Second), 10))
+		})
+	}
+	wg.Wait()
+	for _, c := range clusters {
+		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
+		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
+	}
+	waitCASecret(ctx, t, provider)
+
+	a := generate(t, provider)
+	start := time.Now()
+	if errOut, err := outOfBand(t, consumer, a, "--timeout", "2m"); err != nil {
+		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
+	}
+	t.Logf("peer out-of-band to VirtualNodeReady: %s", time.Since(start).Round(time.Millisecond))
+	node := "offload-" + a.Name
+	var tenant offloadv1alpha1.Tenant
+	if err := ctrlClient(t, provider).Get(ctx, client.ObjectKey{Name: consumer.Name}, &tenant); err != nil {
+		t.Fatalf("no Tenant for the consumer: %v", err)
+	}
+	expectVirtualNodeReady(ctx, t, consumer, provider, a.Name, tenant.Spec.TenantNamespace)
+	// The provider records the consumer as an incoming peering.
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var fc offloadv1alpha1.ForeignCluster
+		if err := ctrlClient(t, provider).Get(ctx, client.ObjectKey{Name: consumer.Name}, &fc); err != nil {
+			return false, nil
+		}
+		return fc.Status.Incoming == offloadv1alpha1.PhaseEstablished && fc.Status.Role == offloadv1alpha1.RoleProvider, nil
+	}); err != nil {
+		t.Errorf("the provider has no ForeignCluster %s with incoming peering Established", consumer.Name)
+	}
+	first := readHeldCredentials(ctx, t, consumer, a.Name)
+	t.Logf("credential lifetime %s (issued %s, expires %s)", first.expiry.Sub(first.issued), first.issued.Format(time.RFC3339), first.expiry.Format(time.RFC3339))
+
+	// Outage: the provider's control plane stops; the virtual node goes
+	// NotReady, and Ready again once it is back.
+	if err := provider.StopControlPlane(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("provider down: node %s NotReady after %s", node, waitNodeReady(ctx, t, consumer, node, corev1.ConditionFalse, time.Minute).Round(time.Millisecond))
+	if err := provider.StartControlPlane(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("provider back: node %s Ready after %s", node, waitNodeReady(ctx, t, consumer, node, corev1.ConditionTrue, 2*time.Minute).Round(time.Millisecond))
+
+	// Rotation: from now until past the first credentials' expiry the node
+	// stays Ready, and the agent renews the credentials before they expire.
+	var mu sync.Mutex
+	var notReady []string
+	monitorCtx, stopMonitor := context.WithCancel(ctx)
+	monitorDone := make(chan struct{})
+	go func() {
+		defer close(monitorDone)
+		_ = wait.PollUntilContextCancel(monitorCtx, time.Second, true, func(ctx context.Context) (bool, error) {
+			if s := nodeReady(ctx, consumer, node); s != corev1.ConditionTrue && ctx.Err() == nil {
+				mu.Lock()
+				notReady = append(notReady, time.Now().Format(time.RFC3339)+" Ready="+string(s))
+				mu.Unlock()
+			}
+			return false, nil
+		})
+	}()
+	var renewed heldCredentials
+	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Until(first.expiry), true, func(ctx context.Context) (bool, error) {
+		renewed = readHeldCredentials(ctx, t, consumer, a.Name)
+		return renewed.tokenFingerprint != first.tokenFingerprint, nil
+	}); err != nil {
+		t.Fatalf("the credentials were not renewed before they expired at %s", first.expiry.Format(time.RFC3339))
+	}
+	t.Logf("credentials renewed %s after issue (%s before expiry); new expiry %s",
+		renewed.issued.Sub(first.issued).Round(time.Second), first.expiry.Sub(renewed.issued).Round(time.Second), renewed.expiry.Format(time.RFC3339))
+	if !renewed.expiry.After(first.expiry) {
+		t.Errorf("renewed credentials expire at %s, not after the first ones (%s)", renewed.expiry, first.expiry)
+	}
+	// Past the first expiry, with a margin for clock rounding.
+	select {
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	case <-time.After(time.Until(first.expiry.Add(5 * time.Second))):
+	}
+	stopMonitor()
+	<-monitorDone
+	mu.Lock()
+	if len(notReady) > 0 {
+		t.Errorf("node %s was not Ready across the credential expiry: %v", node, notReady)
+	}
+	mu.Unlock()
+	if err := readOffer(ctx, first, a.Name); !apierrors.IsUnauthorized(err) {
+		t.Errorf("the expired credentials read the offer: err=%v, want 401", err)
+	}
+	if err := readOffer(ctx, renewed, a.Name); err != nil {
+		t.Errorf("the renewed credentials cannot read the offer: %v", err)
+	}
+
+	// status peer shows the peering healthy.
+	doc := mustOffload(t, consumer, "status", "peer", a.Name, "-o", "json")
+	if !jsonBool(t, doc, "healthy") {
+		t.Errorf("status peer %s is not healthy:\n%s", a.Name, doc)
+	}
+
+	// unpeer: the credentials stop working at once, and nothing is left.
+	start = time.Now()
+	if out := mustOffload(t, consumer, "unpeer", a.Name); !strings.Contains(out, "unpeered "+a.Name) {
+		t.Errorf("unpeer printed %q", out)
+	}
+	t.Logf("unpeer: %s", time.Since(start).Round(time.Millisecond))
+	revoked := time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := readOffer(ctx, renewed, a.Name)
+		return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err), nil
+	}); err != nil {
+		t.Errorf("the consumer's credentials still work after unpeer")
+	}
+	t.Logf("old credentials rejected %s after unpeer returned", time.Since(revoked).Round(time.Millisecond))
+	expectNoPeeringLeft(ctx, t, consumer, provider, a.Name)
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := ctrlClient(t, provider).Get(ctx, client.ObjectKey{Name: consumer.Name}, &offloadv1alpha1.ForeignCluster{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Errorf("the provider's ForeignCluster %s is left after unpeer", consumer.Name)
+	}
+	for _, o := range []client.Object{
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peer.PeerKubeconfigSecretName(a.Name), Namespace: installNS}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peer.PeerTokenSecretName(a.Name), Namespace: installNS}},
+	} {
+		if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s is left on the consumer (err=%v)", o, o.GetName(), err)
+		}
+	}
+	if _, err := provider.Kube.CoreV1().ServiceAccounts(tenant.Spec.TenantNamespace).Get(ctx, peer.ConsumerServiceAccount, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the consumer's ServiceAccount is left on the provider (err=%v)", err)
+	}
+
+	// The spent single-use token cannot peer again.
+	errOut, err := outOfBand(t, consumer, a, "--timeout", "45s")
+	if err == nil || !strings.Contains(errOut, "used") {
+		t.Errorf("peering again with the spent token: err=%v, stderr %q; want a refusal saying it was used", err, errOut)
+	}
+	expectNoPeeringLeft(ctx, t, consumer, provider, a.Name)
+}
