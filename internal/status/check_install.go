@@ -123,10 +123,7 @@ func (crdChecker) Check(ctx context.Context, env *Env) Section {
 		s.Checks = append(s.Checks, fail("crds", "%v", err))
 		return s
 	}
-	remedy := "run kubectl offload upgrade to reapply the CRDs"
-	if rel, err := env.Release(); err == nil && rel == nil {
-		remedy = "run kubectl offload install"
-	}
+	remedy := crdRemedy(env)
 	for _, name := range crds {
 		check := "crd/" + name
 		crd := &apiextensionsv1.CustomResourceDefinition{}
@@ -145,6 +142,15 @@ func (crdChecker) Check(ctx context.Context, env *Env) Section {
 		}
 	}
 	return s
+}
+
+// crdRemedy says how to restore a missing CRD: install when kubectl-offload
+// is not installed, and otherwise upgrade, which reapplies the CRDs.
+func crdRemedy(env *Env) string {
+	if rel, err := env.Release(); err == nil && rel == nil {
+		return "run kubectl offload install"
+	}
+	return "run kubectl offload upgrade to reapply the CRDs"
 }
 
 func established(crd *apiextensionsv1.CustomResourceDefinition) bool {

@@ -23,8 +23,9 @@ const statusLong = `Check the health of kubectl-offload in the current cluster.
 
 The report has one section per concern: the install namespace and Helm
 release, the control plane Deployments, the offload.io CRDs, the local
-cluster identity, the network CIDRs and the endpoints peers use. Each check
-is marked ✓ (ok), ! (warning) or ✗ (failed), and says what to do next.
+cluster identity, the network CIDRs, the endpoints peers use and the peers.
+Each check is marked ✓ (ok), ! (warning) or ✗ (failed), and says what to do
+next. kubectl offload status peer NAME shows one peer in detail.
 
 kubectl offload status exits 1 when any check failed; warnings do not fail.
 With --wait it checks again until everything is healthy or --timeout passes.`
@@ -36,7 +37,26 @@ const statusExample = `  # Show the health of kubectl-offload in the current clu
   kubectl offload status --wait --timeout 5m
 
   # The report as JSON, for scripts
-  kubectl offload status -o json`
+  kubectl offload status -o json
+
+  # Show one peer in detail
+  kubectl offload status peer provider`
+
+const peerLong = `Show one peer of this cluster in detail: its identity and endpoints, the
+state of each direction of the peering, its virtual node, when the
+credentials expire and when it was last seen, and one check per condition of
+its ForeignCluster.
+
+A condition that is True is ✓ (ok), False is ✗ (failed) and Unknown is !
+(warning). OutgoingPeering and VirtualNodeReady are ok while outgoing
+peering is disabled. kubectl offload status peer exits 1 when a check failed
+or there is no peer NAME; kubectl offload status lists the peers.`
+
+const peerExample = `  # Show the peer called provider
+  kubectl offload status peer provider
+
+  # The same as JSON, for scripts
+  kubectl offload status peer provider -o json`
 
 // Options are the options of `kubectl offload status`.
 type Options struct {
@@ -52,6 +72,8 @@ type Options struct {
 	interval time.Duration
 	kube     kubernetes.Interface
 	newEnv   func() *Env
+	// now is the clock of the report; nil means time.Now.
+	now func() time.Time
 }
 
 // NewOptions returns Options with defaults.
@@ -91,6 +113,43 @@ func newCmdStatus(f factory.Factory, o *Options) *cobra.Command {
 	cmd.Flags().BoolVar(&o.Wait, "wait", o.Wait, "Check again until every check passes or --timeout passes.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long the checks, and the waiting with --wait, may take.")
 	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
+	po := NewPeerOptions(o.IOStreams)
+	po.now = o.now
+	cmd.AddCommand(newCmdPeer(f, po))
+	return cmd
+}
+
+// newCmdPeer returns `status peer` bound to o, whose values are the flag defaults.
+func newCmdPeer(f factory.Factory, o *PeerOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "peer NAME",
+		Short:   "Show one peer in detail",
+		Long:    peerLong,
+		Example: peerExample,
+		// Validate says what to do when NAME is missing.
+		Args: cobra.MaximumNArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			c, err := f.Client()
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+			return PeerNames(cmd.Context(), c, toComplete), cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f, args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long reading the peer may take.")
+	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
 	return cmd
 }
 
@@ -111,7 +170,11 @@ func (o *Options) Complete(f factory.Factory) error {
 	}
 	helm := NewHelm(cfg)
 	o.kube = kube
-	o.newEnv = func() *Env { return NewEnv(kube, c, helm, ns) }
+	o.newEnv = func() *Env {
+		env := NewEnv(kube, c, helm, ns)
+		env.clock = o.now
+		return env
+	}
 	return nil
 }
 
@@ -178,7 +241,7 @@ func (o *Options) Run(ctx context.Context) error {
 // check runs one round of checks. It returns the report, if the cluster
 // could be reached, and the report's error.
 func (o *Options) check(ctx context.Context) (*Report, error) {
-	if err := o.reachable(ctx); err != nil {
+	if err := reachable(ctx, o.kube); err != nil {
 		return nil, err
 	}
 	r := Collect(ctx, o.newEnv(), o.Checkers)
@@ -187,8 +250,8 @@ func (o *Options) check(ctx context.Context) (*Report, error) {
 
 // reachable returns an error when the API server cannot be reached at all,
 // so that the report does not repeat a connection error in every check.
-func (o *Options) reachable(ctx context.Context) error {
-	_, err := o.kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
+func reachable(ctx context.Context, kube kubernetes.Interface) error {
+	_, err := kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
 	var status apierrors.APIStatus
 	if err == nil || errors.As(err, &status) {
 		return nil

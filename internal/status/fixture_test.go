@@ -1,7 +1,9 @@
 package status
 
 import (
+	"context"
 	"io"
+	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -13,14 +15,18 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/names"
@@ -128,6 +134,21 @@ func (f fakeFactory) KubeClient() (kubernetes.Interface, error)        { return 
 func (f fakeFactory) Client() (client.Client, error)                   { return f.client, nil }
 func (f fakeFactory) HelmConfig(string) (*action.Configuration, error) { return f.helm, nil }
 
+// listServedKinds fails to list offload.io kinds whose CRD the fixture
+// lacks, as the REST mapper of a real client does.
+func (f *fixture) listServedKinds(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+	gvk, err := apiutil.GVKForObject(list, c.Scheme())
+	if err != nil {
+		return err
+	}
+	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
+	gvr, _ := meta.UnsafeGuessKindToResource(gvk)
+	if gvk.Group == offloadv1alpha1.GroupVersion.Group && f.crds[gvr.Resource+"."+gvk.Group] == nil {
+		return &meta.NoKindMatchError{GroupKind: gvk.GroupKind(), SearchedVersions: []string{gvk.Version}}
+	}
+	return c.List(ctx, list, opts...)
+}
+
 // factory returns a Factory whose clients hold the fixture: a client-go
 // fake, a controller-runtime fake and Helm's in-memory release storage.
 func (f *fixture) factory(t *testing.T) factory.Factory {
@@ -156,16 +177,10 @@ func (f *fixture) factory(t *testing.T) factory.Factory {
 	for _, crd := range f.crds {
 		crds = append(crds, crd)
 	}
-	c := crfake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(crds...).Build()
+	c := crfake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(crds...).
+		WithInterceptorFuncs(interceptor.Funcs{List: f.listServedKinds}).Build()
 
-	mem := driver.NewMemory()
-	mem.SetNamespace(testNamespace)
-	helm := &action.Configuration{
-		Releases:     storage.Init(mem),
-		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
-		Capabilities: chartutil.DefaultCapabilities,
-		Log:          func(string, ...any) {},
-	}
+	helm := memoryHelm()
 	if f.installed {
 		ch, err := charts.Load(testVersion)
 		if err != nil {
@@ -178,4 +193,17 @@ func (f *fixture) factory(t *testing.T) factory.Factory {
 		}
 	}
 	return fakeFactory{kube: f.kube, client: c, helm: helm}
+}
+
+// memoryHelm returns a Helm configuration whose releases are kept in memory,
+// without any.
+func memoryHelm() *action.Configuration {
+	mem := driver.NewMemory()
+	mem.SetNamespace(testNamespace)
+	return &action.Configuration{
+		Releases:     storage.Init(mem),
+		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
+		Capabilities: chartutil.DefaultCapabilities,
+		Log:          func(string, ...any) {},
+	}
 }

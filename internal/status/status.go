@@ -1,5 +1,6 @@
 // Package status checks the health of a kubectl-offload installation and
-// renders the result as a table, JSON or YAML (`kubectl offload status`).
+// renders the result as a table, JSON or YAML (`kubectl offload status`),
+// and shows one peer in detail (`kubectl offload status peer NAME`).
 //
 // Each section of the report comes from one Checker. Checkers share an Env,
 // which holds the clients and caches what several of them read, such as the
@@ -10,6 +11,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +42,7 @@ func DefaultCheckers() []Checker {
 		identityChecker{},
 		networkChecker{},
 		endpointsChecker{},
+		peersChecker{},
 	}
 }
 
@@ -73,6 +76,10 @@ type Env struct {
 	// Helm reads the installed Helm release.
 	Helm Helm
 
+	// clock returns the current time, against which ages and expiries are
+	// shown; nil means time.Now.
+	clock func() time.Time
+
 	release     *Release
 	releaseErr  error
 	releaseRead bool
@@ -87,6 +94,14 @@ type deploymentLookup struct {
 // NewEnv returns an Env for the installation in namespace.
 func NewEnv(kube kubernetes.Interface, c client.Client, helm Helm, namespace string) *Env {
 	return &Env{Kube: kube, Client: c, Helm: helm, Namespace: namespace}
+}
+
+// now returns the current time of the Env's clock.
+func (e *Env) now() time.Time {
+	if e.clock == nil {
+		return time.Now()
+	}
+	return e.clock()
 }
 
 // Release returns the installed offload release, or nil when it is not

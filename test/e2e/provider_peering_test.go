@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,6 +211,44 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 	})
 	if err != nil {
 		t.Errorf("tenant or tenant namespace %s left after unpeer: %v", ns, err)
+	}
+
+	// Two consumers racing with one single-use token: exactly one peers.
+	if err := json.Unmarshal([]byte(mustOffload(t, c, "peer", "generate", "-o", "json")), &cmd); err != nil {
+		t.Fatal(err)
+	}
+	racers := []peer.PeerRequest{
+		{Token: cmd.AuthToken, ClusterID: "0f0e0d0c-0b0a-4908-8706-0504030201aa", ClusterName: "racer-a", ProviderClusterID: cmd.ClusterID},
+		{Token: cmd.AuthToken, ClusterID: "0f0e0d0c-0b0a-4908-8706-0504030201bb", ClusterName: "racer-b", ProviderClusterID: cmd.ClusterID},
+	}
+	codes := make([]int, len(racers))
+	answers := make([]peer.PeerResponse, len(racers))
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			b, _ := json.Marshal(racers[i])
+			r, err := hc.Post(cmd.AuthURL+peer.PeerPath, "application/json", bytes.NewReader(b))
+			if err != nil {
+				return
+			}
+			defer r.Body.Close()
+			codes[i] = r.StatusCode
+			_ = json.NewDecoder(r.Body).Decode(&answers[i])
+		})
+	}
+	wg.Wait()
+	winners := 0
+	for i, code := range codes {
+		if code == http.StatusOK {
+			winners++
+			// Leave nothing behind.
+			if code := post(t, hc, cmd.AuthURL+peer.UnpeerPath, answers[i].Credentials.Token, peer.RefreshRequest{ClusterID: racers[i].ClusterID}, nil); code != http.StatusOK {
+				t.Errorf("POST /v1/unpeer for %s: %d", racers[i].ClusterName, code)
+			}
+		}
+	}
+	if winners != 1 || codes[0]+codes[1] != http.StatusOK+http.StatusUnauthorized {
+		t.Errorf("two concurrent uses of one single-use token answered %v, want one 200 and one 401", codes)
 	}
 }
 
