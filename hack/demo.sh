@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The demo: two local clusters, consumer and provider, each with a real node
-# (kubelet + containerd) beside kwok fake nodes, and kubectl-offload installed
-# on both, its agent running as real pods. Everything it needs is built on
-# the first run. The clusters keep running; `make clusters-down` removes them.
+# (kubelet + containerd) beside kwok fake nodes, kubectl-offload installed on
+# both with its agent running as real pods, and the consumer peered with the
+# provider through the command peer generate prints. Everything it needs is
+# built on the first run. The clusters keep running; `make clusters-down`
+# removes them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
@@ -16,14 +18,32 @@ OFFLOAD="${ROOT}/bin/kubectl-offload"
 AGENT=(--set image.repository=registry.local/offload/offload-agent --set image.tag=test --set image.pullPolicy=Never
   --set 'controllerManager.nodeSelector.offload\.io/test-node=real' --set 'auth.nodeSelector.offload\.io/test-node=real')
 
-while read -r name kubeconfig; do
+declare -A KUBECONFIGS
+while read -r name kubeconfig apiserver; do
   echo
   echo "== ${name} (export KUBECONFIG=${kubeconfig})"
+  KUBECONFIGS[${name}]="${kubeconfig}"
   "${KUBECTL}" --kubeconfig "${kubeconfig}" get nodes -o wide
-  "${OFFLOAD}" --kubeconfig "${kubeconfig}" install --cluster-name "${name}" "${AGENT[@]}"
+  # The API server as the other cluster's pods reach it.
+  "${OFFLOAD}" --kubeconfig "${kubeconfig}" install --cluster-name "${name}" --api-server-url "${apiserver}" "${AGENT[@]}"
+  "${OFFLOAD}" --kubeconfig "${kubeconfig}" status --wait --timeout 3m >/dev/null
   "${KUBECTL}" --kubeconfig "${kubeconfig}" -n offload-system get pods -o wide
-  "${OFFLOAD}" --kubeconfig "${kubeconfig}" status
 done < <(go run ./hack/local-clusters up consumer provider)
+
+CONSUMER="${KUBECONFIGS[consumer]}"
+PROVIDER="${KUBECONFIGS[provider]}"
 echo
-echo "Try: ${OFFLOAD} --kubeconfig .cache/clusters/clusters/consumer/kubeconfig.yaml status"
+echo "== peering: the provider prints a command, the consumer runs it"
+if "${KUBECTL}" --kubeconfig "${CONSUMER}" get foreigncluster provider >/dev/null 2>&1; then
+  echo "(already peered)"
+else
+  command="$("${OFFLOAD}" --kubeconfig "${PROVIDER}" peer generate)"
+  echo "${command}" | sed -E 's/(--auth-token )[^ ]+/\1<redacted>/'
+  read -ra args <<<"${command#kubectl offload }"
+  "${OFFLOAD}" --kubeconfig "${CONSUMER}" "${args[@]}"
+fi
+"${KUBECTL}" --kubeconfig "${CONSUMER}" get nodes
+"${OFFLOAD}" --kubeconfig "${CONSUMER}" status
+echo
+echo "Try: ${OFFLOAD} --kubeconfig ${CONSUMER} status peer provider"
 echo "Stop the clusters with: make clusters-down"

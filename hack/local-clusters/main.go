@@ -1,6 +1,7 @@
 // Command local-clusters starts and stops named local clusters for
 // developers and the demo (make clusters-up / clusters-down). The clusters
-// keep running after it exits; their kubeconfigs are printed.
+// keep running after it exits. For each it prints a line: the name, the
+// kubeconfig and the API server URL its peers use (tab-separated).
 //
 //	go run ./hack/local-clusters up [--fake-nodes N] [--real-node=false] [NAME ...]   (default: consumer provider)
 //	go run ./hack/local-clusters down [NAME ...]                  (default: every cluster)
@@ -97,7 +98,7 @@ func up(ctx context.Context, env *framework.Env, names []string, o framework.Clu
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s\t%s\n", c.Name, c.Kubeconfig)
+		fmt.Printf("%s\t%s\t%s\n", c.Name, c.Kubeconfig, c.PeerAPIServerURL())
 	}
 	return nil
 }

@@ -353,7 +353,21 @@ func (e *Env) Open(ctx context.Context, name string) (*Cluster, error) {
 	if _, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
 		return nil, fmt.Errorf("cluster %s does not answer: %w", name, err)
 	}
+	if node, err := loadRealNode(e.nodeDir(name)); err == nil {
+		c.Node = node
+	}
 	return c, nil
+}
+
+// PeerAPIServerURL is the API server URL the cluster's peers use: through
+// the real node's host address when it has one, which pods on other
+// clusters' real nodes can reach, else the kubeconfig's loopback URL.
+func (c *Cluster) PeerAPIServerURL() string {
+	if c.Node == nil {
+		return c.Config.Host
+	}
+	u := c.Config.Host
+	return "https://" + c.Node.HostIP + ":" + u[strings.LastIndex(u, ":")+1:]
 }
 
 // Names returns the names of the clusters in the Env.

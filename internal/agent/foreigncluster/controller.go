@@ -210,11 +210,14 @@ func (r *Reconciler) authenticated(ctx context.Context, fc *offloadv1alpha1.Fore
 		}
 	}
 	fc.Status = *status
-	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
-		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionTrue, Reason: ReasonAuthenticated,
-		Message: "the provider issued credentials, kept in Secret " + kubeconfig.Name, ObservedGeneration: fc.Generation,
-	})
-	fc.Status.Auth = offloadv1alpha1.PhaseEstablished
+	// A failed renewal stands until a renewal succeeds (rotate).
+	if !renewalFailed(fc) {
+		meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+			Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionTrue, Reason: ReasonAuthenticated,
+			Message: "the provider issued credentials, kept in Secret " + kubeconfig.Name, ObservedGeneration: fc.Generation,
+		})
+		fc.Status.Auth = offloadv1alpha1.PhaseEstablished
+	}
 	if expiry, _, err := credentialTimes(kubeconfig); err == nil {
 		fc.Status.CredentialExpiry = &metav1.Time{Time: expiry}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -17,9 +18,21 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 )
 
-// ReasonCredentialsRefused is the reason of Authenticated=False when the
-// provider refuses to renew the credentials.
-const ReasonCredentialsRefused = "CredentialsRefused"
+// Reasons of Authenticated=False once the credentials could not be renewed.
+// Only a successful renewal, or peering again, sets Authenticated back to True.
+const (
+	// ReasonCredentialsRefused: the provider refused to renew them.
+	ReasonCredentialsRefused = "CredentialsRefused"
+	// ReasonCredentialsExpired: they expired before they could be renewed.
+	ReasonCredentialsExpired = "CredentialsExpired"
+)
+
+// renewalFailed reports whether fc's Authenticated condition says the
+// credentials could not be renewed.
+func renewalFailed(fc *offloadv1alpha1.ForeignCluster) bool {
+	c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated)
+	return c != nil && c.Status == metav1.ConditionFalse && (c.Reason == ReasonCredentialsRefused || c.Reason == ReasonCredentialsExpired)
+}
 
 // refreshAt is the share of a credential's lifetime after which the agent
 // renews it: a third of the lifetime is left to retry failures in.
@@ -52,8 +65,12 @@ func refreshTime(issued, expiry time.Time) time.Time {
 }
 
 // retryDelay is how long to wait before retrying a failed renewal of
-// credentials expiring at expiry: a tenth of what is left, within bounds.
+// credentials expiring at expiry: a tenth of what is left, within bounds,
+// and the longest wait once they have expired.
 func retryDelay(expiry, now time.Time) time.Duration {
+	if !now.Before(expiry) {
+		return maxRefreshRetry
+	}
 	return min(max(expiry.Sub(now)/10, minRefreshRetry), maxRefreshRetry)
 }
 
@@ -103,7 +120,17 @@ func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offload
 		delay := retryDelay(expiry, now)
 		logger.Info("Cannot renew the credentials yet; retrying", "foreignCluster", klog.KObj(fc), "error", err.Error(),
 			"expiration", expiry, "retryAfter", delay)
+		if now.After(expiry) {
+			msg := fmt.Sprintf("the credentials expired at %s before they could be renewed (%v); the agent keeps trying: check that the provider's auth service at %s is reachable, or run kubectl offload unpeer %s and peer again",
+				expiry.UTC().Format(time.RFC3339), err, fc.Spec.AuthURL, fc.Name)
+			return ctrl.Result{RequeueAfter: delay}, r.setFailed(ctx, fc, ReasonCredentialsExpired, msg)
+		}
 		return ctrl.Result{RequeueAfter: delay}, nil
+	}
+	if !resp.Credentials.ExpirationTimestamp.After(time.Now()) {
+		logger.Info("The provider renewed the credentials with an expiry in the past; retrying", "foreignCluster", klog.KObj(fc),
+			"expiration", resp.Credentials.ExpirationTimestamp)
+		return ctrl.Result{RequeueAfter: retryDelay(expiry, now)}, nil
 	}
 	fresh, err := r.kubeconfigSecret(fc, resp.Credentials)
 	if err != nil {
@@ -119,10 +146,16 @@ func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offload
 	seen := metav1.Now()
 	fc.Status.LastSeen = &seen
 	fc.Status.CredentialExpiry = &metav1.Time{Time: resp.Credentials.ExpirationTimestamp}
+	fc.Status.Auth = offloadv1alpha1.PhaseEstablished
+	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionTrue, Reason: ReasonAuthenticated,
+		Message: "the provider renewed the credentials, kept in Secret " + kubeconfig.Name, ObservedGeneration: fc.Generation,
+	})
 	if err := r.Client.Status().Update(ctx, fc); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating the status: %w", err)
 	}
-	return ctrl.Result{RequeueAfter: time.Until(refreshTime(time.Now(), resp.Credentials.ExpirationTimestamp))}, nil
+	next := time.Until(refreshTime(time.Now(), resp.Credentials.ExpirationTimestamp))
+	return ctrl.Result{RequeueAfter: max(next, minRefreshRetry)}, nil
 }
 
 // authClient returns a client of the auth service of fc.

@@ -226,11 +226,17 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 		c := p.condition(ctx, offloadv1alpha1.ConditionVirtualNodeReady)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonProviderUnreachable
 	})
+	eventually(t, "the node turns NotReady while the provider does not answer", func(ctx context.Context) bool {
+		return nodeReadyStatus(ctx, p) == corev1.ConditionFalse
+	})
 	p.offer.ResourceVersion = ""
 	mustCreate(t, p.admin, p.offer)
 	eventually(t, "VirtualNodeReady is True again once the ping succeeds", func(ctx context.Context) bool {
 		c := p.condition(ctx, offloadv1alpha1.ConditionVirtualNodeReady)
 		return c != nil && c.Status == metav1.ConditionTrue
+	})
+	eventually(t, "the node is Ready again", func(ctx context.Context) bool {
+		return nodeReadyStatus(ctx, p) == corev1.ConditionTrue
 	})
 
 	// The peering goes away.
@@ -250,4 +256,18 @@ func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 	if err := c.Create(context.Background(), obj); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// nodeReadyStatus returns the status of the virtual node's Ready condition.
+func nodeReadyStatus(ctx context.Context, p *peering) corev1.ConditionStatus {
+	n, err := p.node(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
 }

@@ -44,12 +44,13 @@ type offerProvider struct {
 	resources corev1.ResourceList
 }
 
-// Ping reads the ResourceOffer: the tenant identity may not read /readyz,
-// and a provider that serves the offer is one that can run pods.
-func (p *offerProvider) Ping(ctx context.Context) error {
-	_, err := p.read(ctx)
-	return err
-}
+// Ping always succeeds: the provider's reachability is the node's Ready
+// condition, which the run loop sets through NotifyNodeStatus every poll
+// interval. virtual-kubelet writes no node status while Ping fails, so a
+// failing Ping would hold back both the NotReady status during an outage
+// (leaving it to kube-controller-manager's grace period) and the Ready one
+// after it (until the next periodic status update, a minute later).
+func (p *offerProvider) Ping(context.Context) error { return nil }
 
 // NotifyNodeStatus keeps cb; the run loop calls it when the offer or the
 // provider's reachability changes.
