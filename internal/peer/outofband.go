@@ -358,13 +358,17 @@ func (o *OutOfBandOptions) wait(ctx context.Context) error {
 // *ConditionFailedError when it is False.
 func (o *OutOfBandOptions) waitCondition(ctx context.Context, condition string) error {
 	var failed error
+	pending := "" // what the agent last said while pending
 	err := waitForeignCluster(ctx, o.client, o.Args.Name, o.pollInterval, func(fc *offloadv1alpha1.ForeignCluster) (bool, error) {
 		if fc == nil {
 			return false, nil // not in the cache yet
 		}
 		c := meta.FindStatusCondition(fc.Status.Conditions, condition)
 		switch {
-		case c == nil || c.Status == metav1.ConditionUnknown:
+		case c == nil:
+			return false, nil
+		case c.Status == metav1.ConditionUnknown:
+			pending = c.Message
 			return false, nil
 		case c.Status == metav1.ConditionTrue:
 			return true, nil
@@ -374,6 +378,9 @@ func (o *OutOfBandOptions) waitCondition(ctx context.Context, condition string) 
 	})
 	if failed != nil {
 		return failed
+	}
+	if err != nil && pending != "" {
+		return fmt.Errorf("is still pending after %s (--timeout): %s", o.Timeout, pending)
 	}
 	if err != nil {
 		return fmt.Errorf("is still pending after %s (--timeout)", o.Timeout)

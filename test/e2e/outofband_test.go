@@ -99,7 +99,8 @@ func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := generate(t, provider)
 			tc.edit(&a)
-			errOut, err := outOfBand(t, consumer, a, "--timeout", "45s")
+			// An unreachable URL keeps the agent retrying until --timeout.
+			errOut, err := outOfBand(t, consumer, a, "--timeout", "20s")
 			if err == nil || !strings.Contains(strings.ToLower(errOut), strings.ToLower(tc.want)) {
 				t.Errorf("peer out-of-band with %s: err=%v, stderr %q; want a failure mentioning %q", tc.name, err, errOut, tc.want)
 			}

@@ -167,8 +167,11 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 		// 4xx: the same token will not do better; wait for a new one.
 		return ctrl.Result{RequeueAfter: refusedRetryInterval}, nil
 	case err != nil:
-		return ctrl.Result{}, errors.Join(r.setFailed(ctx, fc, ReasonUnreachable,
-			fmt.Sprintf("cannot reach the auth service at %s: %v; check that --auth-url is reachable from this cluster", fc.Spec.AuthURL, err)), err)
+		// Often transient (a NodePort kube-proxy has not programmed yet, a
+		// provider restarting): Unknown, so that peer --wait keeps waiting
+		// while the agent retries with backoff, and shows this on timeout.
+		return ctrl.Result{}, errors.Join(r.setPending(ctx, fc, ReasonUnreachable,
+			fmt.Sprintf("cannot reach the auth service at %s: %v; retrying; check that --auth-url is reachable from this cluster", fc.Spec.AuthURL, err)), err)
 	}
 	if resp.ClusterID != "" && resp.ClusterID != fc.Spec.ClusterID {
 		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, peer.ReasonWrongCluster, fmt.Sprintf(
@@ -227,6 +230,19 @@ func (r *Reconciler) authenticated(ctx context.Context, fc *offloadv1alpha1.Fore
 	default:
 		fc.Status.Role = offloadv1alpha1.RoleConsumer
 	}
+	if err := r.Client.Status().Update(ctx, fc); err != nil {
+		return fmt.Errorf("updating the status: %w", err)
+	}
+	return nil
+}
+
+// setPending sets Authenticated=Unknown with reason and message, and auth Pending.
+func (r *Reconciler) setPending(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, reason, message string) error {
+	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionUnknown, Reason: reason,
+		Message: message, ObservedGeneration: fc.Generation,
+	})
+	fc.Status.Auth = offloadv1alpha1.PhasePending
 	if err := r.Client.Status().Update(ctx, fc); err != nil {
 		return fmt.Errorf("updating the status: %w", err)
 	}

@@ -266,8 +266,8 @@ func TestAnUnreachableAuthServiceIsReportedAndRetried(t *testing.T) {
 		t.Error("Reconcile succeeded, want an error so that it is retried with backoff")
 	}
 	c := authenticated(t, e.foreignCluster(t, name))
-	if c.Status != metav1.ConditionFalse || c.Reason != ReasonUnreachable || strings.Contains(c.Message, testSecret) {
-		t.Errorf("Authenticated = %+v, want False Unreachable", c)
+	if c.Status != metav1.ConditionUnknown || c.Reason != ReasonUnreachable || strings.Contains(c.Message, testSecret) {
+		t.Errorf("Authenticated = %+v, want Unknown Unreachable: pending while the agent retries", c)
 	}
 }
 
