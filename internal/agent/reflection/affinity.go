@@ -1,0 +1,293 @@
+package reflection
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Node-placement rules.
+//
+// Keys "about the virtual node" are the offload.io/ ones, the
+// virtual-kubelet convention "type", and kubernetes.io/hostname (and the
+// metadata.name field): on the consumer they can only have been satisfied
+// by the virtual node, and on the provider they name nothing that exists.
+//
+// A required node affinity is an OR of terms, each an AND of expressions.
+// Dropping expressions naively would widen placement: with the terms
+// {type NotIn virtual-node} OR {type In virtual-node, zone In a}, the first
+// becomes empty and, read as "anywhere", would cancel the zone the user asked
+// for on remote nodes. So RemotePod first drops the terms the virtual node
+// does not satisfy (they are about local nodes), then strips the
+// virtual-node expressions from the rest. A term left empty was satisfied by
+// the virtual node alone, so the pod may go anywhere on the provider and the
+// required affinity is dropped. When no term matches the virtual node the pod
+// should not be there at all, and RemotePod refuses it, as a kubelet's
+// admission would. Preferred terms follow the same rules; emptied ones are
+// dropped.
+
+// isVirtualNodeKey reports whether a node label key is about virtual nodes.
+func isVirtualNodeKey(key string) bool {
+	return isOffloadKey(key) || key == corev1.LabelHostname || key == virtualKubeletTypeLabel
+}
+
+// unreachableTaints are the taints whose tolerations the webhook adds for
+// virtual-node partitions.
+var unreachableTaints = []string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady}
+
+// remoteTolerations drops the tolerations that only make sense for the
+// virtual node. A toleration without a key (tolerate everything) is kept.
+func remoteTolerations(in []corev1.Toleration) []corev1.Toleration {
+	var out []corev1.Toleration
+	for _, t := range in {
+		if isOffloadKey(t.Key) || t.Key == virtualKubeletTolerationKey || slices.Contains(unreachableTaints, t.Key) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// remoteNodeSelector drops the selector keys about virtual nodes.
+func remoteNodeSelector(in map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range in {
+		if isVirtualNodeKey(k) {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// remoteTopologySpread drops spread constraints over offload.io/ topology
+// keys, which provider nodes do not carry.
+func remoteTopologySpread(in []corev1.TopologySpreadConstraint) []corev1.TopologySpreadConstraint {
+	var out []corev1.TopologySpreadConstraint
+	for _, c := range in {
+		if isOffloadKey(c.TopologyKey) {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// virtualNode is what RemotePod knows of the node the pod is bound to.
+type virtualNode struct {
+	name   string
+	labels map[string]string
+	// exact is false when labels are assumed: expressions on unknown
+	// offload.io/ keys are then taken as satisfied.
+	exact bool
+}
+
+func newVirtualNode(local *corev1.Pod, o Origin) virtualNode {
+	if o.VirtualNodeLabels != nil {
+		return virtualNode{name: local.Spec.NodeName, labels: o.VirtualNodeLabels, exact: true}
+	}
+	labels := map[string]string{
+		VirtualNodeTypeLabel:    VirtualNodeTypeValue,
+		virtualKubeletTypeLabel: "virtual-kubelet",
+	}
+	if local.Spec.NodeName != "" {
+		labels[corev1.LabelHostname] = local.Spec.NodeName
+	}
+	return virtualNode{name: local.Spec.NodeName, labels: labels}
+}
+
+// matches reports whether the virtual node satisfies the virtual-node
+// expressions and fields of term; the other expressions are not judged.
+func (n virtualNode) matches(term corev1.NodeSelectorTerm) bool {
+	for _, e := range term.MatchExpressions {
+		if !isVirtualNodeKey(e.Key) {
+			continue
+		}
+		value, present := n.labels[e.Key]
+		if !present && !n.exact && e.Key != VirtualNodeTypeLabel && e.Key != virtualKubeletTypeLabel {
+			continue // unknown without the node's labels: assume satisfied
+		}
+		if !requirementHolds(e.Operator, e.Values, value, present) {
+			return false
+		}
+	}
+	for _, f := range term.MatchFields {
+		if n.name == "" {
+			continue
+		}
+		if f.Key == "metadata.name" && !requirementHolds(f.Operator, f.Values, n.name, true) {
+			return false
+		}
+	}
+	return true
+}
+
+// requirementHolds evaluates one node selector requirement against a label.
+func requirementHolds(op corev1.NodeSelectorOperator, values []string, value string, present bool) bool {
+	switch op {
+	case corev1.NodeSelectorOpIn:
+		return present && slices.Contains(values, value)
+	case corev1.NodeSelectorOpNotIn:
+		return !present || !slices.Contains(values, value)
+	case corev1.NodeSelectorOpExists:
+		return present
+	case corev1.NodeSelectorOpDoesNotExist:
+		return !present
+	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
+		if !present || len(values) != 1 {
+			return false
+		}
+		have, err1 := strconv.ParseInt(value, 10, 64)
+		want, err2 := strconv.ParseInt(values[0], 10, 64)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		if op == corev1.NodeSelectorOpGt {
+			return have > want
+		}
+		return have < want
+	}
+	return false
+}
+
+// stripTerm returns term without its virtual-node expressions and fields.
+func stripTerm(term corev1.NodeSelectorTerm) corev1.NodeSelectorTerm {
+	var out corev1.NodeSelectorTerm
+	for _, e := range term.MatchExpressions {
+		if !isVirtualNodeKey(e.Key) {
+			out.MatchExpressions = append(out.MatchExpressions, e)
+		}
+	}
+	return out
+}
+
+// translateAffinity applies the node-placement rules, and keeps only the pod
+// (anti-)affinity terms that can mean the same thing on the provider.
+func translateAffinity(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error {
+	a := spec.Affinity
+	if a == nil {
+		return nil
+	}
+	if a.NodeAffinity != nil {
+		na, err := remoteNodeAffinity(a.NodeAffinity, newVirtualNode(local, o))
+		if err != nil {
+			return err
+		}
+		a.NodeAffinity = na
+	}
+	if a.PodAffinity != nil {
+		a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = remotePodTerms(
+			a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, local.Namespace, o.TwinNamespace)
+		a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution = remoteWeightedPodTerms(
+			a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution, local.Namespace, o.TwinNamespace)
+		if len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) == 0 &&
+			len(a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 {
+			a.PodAffinity = nil
+		}
+	}
+	if a.PodAntiAffinity != nil {
+		a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = remotePodTerms(
+			a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, local.Namespace, o.TwinNamespace)
+		a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution = remoteWeightedPodTerms(
+			a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution, local.Namespace, o.TwinNamespace)
+		if len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) == 0 &&
+			len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 {
+			a.PodAntiAffinity = nil
+		}
+	}
+	if a.NodeAffinity == nil && a.PodAffinity == nil && a.PodAntiAffinity == nil {
+		spec.Affinity = nil
+	}
+	return nil
+}
+
+// remoteNodeAffinity applies the node-placement rules to na; nil means no
+// node affinity is left.
+func remoteNodeAffinity(na *corev1.NodeAffinity, vn virtualNode) (*corev1.NodeAffinity, error) {
+	if req := na.RequiredDuringSchedulingIgnoredDuringExecution; req != nil {
+		var kept []corev1.NodeSelectorTerm
+		matched, emptied := false, false
+		for _, t := range req.NodeSelectorTerms {
+			if !vn.matches(t) {
+				continue
+			}
+			matched = true
+			s := stripTerm(t)
+			if len(s.MatchExpressions) == 0 {
+				emptied = true
+				break
+			}
+			kept = append(kept, s)
+		}
+		switch {
+		case len(req.NodeSelectorTerms) == 0 || emptied:
+			na.RequiredDuringSchedulingIgnoredDuringExecution = nil
+		case !matched:
+			return nil, &NotOffloadableError{Reasons: []string{
+				fmt.Sprintf("its required node affinity excludes virtual node %q", vn.name)}}
+		default:
+			req.NodeSelectorTerms = kept
+		}
+	}
+	var prefs []corev1.PreferredSchedulingTerm
+	for _, p := range na.PreferredDuringSchedulingIgnoredDuringExecution {
+		if !vn.matches(p.Preference) {
+			continue
+		}
+		s := stripTerm(p.Preference)
+		if len(s.MatchExpressions) == 0 {
+			continue
+		}
+		prefs = append(prefs, corev1.PreferredSchedulingTerm{Weight: p.Weight, Preference: s})
+	}
+	na.PreferredDuringSchedulingIgnoredDuringExecution = prefs
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil && len(prefs) == 0 {
+		return nil, nil
+	}
+	return na, nil
+}
+
+// remotePodTerm rewrites a pod (anti-)affinity term for the twin namespace.
+// Terms that select pods of other namespaces (a namespaceSelector, or
+// namespaces other than the pod's own) would select unrelated provider pods,
+// and offload.io/ topology keys are missing on provider nodes: such terms are
+// dropped, which can only widen placement.
+func remotePodTerm(t corev1.PodAffinityTerm, localNS, twinNS string) (corev1.PodAffinityTerm, bool) {
+	if t.NamespaceSelector != nil || isOffloadKey(t.TopologyKey) {
+		return t, false
+	}
+	for _, ns := range t.Namespaces {
+		if ns != localNS {
+			return t, false
+		}
+	}
+	if len(t.Namespaces) > 0 {
+		t.Namespaces = []string{twinNS}
+	}
+	return t, true
+}
+
+func remotePodTerms(in []corev1.PodAffinityTerm, localNS, twinNS string) []corev1.PodAffinityTerm {
+	var out []corev1.PodAffinityTerm
+	for _, t := range in {
+		if rt, ok := remotePodTerm(t, localNS, twinNS); ok {
+			out = append(out, rt)
+		}
+	}
+	return out
+}
+
+func remoteWeightedPodTerms(in []corev1.WeightedPodAffinityTerm, localNS, twinNS string) []corev1.WeightedPodAffinityTerm {
+	var out []corev1.WeightedPodAffinityTerm
+	for _, w := range in {
+		if rt, ok := remotePodTerm(w.PodAffinityTerm, localNS, twinNS); ok {
+			out = append(out, corev1.WeightedPodAffinityTerm{Weight: w.Weight, PodAffinityTerm: rt})
+		}
+	}
+	return out
+}

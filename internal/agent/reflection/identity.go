@@ -1,0 +1,56 @@
+package reflection
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+// IsReflection reports whether obj was reflected by the consumer clusterID.
+func IsReflection(obj metav1.Object, clusterID string) bool {
+	return clusterID != "" && obj.GetLabels()[offloadv1alpha1.LabelOriginClusterID] == clusterID
+}
+
+// IsRemoteOf returns the UID of the consumer pod that remote reflects, and
+// whether remote is a reflection of a pod of consumer clusterID at all.
+// A pod with the cluster label but no pod UID label is not claimed.
+func IsRemoteOf(remote *corev1.Pod, clusterID string) (types.UID, bool) {
+	if !IsReflection(remote, clusterID) {
+		return "", false
+	}
+	uid := remote.Labels[offloadv1alpha1.LabelOriginPodUID]
+	if uid == "" {
+		return "", false
+	}
+	return types.UID(uid), true
+}
+
+// Orphans returns the remote pods of consumer clusterID whose consumer pod
+// is not among localUIDs, sorted by namespace and name. Pods of other
+// consumers, pods that cannot be attributed and pods already terminating are
+// never returned. localUIDs must come from a full list of the consumer's pods
+// taken after remotes was listed (DESIGN "Failure policy"), or a pod created
+// in between would look orphaned.
+func Orphans(remotes []corev1.Pod, localUIDs sets.Set[types.UID], clusterID string) []corev1.Pod {
+	var out []corev1.Pod
+	for i := range remotes {
+		r := &remotes[i]
+		uid, ok := IsRemoteOf(r, clusterID)
+		if !ok || r.DeletionTimestamp != nil || localUIDs.Has(uid) {
+			continue
+		}
+		out = append(out, *r.DeepCopy())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}

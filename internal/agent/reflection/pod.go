@@ -1,0 +1,177 @@
+package reflection
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+// RemotePod builds the pod that runs local on the provider: same name, in
+// o.TwinNamespace, labelled with the origin cluster ID and the local pod's UID.
+//
+// The spec is a deep copy of local's, minus what cannot apply on the provider:
+//   - nodeName, schedulingGates and ephemeral containers;
+//   - node selectors, node affinity, pod affinity and topology spread
+//     constraints about virtual nodes (see the affinity rules in affinity.go);
+//   - tolerations of offload.io/ and virtual-kubelet taints, and of
+//     node.kubernetes.io/unreachable and not-ready: those protect the pod
+//     from virtual-node partitions (DESIGN "Failure policy"); on the provider
+//     its DefaultTolerationSeconds admission gives the usual 300 s, so a dead
+//     provider node still frees the pod for its consumer-side controller;
+//   - schedulerName, priorityClassName, priority, preemptionPolicy and
+//     overhead: the provider may have no such scheduler or PriorityClass,
+//     and its admission recomputes the others (and rejects stale ones);
+//   - readinessGates: the consumer's controllers set those conditions on the
+//     local pod, and LocalStatus folds them into the local Ready condition;
+//   - the service account: the pod runs as the provider's "default" account
+//     with automountServiceAccountToken=false, so the provider never mounts a
+//     provider token. The kube-api-access-* volume and its mounts are dropped,
+//     or, when o.ServiceAccountTokenSecret is set, rewritten to read the
+//     reflected consumer token, CA and namespace from that Secret.
+//
+// It keeps containers and init containers with their resources, env,
+// probes, lifecycle and securityContext, restartPolicy, DNS settings, the pod
+// securityContext, runtimeClassName (dropping it could run a sandboxed
+// workload unsandboxed) and volumes of ConfigMaps, Secrets, emptyDir,
+// downwardAPI and projections of those, under the same names: the object
+// reflectors copy them into the twin namespace.
+//
+// Pods that need the provider's nodes themselves (hostNetwork, hostPID,
+// hostIPC, hostPath volumes, hostPorts), or storage and devices that are not
+// reflected (PersistentVolumeClaims, resource claims, service-account tokens
+// of other audiences), get a *NotOffloadableError that lists every reason.
+//
+// RemotePod never modifies local, and its output depends only on its inputs.
+func RemotePod(local *corev1.Pod, o Origin) (*corev1.Pod, error) {
+	if reasons := notOffloadable(local); len(reasons) > 0 {
+		return nil, &NotOffloadableError{Reasons: reasons}
+	}
+	spec := local.Spec.DeepCopy()
+	if err := translateSpec(spec, local, o); err != nil {
+		return nil, err
+	}
+	remote := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: remotePodMeta(local, o),
+		Spec:       *spec,
+	}
+	return remote, nil
+}
+
+// remotePodMeta is the metadata of the remote pod of local. Owner references
+// and finalizers are left behind: the owners' UIDs do not exist on the
+// provider, whose garbage collector would delete the pod at once, and no
+// provider controller would ever remove a consumer finalizer.
+func remotePodMeta(local *corev1.Pod, o Origin) metav1.ObjectMeta {
+	labels := mergeLabels(local.Labels, o.originLabels())
+	labels[offloadv1alpha1.LabelOriginPodUID] = string(local.UID)
+	return metav1.ObjectMeta{
+		Name:        local.Name,
+		Namespace:   o.TwinNamespace,
+		Labels:      labels,
+		Annotations: remotePodAnnotations(local),
+	}
+}
+
+// remotePodAnnotations copies local's annotations, and records the origin
+// pod and the copied keys.
+func remotePodAnnotations(local *corev1.Pod) map[string]string {
+	out := make(map[string]string, len(local.Annotations)+2)
+	keys := make([]string, 0, len(local.Annotations))
+	for k, v := range local.Annotations {
+		if k == AnnotationOriginPod || k == AnnotationReflectedAnnotations {
+			continue
+		}
+		out[k] = v
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out[AnnotationOriginPod] = local.Namespace + "/" + local.Name
+	if len(keys) > 0 {
+		out[AnnotationReflectedAnnotations] = strings.Join(keys, ",")
+	}
+	return out
+}
+
+// notOffloadable lists why pod cannot run on a provider.
+func notOffloadable(pod *corev1.Pod) []string {
+	var reasons []string
+	if pod.Spec.HostNetwork {
+		reasons = append(reasons, "it uses hostNetwork")
+	}
+	if pod.Spec.HostPID {
+		reasons = append(reasons, "it uses hostPID")
+	}
+	if pod.Spec.HostIPC {
+		reasons = append(reasons, "it uses hostIPC")
+	}
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.HostPath != nil:
+			reasons = append(reasons, fmt.Sprintf("volume %q is a hostPath", v.Name))
+		case v.PersistentVolumeClaim != nil:
+			reasons = append(reasons, fmt.Sprintf("volume %q is a PersistentVolumeClaim, and claims are not reflected", v.Name))
+		case v.Projected != nil && !isServiceAccountVolume(v):
+			for _, s := range v.Projected.Sources {
+				if s.ServiceAccountToken != nil {
+					reasons = append(reasons, fmt.Sprintf("volume %q projects a service-account token with its own audience or path", v.Name))
+					break
+				}
+			}
+		}
+	}
+	if len(pod.Spec.ResourceClaims) > 0 {
+		reasons = append(reasons, "it uses resource claims, and claims are not reflected")
+	}
+	forEachContainer(&pod.Spec, func(c *corev1.Container) {
+		for _, p := range c.Ports {
+			if p.HostPort != 0 {
+				reasons = append(reasons, fmt.Sprintf("container %q uses hostPort %d", c.Name, p.HostPort))
+			}
+		}
+	})
+	return reasons
+}
+
+// translateSpec rewrites spec, a copy of local's, for the provider.
+func translateSpec(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error {
+	spec.NodeName = ""
+	spec.SchedulingGates = nil
+	spec.EphemeralContainers = nil
+	spec.SchedulerName = ""
+	spec.PriorityClassName = ""
+	spec.Priority = nil
+	spec.PreemptionPolicy = nil
+	spec.Overhead = nil
+	spec.ReadinessGates = nil
+	spec.ServiceAccountName = DefaultServiceAccount
+	spec.DeprecatedServiceAccount = DefaultServiceAccount
+	spec.AutomountServiceAccountToken = ptr.To(false)
+	spec.Tolerations = remoteTolerations(spec.Tolerations)
+	spec.NodeSelector = remoteNodeSelector(spec.NodeSelector)
+	if len(spec.NodeSelector) == 0 {
+		spec.NodeSelector = nil
+	}
+	if err := translateAffinity(spec, local, o); err != nil {
+		return err
+	}
+	spec.TopologySpreadConstraints = remoteTopologySpread(spec.TopologySpreadConstraints)
+	translateServiceAccountVolumes(spec, o.ServiceAccountTokenSecret)
+	return nil
+}
+
+// forEachContainer calls f on every init and app container of spec.
+func forEachContainer(spec *corev1.PodSpec, f func(*corev1.Container)) {
+	for i := range spec.InitContainers {
+		f(&spec.InitContainers[i])
+	}
+	for i := range spec.Containers {
+		f(&spec.Containers[i])
+	}
+}

@@ -1,0 +1,122 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+// PodMutator is the admission handler of the scheduling webhook: on pod
+// creation it reads the namespace's NamespaceOffloading and answers with
+// the JSON patch that Mutate implies. It allows every request, also when
+// it fails: a denial would block pod creation, which failurePolicy Ignore
+// is there to prevent, so a failure admits the pod unchanged with a
+// warning, as an unreachable webhook would.
+type PodMutator struct {
+	// Client reads NamespaceOffloadings, normally from the manager's cache.
+	Client client.Reader
+	// Reader reads them from the API server when Client has none (the
+	// cache has not started, or lags behind a new NamespaceOffloading).
+	// Optional.
+	Reader client.Reader
+	// Options give the toleration seconds and the logger.
+	Options Options
+
+	decoder admission.Decoder
+}
+
+// NewAdmissionWebhook returns the http.Handler that serves m, decoding pods
+// with scheme.
+func NewAdmissionWebhook(m *PodMutator, scheme *runtime.Scheme) *admission.Webhook {
+	m.decoder = admission.NewDecoder(scheme)
+	return &admission.Webhook{Handler: m}
+}
+
+var podResource = corev1.SchemeGroupVersion.WithResource("pods")
+
+// Handle implements admission.Handler.
+func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create || req.Resource.Group != podResource.Group ||
+		req.Resource.Resource != podResource.Resource || req.SubResource != "" {
+		return admission.Allowed("only pod creation is mutated")
+	}
+	log := m.Options.Logger.WithValues("pod", klog.KRef(req.Namespace, req.Name))
+	if m.decoder == nil {
+		return m.failed(log, errors.New("the pod mutator has no decoder: build it with NewAdmissionWebhook"))
+	}
+	pod := &corev1.Pod{}
+	if err := m.decoder.Decode(req, pod); err != nil {
+		return m.failed(log, fmt.Errorf("decoding the pod: %w", err))
+	}
+	// On creation the pod may carry no namespace; the request always does.
+	namespace := req.Namespace
+	log = m.Options.Logger.WithValues("pod", klog.KRef(namespace, podName(pod)))
+	no, err := m.namespaceOffloading(ctx, namespace)
+	if err != nil {
+		return m.failed(log, err)
+	}
+	if no == nil {
+		return admission.Allowed("the namespace is not offloaded")
+	}
+	if !Mutate(pod, no, m.Options) {
+		return admission.Allowed("the pod needs no change")
+	}
+	mutated, err := json.Marshal(pod)
+	if err != nil {
+		return m.failed(log, fmt.Errorf("encoding the mutated pod: %w", err))
+	}
+	resp := admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	log.V(2).Info("Mutated a pod for offloading", "strategy", no.Spec.PodOffloadingStrategy, "operations", len(resp.Patches))
+	return resp
+}
+
+// FailureWarning starts the warning of a pod admitted unchanged because
+// the webhook failed.
+const FailureWarning = "offload scheduling webhook: the pod was admitted without offloading tolerations and affinity"
+
+// failed admits the pod unchanged, with a warning for the user, and logs err.
+func (m *PodMutator) failed(log klog.Logger, err error) admission.Response {
+	log.Error(err, "Admitting a pod unchanged")
+	return admission.Allowed("").WithWarnings(FailureWarning + ": " + err.Error())
+}
+
+// namespaceOffloading returns the NamespaceOffloading of namespace, or nil
+// when there is none.
+func (m *PodMutator) namespaceOffloading(ctx context.Context, namespace string) (*offloadv1alpha1.NamespaceOffloading, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: offloadv1alpha1.NamespaceOffloadingName}
+	no := &offloadv1alpha1.NamespaceOffloading{}
+	err := m.Client.Get(ctx, key, no)
+	if err != nil && m.Reader != nil {
+		// The API server called the webhook because the namespace is
+		// labelled offloaded, so a miss in the cache is worth a direct read.
+		err = m.Reader.Get(ctx, key, no)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading NamespaceOffloading %s: %w", key, err)
+	}
+	return no, nil
+}
+
+// podName is the pod's name, or its generateName prefix before the API
+// server picks a name.
+func podName(pod *corev1.Pod) string {
+	if pod.Name != "" {
+		return pod.Name
+	}
+	return pod.GenerateName
+}

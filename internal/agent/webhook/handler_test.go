@@ -1,0 +1,145 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// failingReader fails every read, like a cache that has not started.
+type failingReader struct{ client.Reader }
+
+func (failingReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return errors.New("the cache is not started")
+}
+
+// podRequest is the admission request the API server sends for op on pod.
+func podRequest(t *testing.T, op admissionv1.Operation, namespace string, pod *corev1.Pod) admission.Request {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:       "1",
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+		Namespace: namespace,
+		Name:      pod.Name,
+		Operation: op,
+		Object:    runtime.RawExtension{Raw: raw},
+	}}
+}
+
+// patchPaths are the operations and paths of a response's JSON patch.
+func patchPaths(resp admission.Response) []string {
+	var out []string
+	for _, p := range resp.Patches {
+		out = append(out, p.Operation+" "+p.Path)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestThePodMutatorPatchesOnlyNewPodsOfOffloadedNamespaces(t *testing.T) {
+	ctx := context.Background()
+	c := framework.NewClient(t, framework.APIServer(t))
+	framework.InstallCRDs(t, c)
+	offloaded := framework.NewNamespace(t, c, "wh-handler")
+	no := offloading(offloadv1alpha1.Remote)
+	no.Namespace = offloaded
+	if err := c.Create(ctx, no); err != nil {
+		t.Fatal(err)
+	}
+	plain := framework.NewNamespace(t, c, "wh-handler")
+	bare := func(edit ...func(*corev1.Pod)) *corev1.Pod {
+		p := newPod(edit...)
+		p.Namespace = ""
+		return p
+	}
+	added := []string{"add /spec/affinity", "add /spec/tolerations"}
+
+	tests := []struct {
+		name        string
+		client      client.Reader
+		reader      client.Reader
+		req         admission.Request
+		wantPatches []string
+		wantWarning bool
+	}{
+		{
+			name:        "a new pod of an offloaded namespace gets the affinity and the tolerations",
+			client:      c,
+			req:         podRequest(t, admissionv1.Create, offloaded, bare()),
+			wantPatches: added,
+		},
+		{
+			name:        "the API server is read when the cache has no NamespaceOffloading",
+			client:      failingReader{},
+			reader:      c,
+			req:         podRequest(t, admissionv1.Create, offloaded, bare()),
+			wantPatches: added,
+		},
+		{
+			name:   "a new pod of a namespace without NamespaceOffloading is not patched",
+			client: c,
+			req:    podRequest(t, admissionv1.Create, plain, bare()),
+		},
+		{
+			name:   "a new DaemonSet pod is not patched",
+			client: c,
+			req:    podRequest(t, admissionv1.Create, offloaded, bare(ownedBy("apps/v1", "DaemonSet"))),
+		},
+		{
+			name:   "an update is not patched",
+			client: c,
+			req:    podRequest(t, admissionv1.Update, offloaded, bare()),
+		},
+		{
+			name:        "a pod whose NamespaceOffloading cannot be read is admitted unchanged, with a warning",
+			client:      failingReader{},
+			req:         podRequest(t, admissionv1.Create, offloaded, bare()),
+			wantWarning: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hook := NewAdmissionWebhook(&PodMutator{Client: tt.client, Reader: tt.reader}, scheme.Scheme)
+			resp := hook.Handle(ctx, tt.req)
+			if !resp.Allowed {
+				t.Fatalf("the pod was denied: %+v", resp.Result)
+			}
+			if got := patchPaths(resp); !slices.Equal(got, tt.wantPatches) {
+				t.Errorf("patch = %q, want %q", got, tt.wantPatches)
+			}
+			warned := slices.ContainsFunc(resp.Warnings, func(w string) bool { return strings.HasPrefix(w, FailureWarning) })
+			if warned != tt.wantWarning {
+				t.Errorf("warnings = %q, want the failure warning: %t", resp.Warnings, tt.wantWarning)
+			}
+		})
+	}
+}
+
+func TestThePodMutatorAdmitsAPodItCannotDecode(t *testing.T) {
+	hook := NewAdmissionWebhook(&PodMutator{Client: failingReader{}}, scheme.Scheme)
+	req := podRequest(t, admissionv1.Create, "demo", newPod())
+	req.Object.Raw = []byte("{not json")
+	resp := hook.Handle(context.Background(), req)
+	if !resp.Allowed || len(resp.Patches) != 0 || len(resp.Warnings) == 0 {
+		t.Errorf("response = allowed %t, %d patches, warnings %q; want allowed, unpatched, with a warning", resp.Allowed, len(resp.Patches), resp.Warnings)
+	}
+}
