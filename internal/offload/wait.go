@@ -7,16 +7,14 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/waitfor"
 )
 
 // pollInterval is how often a wait reads the NamespaceOffloading when the
@@ -29,82 +27,10 @@ var pollInterval = time.Second
 type noCondition func(no *offloadv1alpha1.NamespaceOffloading) (bool, error)
 
 // waitNamespaceOffloading waits until cond holds for the NamespaceOffloading
-// of namespace, cond fails, or ctx ends. It watches the namespace's
-// NamespaceOffloadings when c can watch, so a change shows at once, and
-// reads the object every interval otherwise.
+// of namespace, cond fails, or ctx ends, watching it when c can.
 func waitNamespaceOffloading(ctx context.Context, c client.Client, namespace string, interval time.Duration, cond noCondition) error {
 	key := types.NamespacedName{Namespace: namespace, Name: offloadv1alpha1.NamespaceOffloadingName}
-	wc, ok := c.(client.WithWatch)
-	if !ok {
-		return wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
-			var no offloadv1alpha1.NamespaceOffloading
-			err := c.Get(ctx, key, &no)
-			if apierrors.IsNotFound(err) {
-				return cond(nil)
-			}
-			if err != nil {
-				return false, nil // transient; the deadline decides
-			}
-			return cond(&no)
-		})
-	}
-	// The NamespaceOffloading is a singleton, so listing its namespace
-	// needs no field selector, which fake clients could not serve.
-	find := func(list *offloadv1alpha1.NamespaceOffloadingList) *offloadv1alpha1.NamespaceOffloading {
-		for i := range list.Items {
-			if list.Items[i].Name == key.Name {
-				return &list.Items[i]
-			}
-		}
-		return nil
-	}
-	for {
-		var list offloadv1alpha1.NamespaceOffloadingList
-		if err := wc.List(ctx, &list, client.InNamespace(namespace)); err == nil {
-			if done, err := cond(find(&list)); done || err != nil {
-				return err
-			}
-			if done, err := watchUntil(ctx, wc, namespace, list.ResourceVersion, cond); done || err != nil {
-				return err
-			}
-		}
-		select { // transient: the deadline decides
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(interval):
-		}
-	}
-}
-
-// watchUntil follows the NamespaceOffloadings of namespace from
-// resourceVersion on until cond holds, cond fails, or the watch ends.
-func watchUntil(ctx context.Context, wc client.WithWatch, namespace, resourceVersion string, cond noCondition) (bool, error) {
-	w, err := wc.Watch(ctx, &offloadv1alpha1.NamespaceOffloadingList{},
-		&client.ListOptions{Namespace: namespace, Raw: &metav1.ListOptions{ResourceVersion: resourceVersion}})
-	if err != nil {
-		return false, nil
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok || ev.Type == watch.Error {
-				return false, nil
-			}
-			no, isNO := ev.Object.(*offloadv1alpha1.NamespaceOffloading)
-			if !isNO || no.Name != offloadv1alpha1.NamespaceOffloadingName {
-				continue
-			}
-			if ev.Type == watch.Deleted {
-				no = nil
-			}
-			if done, err := cond(no); done || err != nil {
-				return done, err
-			}
-		}
-	}
+	return waitfor.Object(ctx, c, &offloadv1alpha1.NamespaceOffloadingList{}, key, interval, cond)
 }
 
 // wait waits until the NamespaceOffloading of generation is Ready, shows
