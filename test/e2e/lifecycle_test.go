@@ -105,26 +105,10 @@ func waitNodeReady(ctx context.Context, t *testing.T, c *framework.Cluster, name
 func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	clusters := framework.StartClusters(t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
-		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
-	)
-	consumer, provider := clusters[0], clusters[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, c := range clusters {
-		wg.Go(func() {
-			installAgent(t, c, "--api-server-url", "https://"+c.Node.HostIP+":"+portOf(c.Config.Host),
-				"--set", "auth.credentialExpirationSeconds="+strconv.FormatInt(int64(credentialLifetime/time.Second), 10))
-		})
-	}
-	wg.Wait()
-	for _, c := range clusters {
-		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
-		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
-	}
-	waitCASecret(ctx, t, provider)
+	consumer, provider := peerableClusters(ctx, t,
+		"--set", "auth.credentialExpirationSeconds="+strconv.FormatInt(int64(credentialLifetime/time.Second), 10))
 
 	a := generate(t, provider)
 	start := time.Now()

@@ -64,26 +64,36 @@ func expectNoPeeringLeft(ctx context.Context, t *testing.T, consumer, provider *
 	}
 }
 
-func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
-	before := snapshotHost(t)
-	t.Cleanup(func() { expectHostRestored(t, before) })
+// peerableClusters starts a consumer and a provider, each with a real node
+// running the agent installed with extra, and waits until the agent pods
+// are Ready and the provider's auth CA exists.
+func peerableClusters(ctx context.Context, t *testing.T, extra ...string) (consumer, provider *framework.Cluster) {
+	t.Helper()
 	clusters := framework.StartClusters(t,
 		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
 		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
 	)
-	consumer, provider := clusters[0], clusters[1]
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	var wg sync.WaitGroup
 	for _, c := range clusters {
-		wg.Go(func() { installAgent(t, c, "--api-server-url", "https://"+c.Node.HostIP+":"+portOf(c.Config.Host)) })
+		wg.Go(func() {
+			installAgent(t, c, append([]string{"--api-server-url", c.PeerAPIServerURL()}, extra...)...)
+		})
 	}
 	wg.Wait()
 	for _, c := range clusters {
 		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
 		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
 	}
-	waitCASecret(ctx, t, provider)
+	waitCASecret(ctx, t, clusters[1])
+	return clusters[0], clusters[1]
+}
+
+func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	consumer, provider := peerableClusters(ctx, t)
 
 	bad := []struct {
 		name string

@@ -85,7 +85,7 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 	c := framework.StartClusters(t, framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	installAgent(t, c, "--api-server-url", "https://"+c.Node.HostIP+":"+portOf(c.Config.Host))
+	installAgent(t, c, "--api-server-url", c.PeerAPIServerURL())
 	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
 	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
 	waitCASecret(ctx, t, c)
@@ -251,6 +251,3 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 		t.Errorf("two concurrent uses of one single-use token answered %v, want one 200 and one 401", codes)
 	}
 }
-
-// portOf returns the port of an https://host:port URL.
-func portOf(u string) string { return u[strings.LastIndex(u, ":")+1:] }
