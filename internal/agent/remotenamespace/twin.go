@@ -1,0 +1,340 @@
+package remotenamespace
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+)
+
+const (
+	// QuotaName is the ResourceQuota of a twin namespace.
+	QuotaName = "offload-quota"
+	// LimitRangeName is the LimitRange of a twin namespace: it gives
+	// containers without requests a zero request, which the quota needs.
+	LimitRangeName = "offload-defaults"
+)
+
+// refusal is a request the controller will not serve as it stands.
+type refusal struct{ message string }
+
+func (e *refusal) Error() string { return e.message }
+
+func refuse(format string, args ...any) error { return &refusal{message: fmt.Sprintf(format, args...)} }
+
+// validate checks that rn comes from the consumer of the tenant namespace
+// it lives in, for itself, and asks for a namespace it may have. It
+// returns the tenant, or a *refusal.
+func (r *Reconciler) validate(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace) (*offloadv1alpha1.Tenant, error) {
+	consumer, ok := strings.CutPrefix(rn.Namespace, auth.TenantNamespacePrefix)
+	if !ok || consumer == "" {
+		return nil, refuse("namespace %s is not a tenant namespace: RemoteNamespaces are only served in %s<consumer> namespaces", rn.Namespace, auth.TenantNamespacePrefix)
+	}
+	var t offloadv1alpha1.Tenant
+	err := r.Client.Get(ctx, types.NamespacedName{Name: consumer}, &t)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, refuse("no tenant %s on this cluster: the consumer is not peered with it, peer it again", consumer)
+	case err != nil:
+		return nil, fmt.Errorf("reading tenant %s: %w", consumer, err)
+	case t.Spec.TenantNamespace != rn.Namespace:
+		return nil, refuse("namespace %s is not the tenant namespace of tenant %s (%s)", rn.Namespace, consumer, t.Spec.TenantNamespace)
+	case !t.DeletionTimestamp.IsZero():
+		return nil, refuse("tenant %s is being removed", consumer)
+	case rn.Spec.ConsumerClusterID != t.Spec.ClusterID:
+		return nil, refuse("consumerClusterID %q is not the ID of consumer %s: a consumer can only ask for twin namespaces for itself", rn.Spec.ConsumerClusterID, consumer)
+	}
+	if errs := validation.IsDNS1123Label(rn.Spec.SourceNamespace); len(errs) > 0 {
+		return nil, refuse("sourceNamespace %q is not a namespace name: %s", rn.Spec.SourceNamespace, errs[0])
+	}
+	target := rn.Spec.TargetNamespace
+	if errs := validation.IsDNS1123Label(target); len(errs) > 0 {
+		return nil, refuse("targetNamespace %q is not a namespace name: %s", target, errs[0])
+	}
+	if r.isSystemNamespace(target) {
+		return nil, refuse("namespace %s is reserved on the provider (Kubernetes, kubectl-offload or a tenant uses it): pick --namespace-mapping-strategy DefaultName", target)
+	}
+	return &t, nil
+}
+
+// isSystemNamespace says whether no consumer may have namespace ns: the
+// Kubernetes namespaces, the install namespace and the tenant namespaces.
+func (r *Reconciler) isSystemNamespace(ns string) bool {
+	return strings.HasPrefix(ns, "kube-") || ns == metav1.NamespaceDefault || ns == r.Namespace ||
+		strings.HasPrefix(ns, auth.TenantNamespacePrefix)
+}
+
+// owns says whether namespace ns is the twin namespace rn asks for: made
+// for the same consumer and the same source namespace.
+func owns(ns *corev1.Namespace, rn *offloadv1alpha1.RemoteNamespace) bool {
+	return ns.Labels[offloadv1alpha1.LabelOriginClusterID] == rn.Spec.ConsumerClusterID &&
+		ns.Labels[offloadv1alpha1.LabelOriginNamespace] == rn.Spec.SourceNamespace
+}
+
+// managedMeta returns the metadata of an object the controller makes for rn.
+func managedMeta(rn *offloadv1alpha1.RemoteNamespace, name, namespace string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:        name,
+		Namespace:   namespace,
+		Labels:      map[string]string{offloadv1alpha1.LabelOriginClusterID: rn.Spec.ConsumerClusterID},
+		Annotations: map[string]string{AnnotationRemoteNamespace: rn.Namespace + "/" + rn.Name},
+	}
+}
+
+// getNamespace reads namespace name, nil when there is none.
+func (r *Reconciler) getNamespace(ctx context.Context, name string) (*corev1.Namespace, error) {
+	var ns corev1.Namespace
+	err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &ns)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading namespace %s: %w", name, err)
+	}
+	return &ns, nil
+}
+
+// deleteNamespace deletes ns, and only the namespace read, not one made
+// again under the same name since.
+func deleteNamespace(ctx context.Context, c client.Client, ns *corev1.Namespace) error {
+	err := c.Delete(ctx, ns, client.Preconditions{UID: &ns.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting namespace %s: %w", ns.Name, err)
+	}
+	return nil
+}
+
+// ensureNamespace creates the twin namespace or adopts it. It returns an
+// outcome when the request cannot go further now.
+func (r *Reconciler) ensureNamespace(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, tenant *offloadv1alpha1.Tenant) (*outcome, error) {
+	target := rn.Spec.TargetNamespace
+	want := managedMeta(rn, target, "")
+	want.Labels[offloadv1alpha1.LabelOriginNamespace] = rn.Spec.SourceNamespace
+	want.Labels[auth.TenantLabel] = tenant.Spec.ClusterID
+	ns, err := r.getNamespace(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	if ns == nil {
+		ns = &corev1.Namespace{ObjectMeta: want}
+		if err := r.Client.Create(ctx, ns); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				// The cache is behind: look again.
+				return &outcome{phase: offloadv1alpha1.RemoteNamespacePending, reason: ReasonNamespaceTerminating, retry: retryWait,
+					message: fmt.Sprintf("namespace %s appeared meanwhile: looking again", target)}, nil
+			}
+			return nil, fmt.Errorf("creating namespace %s: %w", target, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("Created twin namespace", "namespace", target, "remoteNamespace", klog.KObj(rn))
+		return nil, nil
+	}
+	if !owns(ns, rn) {
+		hint := "delete or rename it on the provider"
+		if rn.Spec.MappingStrategy == offloadv1alpha1.EnforceSameName {
+			hint = "pick --namespace-mapping-strategy DefaultName"
+		}
+		return &outcome{phase: offloadv1alpha1.RemoteNamespaceFailed, reason: ReasonNamespaceTaken, retry: takenRetry,
+			message: fmt.Sprintf("namespace %s already exists on the provider and belongs to someone else: %s", target, hint)}, nil
+	}
+	if !ns.DeletionTimestamp.IsZero() {
+		return &outcome{phase: offloadv1alpha1.RemoteNamespacePending, reason: ReasonNamespaceTerminating, retry: retryWait,
+			message: fmt.Sprintf("namespace %s is still being deleted: it is made again once it is gone", target)}, nil
+	}
+	// Adopt: add what an older agent, or a user, left out.
+	if _, ok := ns.Annotations[AnnotationRemoteNamespace]; ok {
+		delete(want.Annotations, AnnotationRemoteNamespace)
+	}
+	if hasAll(ns.Labels, want.Labels) && hasAll(ns.Annotations, want.Annotations) {
+		return nil, nil
+	}
+	patch := client.MergeFrom(ns.DeepCopy())
+	ns.Labels = merged(ns.Labels, want.Labels)
+	ns.Annotations = merged(ns.Annotations, want.Annotations)
+	if err := r.Client.Patch(ctx, ns, patch); err != nil {
+		return nil, fmt.Errorf("labelling namespace %s: %w", target, err)
+	}
+	return nil, nil
+}
+
+func hasAll(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func merged(base, extra map[string]string) map[string]string {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, extra)
+	return out
+}
+
+// offer returns the ResourceOffer in the tenant namespace, nil when there
+// is none. A provider publishes one per tenant; should there be more, the
+// first by name wins, so the choice is stable.
+func (r *Reconciler) offer(ctx context.Context, tenantNamespace string) (*offloadv1alpha1.ResourceOffer, error) {
+	var list offloadv1alpha1.ResourceOfferList
+	if err := r.Client.List(ctx, &list, client.InNamespace(tenantNamespace)); err != nil {
+		return nil, fmt.Errorf("listing the ResourceOffers of namespace %s: %w", tenantNamespace, err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp.IsZero() {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// QuotaFor returns the hard limits of a twin namespace's ResourceQuota for
+// the resources of an offer: the sum of the pods' cpu and memory requests,
+// and their number. Limits are not capped: a quota on limits would refuse
+// every pod that sets none.
+func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
+	hard := corev1.ResourceList{}
+	for from, to := range map[corev1.ResourceName]corev1.ResourceName{
+		corev1.ResourceCPU:    corev1.ResourceRequestsCPU,
+		corev1.ResourceMemory: corev1.ResourceRequestsMemory,
+		corev1.ResourcePods:   corev1.ResourcePods,
+	} {
+		if q, ok := offered[from]; ok {
+			hard[to] = q.DeepCopy()
+		}
+	}
+	return hard
+}
+
+func (r *Reconciler) ensureQuota(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, offer *offloadv1alpha1.ResourceOffer) error {
+	want := &corev1.ResourceQuota{ObjectMeta: managedMeta(rn, QuotaName, rn.Spec.TargetNamespace),
+		Spec: corev1.ResourceQuotaSpec{Hard: QuotaFor(offer.Spec.Resources)}}
+	return ensureObject(ctx, r.Client, want, &corev1.ResourceQuota{}, func(have *corev1.ResourceQuota) bool {
+		if sameResources(have.Spec.Hard, want.Spec.Hard) && have.Spec.Scopes == nil && have.Spec.ScopeSelector == nil {
+			return false
+		}
+		have.Spec = want.Spec
+		return true
+	})
+}
+
+// LimitRangeFor returns the LimitRange of a twin namespace: containers
+// without cpu or memory requests get zero ones, which the quota needs to
+// admit them and which keeps their QoS class.
+func LimitRangeFor() corev1.LimitRangeSpec {
+	zero := resource.MustParse("0")
+	return corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+		Type:           corev1.LimitTypeContainer,
+		DefaultRequest: corev1.ResourceList{corev1.ResourceCPU: zero, corev1.ResourceMemory: zero},
+	}}}
+}
+
+func (r *Reconciler) ensureLimitRange(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace) error {
+	want := &corev1.LimitRange{ObjectMeta: managedMeta(rn, LimitRangeName, rn.Spec.TargetNamespace), Spec: LimitRangeFor()}
+	return ensureObject(ctx, r.Client, want, &corev1.LimitRange{}, func(have *corev1.LimitRange) bool {
+		if equality.Semantic.DeepEqual(have.Spec, want.Spec) {
+			return false
+		}
+		have.Spec = want.Spec
+		return true
+	})
+}
+
+// ensureRoleBinding binds RemoteWorkloadsRole to the consumer's
+// ServiceAccount in the twin namespace. A RoleBinding of that name that
+// refers to another role is replaced, since roleRef cannot change.
+func (r *Reconciler) ensureRoleBinding(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace) error {
+	want := &rbacv1.RoleBinding{
+		ObjectMeta: managedMeta(rn, RoleBindingName, rn.Spec.TargetNamespace),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RemoteWorkloadsRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: auth.ConsumerServiceAccount, Namespace: rn.Namespace}},
+	}
+	var have rbacv1.RoleBinding
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &have)
+	if err == nil && have.RoleRef != want.RoleRef {
+		if err := r.Client.Delete(ctx, &have, client.Preconditions{UID: &have.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting RoleBinding %s, which binds another role: %w", klog.KObj(&have), err)
+		}
+		err = apierrors.NewNotFound(rbacv1.Resource("rolebindings"), want.Name)
+	}
+	if apierrors.IsNotFound(err) {
+		if err := r.Client.Create(ctx, want); err != nil {
+			return fmt.Errorf("creating RoleBinding %s: %w", klog.KObj(want), err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading RoleBinding %s: %w", klog.KObj(want), err)
+	}
+	if equality.Semantic.DeepEqual(have.Subjects, want.Subjects) && hasAll(have.Labels, want.Labels) {
+		return nil
+	}
+	have.Subjects = want.Subjects
+	have.Labels = merged(have.Labels, want.Labels)
+	have.Annotations = merged(have.Annotations, want.Annotations)
+	if err := r.Client.Update(ctx, &have); err != nil {
+		return fmt.Errorf("updating RoleBinding %s: %w", klog.KObj(want), err)
+	}
+	return nil
+}
+
+// ensureObject creates want, or reads it into have and updates it when fix
+// changes it.
+func ensureObject[T client.Object](ctx context.Context, c client.Client, want, have T, fix func(T) bool) error {
+	err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	if apierrors.IsNotFound(err) {
+		if err := c.Create(ctx, want); err != nil {
+			return fmt.Errorf("creating %T %s: %w", want, klog.KObj(want), err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %T %s: %w", want, klog.KObj(want), err)
+	}
+	changed := fix(have)
+	if !hasAll(have.GetLabels(), want.GetLabels()) {
+		have.SetLabels(merged(have.GetLabels(), want.GetLabels()))
+		have.SetAnnotations(merged(have.GetAnnotations(), want.GetAnnotations()))
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	if err := c.Update(ctx, have); err != nil {
+		return fmt.Errorf("updating %T %s: %w", want, klog.KObj(want), err)
+	}
+	return nil
+}
+
+// sameResources compares quantities by value, so "1" and "1000m" are equal.
+func sameResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, q := range a {
+		other, ok := b[name]
+		if !ok || q.Cmp(other) != 0 {
+			return false
+		}
+	}
+	return true
+}
