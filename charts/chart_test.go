@@ -122,8 +122,27 @@ func TestAuthServiceTypeAndClusterIDAreValues(t *testing.T) {
 }
 
 func TestNoClusterRoleGrantsSecrets(t *testing.T) {
-	for name, o := range render(t, lintValues) {
+	objects := render(t, lintValues)
+	// Roles for tenant and twin namespaces may grant Secrets there: they
+	// must never be bound cluster-wide.
+	namespaceOnly := map[string]bool{"offload-tenant": true, "offload-remote-workloads": true}
+	boundClusterWide := map[string]bool{}
+	for name, o := range objects {
+		if o["kind"] != "ClusterRoleBinding" {
+			continue
+		}
+		role, _ := o["roleRef"].(map[string]any)["name"].(string)
+		boundClusterWide[role] = true
+		if namespaceOnly[role] {
+			t.Errorf("%s binds %s, a role for tenant and twin namespaces only, cluster-wide", name, role)
+		}
+	}
+	for name, o := range objects {
 		if o["kind"] != "ClusterRole" {
+			continue
+		}
+		meta, _ := o["metadata"].(map[string]any)
+		if role, _ := meta["name"].(string); namespaceOnly[role] && !boundClusterWide[role] {
 			continue
 		}
 		for _, r := range o["rules"].([]any) {

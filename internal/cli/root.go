@@ -13,6 +13,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
+	"github.com/kubectl-offload/kubectl-offload/internal/offload"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/status"
 	"github.com/kubectl-offload/kubectl-offload/internal/version"
@@ -55,6 +56,8 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(peer.NewCmdPeer(f, streams))
 	root.AddCommand(peer.NewCmdGenerateParent(f, streams))
 	root.AddCommand(peer.NewCmdUnpeer(f, streams))
+	root.AddCommand(offload.NewCmdNamespace(f, streams))
+	root.AddCommand(offload.NewCmdUnoffload(f, streams))
 	root.AddCommand(version.NewCmdVersion(f, streams))
 	root.AddCommand(newCmdCompletion(root))
 	return root

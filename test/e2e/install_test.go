@@ -15,6 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -190,6 +194,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 
 	t.Run("RBAC is least privilege", func(t *testing.T) {
 		checkRBAC(ctx, t, c)
+		checkNamespacePolicy(ctx, t, c)
 	})
 
 	// A second install changes nothing.
@@ -282,7 +287,10 @@ func checkRBAC(ctx context.Context, t *testing.T, c *framework.Cluster) {
 			{"get", "", "secrets", "", "default", false},
 			{"list", "", "secrets", "", "", false},
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
-			{"delete", "", "namespaces", "", "", false},
+			// Allowed by RBAC, confined to twin namespaces by the
+			// ValidatingAdmissionPolicy (checkNamespacePolicy).
+			{"delete", "", "namespaces", "", "", true},
+			{"bind", "rbac.authorization.k8s.io", "clusterroles", "", "", false},
 		},
 		"offload-auth": {
 			{"create", "offload.io", "tenants", "", "", true},
@@ -375,5 +383,58 @@ func TestInstallRejectsBadInputAndChangesNothing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkNamespacePolicy acts as the controller-manager's ServiceAccount: it
+// may create, label and delete twin namespaces, and on other namespaces
+// change only the offloaded label, as the ValidatingAdmissionPolicy says.
+func checkNamespacePolicy(ctx context.Context, t *testing.T, c *framework.Cluster) {
+	t.Helper()
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + installNS + ":offload-controller-manager",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + installNS, "system:authenticated"}}
+	sa, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The policy takes effect a moment after it is created.
+	plain := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "not-a-twin"}}
+	var createErr error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, createErr = sa.CoreV1().Namespaces().Create(ctx, plain, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsInvalid(createErr) || apierrors.IsForbidden(createErr), nil
+	}); err != nil {
+		t.Fatalf("the controller-manager may create a namespace that is not a twin namespace: err=%v", createErr)
+	}
+	twin := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "twin-of-something", Labels: map[string]string{"offload.io/origin-cluster-id": "x"}}}
+	if _, err := sa.CoreV1().Namespaces().Create(ctx, twin, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the controller-manager cannot create a twin namespace: %v", err)
+	}
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "someone-elses"}}
+	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.Kube.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), other.Name, metav1.DeleteOptions{})
+	}()
+	if err := sa.CoreV1().Namespaces().Delete(ctx, other.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+		t.Errorf("the controller-manager may delete namespace %s, which is not a twin namespace", other.Name)
+	}
+	label := func(patch string) error {
+		_, err := sa.CoreV1().Namespaces().Patch(ctx, other.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := label(`{"metadata":{"labels":{"offload.io/offloaded":"true"}}}`); err != nil {
+		t.Errorf("the controller-manager cannot set the offloaded label: %v", err)
+	}
+	if err := label(`{"metadata":{"labels":{"offload.io/origin-cluster-id":"x"}}}`); err == nil {
+		t.Errorf("the controller-manager may turn namespace %s into a twin namespace", other.Name)
+	}
+	if err := label(`{"metadata":{"labels":{"team":"x"}}}`); err == nil {
+		t.Errorf("the controller-manager may change other labels of namespace %s", other.Name)
+	}
+	if err := sa.CoreV1().Namespaces().Delete(ctx, twin.Name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the controller-manager cannot delete a twin namespace: %v", err)
 	}
 }

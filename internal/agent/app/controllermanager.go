@@ -10,6 +10,8 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/incoming"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/namespaceoffloading"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/resourceoffer"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 )
@@ -94,6 +96,14 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 			r := &resourceoffer.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, SharingPercentage: o.SharingPercentage}
 			return r.SetupWithManager(mgr)
 		},
+		// Provider side: twin namespaces for the consumers' RemoteNamespaces,
+		// and those of consumers without a Tenant any more.
+		func(mgr ctrlmanager.Manager) error {
+			return (&remotenamespace.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace}).SetupWithManager(mgr)
+		},
+		func(mgr ctrlmanager.Manager) error {
+			return (&remotenamespace.GarbageCollector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr)
+		},
 		// Provider side: each consumer recorded as a ForeignCluster.
 		func(mgr ctrlmanager.Manager) error {
 			return (&incoming.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
@@ -101,6 +111,11 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		// Consumer side: authenticating to the providers it peers with.
 		func(mgr ctrlmanager.Manager) error {
 			r := &foreigncluster.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
+			return r.SetupWithManager(mgr)
+		},
+		// Consumer side: twin namespaces on the providers for each offloaded namespace.
+		func(mgr ctrlmanager.Manager) error {
+			r := &namespaceoffloading.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
 			return r.SetupWithManager(mgr)
 		},
 		// Consumer side: one virtual node per authenticated provider.

@@ -1,0 +1,166 @@
+package namespaceoffloading
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
+)
+
+// choice is what a NamespaceOffloading makes of one peer.
+type choice int
+
+const (
+	// selected: the peer is usable and its virtual node matches the selector.
+	selected choice = iota
+	// deselected: the peer is not to have a twin namespace (outgoing
+	// peering off, being unpeered, or its virtual node does not match).
+	deselected
+	// onHold: the peer cannot be judged now (not authenticated, no virtual
+	// node yet); a twin namespace it has is kept, none is asked for.
+	onHold
+)
+
+// candidate is one peer and what a NamespaceOffloading makes of it.
+type candidate struct {
+	fc     *offloadv1alpha1.ForeignCluster
+	choice choice
+	// why says why a peer is on hold.
+	why string
+}
+
+// peers returns every ForeignCluster, by name, with what sel makes of it.
+// Only a peer that was judged usable and matching is selected: a peer whose
+// credentials are being renewed, or whose virtual node is briefly missing,
+// is on hold rather than deselected, so a blip never deletes a twin
+// namespace and the pods in it.
+func (r *Reconciler) peers(ctx context.Context, sel *corev1.NodeSelector) ([]candidate, error) {
+	var list offloadv1alpha1.ForeignClusterList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing ForeignClusters: %w", err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	out := make([]candidate, 0, len(list.Items))
+	for i := range list.Items {
+		fc := &list.Items[i]
+		if fc.Spec.ClusterID == "" {
+			continue
+		}
+		c := candidate{fc: fc}
+		switch {
+		case !fc.DeletionTimestamp.IsZero() || !fc.Spec.OutgoingPeering.Enabled:
+			c.choice = deselected
+		case !meta.IsStatusConditionTrue(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated):
+			c.choice, c.why = onHold, fmt.Sprintf("peer %s is not authenticated: see kubectl get foreigncluster %s", fc.Name, fc.Name)
+		case !selects(sel):
+			c.choice = selected
+		default:
+			var node corev1.Node
+			err := r.Client.Get(ctx, types.NamespacedName{Name: virtualnode.NodeName(fc.Name)}, &node)
+			switch {
+			case apierrors.IsNotFound(err):
+				c.choice, c.why = onHold, fmt.Sprintf("peer %s has no virtual node %s yet to match the cluster selector against", fc.Name, virtualnode.NodeName(fc.Name))
+			case err != nil:
+				return nil, fmt.Errorf("reading virtual node %s: %w", virtualnode.NodeName(fc.Name), err)
+			case matches(sel, &node):
+				c.choice = selected
+			default:
+				c.choice = deselected
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// selects says whether sel narrows the peers: a nil selector, or one
+// without terms, selects them all, as the scheduling webhook reads it.
+func selects(sel *corev1.NodeSelector) bool { return sel != nil && len(sel.NodeSelectorTerms) > 0 }
+
+// matches says whether node matches sel the way the scheduler reads a
+// required node affinity: terms are ORed, the requirements of a term
+// ANDed, and an empty or invalid term matches nothing.
+// (k8s.io/component-helpers, which does this, is not a dependency.)
+func matches(sel *corev1.NodeSelector, node *corev1.Node) bool {
+	for _, t := range sel.NodeSelectorTerms {
+		if termMatches(t, node) {
+			return true
+		}
+	}
+	return false
+}
+
+func termMatches(t corev1.NodeSelectorTerm, node *corev1.Node) bool {
+	if len(t.MatchExpressions) == 0 && len(t.MatchFields) == 0 {
+		return false
+	}
+	if len(t.MatchExpressions) > 0 {
+		s, err := labelSelector(t.MatchExpressions)
+		if err != nil || !s.Matches(labels.Set(node.Labels)) {
+			return false
+		}
+	}
+	if len(t.MatchFields) > 0 {
+		s, err := fieldSelector(t.MatchFields)
+		if err != nil || !s.Matches(fields.Set{"metadata.name": node.Name}) {
+			return false
+		}
+	}
+	return true
+}
+
+// operators maps node selector operators to label selector ones.
+var operators = map[corev1.NodeSelectorOperator]selection.Operator{
+	corev1.NodeSelectorOpIn:           selection.In,
+	corev1.NodeSelectorOpNotIn:        selection.NotIn,
+	corev1.NodeSelectorOpExists:       selection.Exists,
+	corev1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
+	corev1.NodeSelectorOpGt:           selection.GreaterThan,
+	corev1.NodeSelectorOpLt:           selection.LessThan,
+}
+
+func labelSelector(reqs []corev1.NodeSelectorRequirement) (labels.Selector, error) {
+	s := labels.NewSelector()
+	for _, req := range reqs {
+		op, ok := operators[req.Operator]
+		if !ok {
+			return nil, fmt.Errorf("%q is not a valid node selector operator", req.Operator)
+		}
+		r, err := labels.NewRequirement(req.Key, op, req.Values)
+		if err != nil {
+			return nil, err
+		}
+		s = s.Add(*r)
+	}
+	return s, nil
+}
+
+// fieldSelector supports metadata.name with In and NotIn of one value, as
+// Kubernetes does.
+func fieldSelector(reqs []corev1.NodeSelectorRequirement) (fields.Selector, error) {
+	var sels []fields.Selector
+	for _, req := range reqs {
+		if req.Key != "metadata.name" || len(req.Values) != 1 {
+			return nil, fmt.Errorf("unsupported field requirement %s", req.Key)
+		}
+		switch req.Operator {
+		case corev1.NodeSelectorOpIn:
+			sels = append(sels, fields.OneTermEqualSelector(req.Key, req.Values[0]))
+		case corev1.NodeSelectorOpNotIn:
+			sels = append(sels, fields.OneTermNotEqualSelector(req.Key, req.Values[0]))
+		default:
+			return nil, fmt.Errorf("unsupported field operator %s", req.Operator)
+		}
+	}
+	return fields.AndSelectors(sels...), nil
+}
