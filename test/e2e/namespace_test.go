@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/names"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func createNamespace(ctx context.Context, t *testing.T, c client.Client, name string) {
@@ -93,6 +95,10 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 		t.Errorf("offloading again printed %q, want unchanged", out)
 	}
 
+	// The scheduling webhook: pods of demo may go to the virtual node,
+	// DaemonSet pods never do.
+	expectSchedulingWebhook(ctx, t, consumer, "demo")
+
 	// EnforceSameName refuses a name taken on the provider, and leaves that namespace alone.
 	createNamespace(ctx, t, pc, "taken")
 	createNamespace(ctx, t, cc, "taken")
@@ -120,5 +126,61 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 	var remotes offloadv1alpha1.RemoteNamespaceList
 	if err := pc.List(ctx, &remotes); err != nil || len(remotes.Items) != 0 {
 		t.Errorf("RemoteNamespaces left on the provider: %v (err=%v)", remotes.Items, err)
+	}
+}
+
+func tolerates(pod *corev1.Pod, key string) bool {
+	for _, tol := range pod.Spec.Tolerations {
+		if tol.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// expectSchedulingWebhook checks that pods created in the offloaded
+// namespace ns get the virtual-node toleration with unlimited unreachable
+// tolerations, and that DaemonSet pods there do not.
+func expectSchedulingWebhook(ctx context.Context, t *testing.T, c *framework.Cluster, ns string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.local/offload/pause:test"}}}}
+	// The agent's webhook serves once its certificate is in the caBundle;
+	// until then pods are admitted unchanged (failurePolicy Ignore).
+	var got *corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		got = p
+		return err == nil && tolerates(p, "offload.io/virtual-node"), nil
+	}); err != nil {
+		t.Fatalf("a pod created in offloaded namespace %s never got the virtual-node toleration: %+v", ns, got)
+	}
+	for _, tol := range got.Spec.Tolerations {
+		if (tol.Key == corev1.TaintNodeUnreachable || tol.Key == corev1.TaintNodeNotReady) && tol.TolerationSeconds != nil {
+			t.Errorf("toleration %+v: want no time limit by default", tol)
+		}
+	}
+	labels := map[string]string{"app": "everywhere"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "everywhere", Namespace: ns},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod.Spec}}}
+	if _, err := c.Kube.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pods *corev1.PodList
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		pods, err = c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=everywhere"})
+		return err == nil && len(pods.Items) >= 2, nil
+	}); err != nil {
+		t.Fatalf("the DaemonSet made no pods")
+	}
+	for _, p := range pods.Items {
+		if tolerates(&p, "offload.io/virtual-node") || strings.HasPrefix(p.Spec.NodeName, "offload-") {
+			t.Errorf("DaemonSet pod %s tolerates the virtual node or runs on it (node %q)", p.Name, p.Spec.NodeName)
+		}
+	}
+	if err := c.Kube.AppsV1().DaemonSets(ns).Delete(ctx, ds.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/resourceoffer"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/webhook"
 )
 
 const controllerManagerLong = `Run the controller-manager: the offload.io controllers, the webhook and the
@@ -38,11 +39,15 @@ type controllerManagerOptions struct {
 	manager.Options
 	// SharingPercentage is the share of free resources offered to each consumer.
 	SharingPercentage int
-	global            *globalOptions
+	// UnreachableTolerationSeconds is how long offloaded pods stay bound to
+	// an unreachable or NotReady virtual node; negative means for ever.
+	UnreachableTolerationSeconds int64
+	global                       *globalOptions
 }
 
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
-	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage, global: g}
+	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage,
+		UnreachableTolerationSeconds: -1, global: g}
 	cmd := &cobra.Command{
 		Use:     "controller-manager",
 		Short:   "Run the controllers, the webhook and the virtual kubelets",
@@ -64,6 +69,8 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus /metrics endpoint, such as ":8080"; "0" turns it off.`)
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Run the controllers on one replica at a time, elected through Lease "+manager.LeaderElectionID+".")
 	fs.IntVar(&o.SharingPercentage, "sharing-percentage", o.SharingPercentage, "Percentage of this cluster's free cpu, memory and pods offered to each consumer.")
+	fs.Int64Var(&o.UnreachableTolerationSeconds, "unreachable-toleration-seconds", o.UnreachableTolerationSeconds,
+		"How long offloaded pods stay bound to an unreachable or NotReady virtual node; negative means for ever.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "How long the controllers may take to stop after SIGTERM.")
 	return cmd
 }
@@ -112,6 +119,16 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		func(mgr ctrlmanager.Manager) error {
 			r := &foreigncluster.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
 			return r.SetupWithManager(mgr)
+		},
+		// Consumer side: the scheduling webhook, on every replica.
+		func(mgr ctrlmanager.Manager) error {
+			wo := webhook.NewOptions()
+			wo.Namespace = o.Namespace
+			wo.Logger = o.Logger.WithName("webhook")
+			if o.UnreachableTolerationSeconds >= 0 {
+				wo.TolerationSeconds = &o.UnreachableTolerationSeconds
+			}
+			return webhook.Setup(mgr, wo)
 		},
 		// Consumer side: twin namespaces on the providers for each offloaded namespace.
 		func(mgr ctrlmanager.Manager) error {
