@@ -1,0 +1,248 @@
+package podreflection
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+func TestCreatePodReflectsTheConfigMapThenThePodIntoTheTwinNamespace(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if _, err := e.kube.CoreV1().ConfigMaps(e.consumer).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "config"}, Data: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	local := e.localPod(t, "web")
+
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatalf("CreatePod: %v", err)
+	}
+	remote := e.getRemote(ctx, t, "web")
+	if remote == nil {
+		t.Fatal("no remote pod in the twin namespace")
+	}
+	if got := remote.Labels[offloadv1alpha1.LabelOriginClusterID]; got != e.h.opts.ConsumerClusterID {
+		t.Errorf("origin cluster label = %q, want %q", got, e.h.opts.ConsumerClusterID)
+	}
+	if got := remote.Labels[offloadv1alpha1.LabelOriginPodUID]; got != string(local.UID) {
+		t.Errorf("origin pod UID label = %q, want %q", got, local.UID)
+	}
+	if remote.Spec.NodeName != "" {
+		t.Errorf("remote nodeName = %q, want it left to the provider's scheduler", remote.Spec.NodeName)
+	}
+	cm, err := e.kube.CoreV1().ConfigMaps(e.twin).Get(ctx, "config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the referenced ConfigMap was not reflected: %v", err)
+	}
+	if cm.Data["k"] != "v" || cm.Labels[offloadv1alpha1.LabelOriginClusterID] != e.h.opts.ConsumerClusterID {
+		t.Errorf("reflected ConfigMap = %v %v, want data k=v and the origin label", cm.Data, cm.Labels)
+	}
+
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatalf("CreatePod a second time: %v, want success", err)
+	}
+	if again := e.getRemote(ctx, t, "web"); again == nil || again.UID != remote.UID {
+		t.Error("CreatePod a second time replaced the remote pod")
+	}
+}
+
+func TestCreatePodReplacesTheRemotePodOfAnEarlierPodOfTheSameName(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	stale := e.remotePod(t, "web", e.h.opts.ConsumerClusterID, string(uuid.NewUUID()))
+	local := e.localPod(t, "web")
+
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatalf("CreatePod: %v", err)
+	}
+	remote := e.getRemote(ctx, t, "web")
+	if remote == nil || remote.UID == stale.UID || remote.Labels[offloadv1alpha1.LabelOriginPodUID] != string(local.UID) {
+		t.Fatalf("remote pod = %v, want a new one reflecting %s", remote, local.UID)
+	}
+}
+
+func TestCreatePodLeavesAPodItDidNotCreateAlone(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	foreign := e.remotePod(t, "web", "another-consumer", string(uuid.NewUUID()))
+	local := e.localPod(t, "web")
+
+	err := e.h.CreatePod(ctx, local)
+	if !errdefs.IsInvalidInput(err) {
+		t.Fatalf("CreatePod = %v, want an InvalidInput error", err)
+	}
+	if remote := e.getRemote(ctx, t, "web"); remote == nil || remote.UID != foreign.UID {
+		t.Error("CreatePod touched a pod of another consumer")
+	}
+}
+
+func TestCreatePodFailsWhenTheNamespaceIsNotOffloaded(t *testing.T) {
+	e := newEnv(t)
+	local := e.localPod(t, "web")
+	local.Namespace = "not-offloaded"
+
+	if err := e.h.CreatePod(t.Context(), local); !errors.Is(err, ErrNotOffloaded) {
+		t.Fatalf("CreatePod = %v, want ErrNotOffloaded", err)
+	}
+}
+
+func TestNotifyPodsReportsTheRemoteStatusAsTheConsumerSeesIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.notify(t)
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+
+	remote := e.getRemote(ctx, t, "web")
+	remote.Status.Phase = corev1.PodRunning
+	remote.Status.PodIP = "10.1.2.3"
+	remote.Status.PodIPs = []corev1.PodIP{{IP: "10.1.2.3"}}
+	if _, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(ctx, remote, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	got := e.waitNotified(t, "the pod is Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	if got.Namespace != e.consumer || got.Name != "web" || got.UID != local.UID {
+		t.Errorf("notified pod %s/%s (UID %s), want the consumer pod %s/web (UID %s)", got.Namespace, got.Name, got.UID, e.consumer, local.UID)
+	}
+	if got.Status.PodIP != "10.1.2.3" || got.Status.HostIP != nodeIP {
+		t.Errorf("notified podIP %q hostIP %q, want 10.1.2.3 and the virtual node's %s", got.Status.PodIP, got.Status.HostIP, nodeIP)
+	}
+	if got.Labels[offloadv1alpha1.LabelOriginPodUID] != "" {
+		t.Error("the notified pod carries the remote pod's origin labels; it must carry the consumer pod's metadata")
+	}
+}
+
+func TestUpdatePodPropagatesAnImageChange(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	local.Spec.Containers[0].Image = "registry.example/app:2"
+
+	if err := e.h.UpdatePod(ctx, local); err != nil {
+		t.Fatalf("UpdatePod: %v", err)
+	}
+	if got := e.getRemote(ctx, t, "web").Spec.Containers[0].Image; got != "registry.example/app:2" {
+		t.Errorf("remote image = %q, want registry.example/app:2", got)
+	}
+	eventually(t, "GetPod shows the new image", func(ctx context.Context) bool {
+		p, err := e.h.GetPod(ctx, e.consumer, "web")
+		return err == nil && p.Spec.Containers[0].Image == "registry.example/app:2"
+	})
+}
+
+func TestDeletePodRemovesTheRemotePodAndReportsATerminalStatus(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.notify(t)
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the informer knows the remote pod", func(ctx context.Context) bool {
+		_, err := e.h.GetPod(ctx, e.consumer, "web")
+		return err == nil
+	})
+	local.DeletionGracePeriodSeconds = new(int64(0))
+
+	if err := e.h.DeletePod(ctx, local); err != nil {
+		t.Fatalf("DeletePod: %v", err)
+	}
+	if _, err := e.kube.CoreV1().Pods(e.twin).Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("reading the remote pod after DeletePod = %v, want NotFound", err)
+	}
+	got := e.waitNotified(t, "a terminal status", func(p *corev1.Pod) bool { return p.Status.Reason == ReasonRemotePodDeleted })
+	if got.Status.Phase != corev1.PodFailed {
+		t.Errorf("terminal phase = %s, want Failed", got.Status.Phase)
+	}
+	if err := e.h.DeletePod(ctx, local); err != nil {
+		t.Errorf("DeletePod a second time = %v, want success", err)
+	}
+	eventually(t, "GetPod says NotFound", func(ctx context.Context) bool {
+		_, err := e.h.GetPod(ctx, e.consumer, "web")
+		return errdefs.IsNotFound(err)
+	})
+}
+
+func TestGetPodsListsOnlyThePodsOfThisConsumer(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	e.remotePod(t, "other", "another-consumer", string(uuid.NewUUID()))
+
+	eventually(t, "GetPods lists the consumer's pod", func(ctx context.Context) bool {
+		pods, err := e.h.GetPods(ctx)
+		return err == nil && len(pods) == 1
+	})
+	pods, err := e.h.GetPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 1 || pods[0].Namespace != e.consumer || pods[0].Name != "web" || pods[0].UID != local.UID {
+		t.Fatalf("GetPods = %v, want only %s/web", pods, e.consumer)
+	}
+}
+
+func TestCollectOrphansDeletesOnlyRemotePodsWithoutAConsumerPod(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	orphan := e.remotePod(t, "gone", e.h.opts.ConsumerClusterID, string(uuid.NewUUID()))
+	other := e.remotePod(t, "theirs", "another-consumer", string(uuid.NewUUID()))
+
+	eventually(t, "the orphan is collected", func(ctx context.Context) bool {
+		if err := e.h.CollectOrphans(ctx, []*corev1.Pod{local}); err != nil {
+			t.Logf("CollectOrphans: %v", err)
+			return false
+		}
+		return e.getRemote(ctx, t, orphan.Name) == nil
+	})
+	if e.getRemote(ctx, t, "web") == nil {
+		t.Error("CollectOrphans deleted the remote pod of an existing consumer pod")
+	}
+	if e.getRemote(ctx, t, other.Name) == nil {
+		t.Error("CollectOrphans deleted a pod of another consumer")
+	}
+}
+
+func TestCollectOrphansKeepsARemotePodWhoseConsumerPodIsMissingFromAnOldList(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the informer knows the remote pod", func(ctx context.Context) bool {
+		_, err := e.h.GetPod(ctx, e.consumer, "web")
+		return err == nil
+	})
+
+	if err := e.h.CollectOrphans(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e.getRemote(ctx, t, "web") == nil {
+		t.Error("CollectOrphans deleted the remote pod of a consumer pod the list missed")
+	}
+}

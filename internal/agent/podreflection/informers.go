@@ -1,0 +1,309 @@
+package podreflection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+)
+
+// twinInformer watches the consumer's pods in one twin namespace.
+type twinInformer struct {
+	twin     string // the provider namespace
+	consumer string // the consumer namespace it mirrors
+	informer cache.SharedIndexInformer
+	lister   corev1listers.PodLister
+}
+
+// informer returns the running informer of twin namespace twin, which
+// mirrors consumer namespace ns, starting it when needed. It does not wait
+// for the informer to sync.
+func (h *Handler) informer(twin, ns string) (*twinInformer, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.started {
+		return nil, errors.New("podreflection: the handler is not started; call Start first")
+	}
+	if ti, ok := h.twins[twin]; ok {
+		return ti, nil
+	}
+	selector := labels.SelectorFromSet(labels.Set{offloadv1alpha1.LabelOriginClusterID: h.opts.ConsumerClusterID}).String()
+	factory := informers.NewSharedInformerFactoryWithOptions(h.opts.Provider, 0,
+		informers.WithNamespace(twin),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	pods := factory.Core().V1().Pods()
+	ti := &twinInformer{twin: twin, consumer: ns, informer: pods.Informer(), lister: pods.Lister()}
+	if _, err := ti.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { h.remoteChanged(ti, obj) },
+		UpdateFunc: func(_, obj any) { h.remoteChanged(ti, obj) },
+		DeleteFunc: func(obj any) { h.remoteDeleted(ti, obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("watching the pods of twin namespace %q: %w", twin, err)
+	}
+	factory.Start(h.ctx.Done())
+	h.twins[twin] = ti
+	h.opts.Logger.V(1).Info("Watching the pods of a twin namespace", "twinNamespace", twin, "namespace", ns)
+	return ti, nil
+}
+
+// syncAll starts the informers of every twin namespace of the provider and
+// waits until all have synced. It returns them sorted by twin namespace.
+func (h *Handler) syncAll(ctx context.Context) ([]*twinInformer, error) {
+	twins, err := h.opts.TwinNamespaces(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the twin namespaces on provider %s: %w", h.opts.ProviderClusterID, err)
+	}
+	for twin, ns := range twins {
+		if _, err := h.informer(twin, ns); err != nil {
+			return nil, err
+		}
+	}
+	h.mu.Lock()
+	all := make([]*twinInformer, 0, len(h.twins))
+	for _, ti := range h.twins {
+		all = append(all, ti)
+	}
+	h.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].twin < all[j].twin })
+	for _, ti := range all {
+		if err := waitSynced(ctx, ti); err != nil {
+			return nil, err
+		}
+	}
+	return all, nil
+}
+
+// waitSynced waits until ti has listed its twin namespace once.
+func waitSynced(ctx context.Context, ti *twinInformer) error {
+	if ti.informer.HasSynced() {
+		return nil
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), ti.informer.HasSynced) {
+		return fmt.Errorf("listing the pods of twin namespace %q: %w", ti.twin, errors.Join(ctx.Err(), errors.New("the informer did not sync")))
+	}
+	return nil
+}
+
+// remoteChanged tells the PodController about the new status of a remote pod.
+func (h *Handler) remoteChanged(ti *twinInformer, obj any) {
+	remote, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	if p := h.statusPod(ctx, ti, remote); p != nil {
+		h.send(p)
+	}
+}
+
+// remoteDeleted tells the PodController that a remote pod is gone, with a
+// terminal status: its consumer pod will never run again.
+func (h *Handler) remoteDeleted(ti *twinInformer, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	remote, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	p := h.statusPod(ctx, ti, remote)
+	if p == nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return
+	}
+	terminate(&p.Status)
+	h.send(p)
+}
+
+// send calls the PodController's callback, if it registered one.
+func (h *Handler) send(p *corev1.Pod) {
+	h.mu.Lock()
+	cb := h.notify
+	h.mu.Unlock()
+	if cb != nil {
+		cb(p)
+	}
+}
+
+// NotifyPods registers cb, which the handler calls with the consumer pod
+// and its new status whenever a remote pod changes. The pods the informers
+// already know are replayed at once, so statuses observed before the
+// PodController started are not lost.
+func (h *Handler) NotifyPods(_ context.Context, cb func(*corev1.Pod)) {
+	h.mu.Lock()
+	h.notify = cb
+	twins := make([]*twinInformer, 0, len(h.twins))
+	for _, ti := range h.twins {
+		twins = append(twins, ti)
+	}
+	h.mu.Unlock()
+	go func() {
+		for _, ti := range twins {
+			for _, obj := range ti.informer.GetStore().List() {
+				h.remoteChanged(ti, obj)
+			}
+		}
+	}()
+}
+
+// localPod returns the consumer pod that remote reflects, or nil when there
+// is none (any more).
+func (h *Handler) localPod(ctx context.Context, ti *twinInformer, remote *corev1.Pod) *corev1.Pod {
+	uid, ok := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID)
+	if !ok {
+		return nil
+	}
+	var local *corev1.Pod
+	if h.opts.LocalPods != nil {
+		local, _ = h.opts.LocalPods.Pods(ti.consumer).Get(remote.Name)
+	}
+	if local == nil {
+		var err error
+		if local, err = h.opts.Consumer.CoreV1().Pods(ti.consumer).Get(ctx, remote.Name, metav1.GetOptions{}); err != nil {
+			return nil
+		}
+	}
+	if local.UID != uid {
+		return nil
+	}
+	return local
+}
+
+// statusPod is the consumer pod remote reflects with the status remote
+// implies, or nil when there is no such consumer pod. Its metadata is the
+// consumer pod's: the PodController writes it with UpdateStatus, which
+// also writes labels and annotations.
+func (h *Handler) statusPod(ctx context.Context, ti *twinInformer, remote *corev1.Pod) *corev1.Pod {
+	local := h.localPod(ctx, ti, remote)
+	if local == nil {
+		return nil
+	}
+	out := local.DeepCopy()
+	out.Status = reflection.LocalStatus(remote, local, h.opts.NodeIP)
+	return out
+}
+
+// consumerView is remote as the consumer sees it, for GetPod and GetPods:
+// the consumer pod (or, when it is gone, a pod built from remote with the
+// consumer's name, namespace and UID) with the mutable fields remote has
+// (container images, labels, reflected annotations, activeDeadlineSeconds)
+// and the status remote implies. The PodController compares it with the
+// consumer pod to decide whether to call UpdatePod, so it differs exactly
+// when the remote pod lags behind.
+func (h *Handler) consumerView(ctx context.Context, ti *twinInformer, remote *corev1.Pod) *corev1.Pod {
+	uid, ok := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID)
+	if !ok {
+		return nil
+	}
+	local := h.localPod(ctx, ti, remote)
+	var out *corev1.Pod
+	if local != nil {
+		out = local.DeepCopy()
+	} else {
+		out = &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: remote.Name, Namespace: ti.consumer, UID: uid,
+				CreationTimestamp: remote.CreationTimestamp},
+			Spec: *remote.Spec.DeepCopy(),
+		}
+		out.Spec.NodeName = h.opts.VirtualNodeName
+		local = &corev1.Pod{}
+	}
+	out.Labels = consumerLabels(remote.Labels)
+	out.Annotations = consumerAnnotations(remote.Annotations)
+	setImages(out.Spec.InitContainers, remote.Spec.InitContainers)
+	setImages(out.Spec.Containers, remote.Spec.Containers)
+	if remote.Spec.ActiveDeadlineSeconds != nil {
+		d := *remote.Spec.ActiveDeadlineSeconds
+		out.Spec.ActiveDeadlineSeconds = &d
+	}
+	out.Status = reflection.LocalStatus(remote, local, h.opts.NodeIP)
+	return out
+}
+
+// consumerLabels are remote's labels without the origin labels.
+func consumerLabels(remote map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range remote {
+		if k != offloadv1alpha1.LabelOriginClusterID && k != offloadv1alpha1.LabelOriginPodUID {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// consumerAnnotations are the annotations reflection copied onto remote.
+func consumerAnnotations(remote map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, k := range splitKeys(remote[reflection.AnnotationReflectedAnnotations]) {
+		if v, ok := remote[k]; ok {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// setImages sets the image of every container in have to that of the
+// container of the same name in from.
+func setImages(have, from []corev1.Container) {
+	for i := range have {
+		for _, f := range from {
+			if f.Name == have[i].Name {
+				have[i].Image = f.Image
+			}
+		}
+	}
+}
+
+// terminate turns st into the terminal status of a pod whose remote pod is
+// gone: every container that has not terminated is terminated, and the
+// phase is Succeeded when all exited 0, and otherwise Failed.
+func terminate(st *corev1.PodStatus) {
+	now := metav1.Now()
+	succeeded := len(st.ContainerStatuses) > 0
+	for i := range st.ContainerStatuses {
+		cs := &st.ContainerStatuses[i]
+		if cs.State.Terminated == nil {
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 137, Reason: ReasonRemotePodDeleted, Message: "the remote pod was deleted", FinishedAt: now,
+			}}
+		}
+		cs.Ready = false
+		cs.Started = new(false)
+		succeeded = succeeded && cs.State.Terminated.ExitCode == 0
+	}
+	st.Phase = corev1.PodFailed
+	if succeeded {
+		st.Phase = corev1.PodSucceeded
+	}
+	st.Reason = ReasonRemotePodDeleted
+	st.Message = "the pod's remote pod on the provider was deleted"
+	for i := range st.Conditions {
+		if c := &st.Conditions[i]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			if c.Status != corev1.ConditionFalse {
+				c.Status, c.Reason, c.LastTransitionTime = corev1.ConditionFalse, ReasonRemotePodDeleted, now
+			}
+		}
+	}
+}
+
+// ReasonRemotePodDeleted is the status reason of consumer pods whose remote
+// pod was deleted.
+const ReasonRemotePodDeleted = "RemotePodDeleted"

@@ -1,0 +1,224 @@
+package podreflection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+)
+
+// CreatePod reflects the ConfigMaps and Secrets pod references into its
+// twin namespace, then creates the remote pod. It is idempotent: a remote
+// pod that already reflects pod is brought up to date. A remote pod of the
+// same name that reflects an earlier consumer pod of that name is deleted,
+// and while it terminates CreatePod fails, so the PodController retries; a
+// pod there that the consumer did not create is never touched.
+func (h *Handler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	ti, err := h.resolve(pod.Namespace)
+	if err != nil {
+		return err
+	}
+	o := h.origin(ti.twin)
+	remote, err := reflection.RemotePod(pod, o)
+	if err != nil {
+		return asInvalidInput(err)
+	}
+	if err := h.reflectObjects(ctx, pod, o); err != nil {
+		return err
+	}
+	pods := h.opts.Provider.CoreV1().Pods(ti.twin)
+	_, err = pods.Create(ctx, remote, metav1.CreateOptions{})
+	if err == nil {
+		h.opts.Logger.Info("Reflected pod", "pod", klog.KObj(pod), "twinNamespace", ti.twin)
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the remote pod of %s in %q: %w", klog.KObj(pod), ti.twin, err)
+	}
+	existing, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the remote pod of %s in %q: %w", klog.KObj(pod), ti.twin, err)
+	}
+	uid, ours := reflection.IsRemoteOf(existing, h.opts.ConsumerClusterID)
+	switch {
+	case ours && uid == pod.UID:
+		return h.update(ctx, existing, pod, o)
+	case ours:
+		// The consumer pod of that UID is gone: a pod of one name has one
+		// UID at a time, and pod has another.
+		if err := h.deleteRemote(ctx, existing, nil); err != nil {
+			return err
+		}
+		if _, err := pods.Create(ctx, remote, metav1.CreateOptions{}); err == nil {
+			h.opts.Logger.Info("Reflected pod, replacing a stale remote pod", "pod", klog.KObj(pod), "twinNamespace", ti.twin)
+			return nil
+		}
+		return fmt.Errorf("the remote pod of %s in %q reflects an earlier pod of that name (UID %s); it is being deleted, and the pod is created once it is gone",
+			klog.KObj(pod), ti.twin, uid)
+	default:
+		return errdefs.AsInvalidInput(fmt.Errorf("pod %q in twin namespace %q was not created by offload for this cluster: delete or rename it on the provider", pod.Name, ti.twin))
+	}
+}
+
+// UpdatePod pushes the changes of pod that a pod update can carry to its
+// remote pod; a missing remote pod is created.
+func (h *Handler) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	ti, err := h.resolve(pod.Namespace)
+	if err != nil {
+		return err
+	}
+	remote, err := h.opts.Provider.CoreV1().Pods(ti.twin).Get(ctx, pod.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return h.CreatePod(ctx, pod)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the remote pod of %s in %q: %w", klog.KObj(pod), ti.twin, err)
+	}
+	if uid, ours := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ours || uid != pod.UID {
+		return h.CreatePod(ctx, pod)
+	}
+	return h.update(ctx, remote, pod, h.origin(ti.twin))
+}
+
+// update writes the changes of local onto remote, if there are any.
+func (h *Handler) update(ctx context.Context, remote, local *corev1.Pod, o reflection.Origin) error {
+	updated, changed, err := reflection.UpdateRemote(remote, local, o)
+	if err != nil {
+		return asInvalidInput(err)
+	}
+	if !changed {
+		return nil
+	}
+	if _, err := h.opts.Provider.CoreV1().Pods(o.TwinNamespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating the remote pod of %s in %q: %w", klog.KObj(local), o.TwinNamespace, err)
+	}
+	h.opts.Logger.Info("Updated reflected pod", "pod", klog.KObj(local), "twinNamespace", o.TwinNamespace)
+	return nil
+}
+
+// DeletePod deletes the remote pod of pod with pod's grace period. A remote
+// pod that is already gone, or that reflects another consumer pod, counts
+// as deleted. When the remote pod disappears, the handler notifies a
+// terminal status; the PodController deletes the consumer pod once the
+// grace period is over.
+func (h *Handler) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	twin, ok := h.opts.TwinNamespace(pod.Namespace)
+	if !ok || twin == "" {
+		// No twin namespace, so no remote pod: the namespace's
+		// garbage collection takes whatever remains on the provider.
+		return nil
+	}
+	remote, err := h.opts.Provider.CoreV1().Pods(twin).Get(ctx, pod.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the remote pod of %s in %q: %w", klog.KObj(pod), twin, err)
+	}
+	if uid, ours := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ours || uid != pod.UID {
+		return nil
+	}
+	return h.deleteRemote(ctx, remote, pod.DeletionGracePeriodSeconds)
+}
+
+// deleteRemote deletes remote, and only remote: a pod of the same name
+// created since is left alone.
+func (h *Handler) deleteRemote(ctx context.Context, remote *corev1.Pod, grace *int64) error {
+	opts := metav1.DeleteOptions{GracePeriodSeconds: grace, Preconditions: metav1.NewUIDPreconditions(string(remote.UID))}
+	err := h.opts.Provider.CoreV1().Pods(remote.Namespace).Delete(ctx, remote.Name, opts)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting remote pod %s: %w", klog.KObj(remote), err)
+	}
+	h.opts.Logger.Info("Deleted reflected pod", "remotePod", klog.KObj(remote))
+	return nil
+}
+
+// GetPod returns the consumer's view of the remote pod of namespace/name
+// from the informer cache, or a NotFound error.
+func (h *Handler) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	ti, err := h.resolve(namespace)
+	if errors.Is(err, ErrNotOffloaded) {
+		return nil, errdefs.AsNotFound(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := waitSynced(ctx, ti); err != nil {
+		return nil, err
+	}
+	remote, err := ti.lister.Pods(ti.twin).Get(name)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errdefs.NotFoundf("pod %s/%s has no remote pod", namespace, name)
+		}
+		return nil, err
+	}
+	p := h.consumerView(ctx, ti, remote)
+	if p == nil {
+		return nil, errdefs.NotFoundf("pod %s/%s has no remote pod", namespace, name)
+	}
+	return p, nil
+}
+
+// GetPodStatus returns the status GetPod's pod has.
+func (h *Handler) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	p, err := h.GetPod(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return &p.Status, nil
+}
+
+// GetPods returns the consumer's view of every remote pod of the consumer
+// in every twin namespace of the provider.
+func (h *Handler) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
+	twins, err := h.syncAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for _, ti := range twins {
+		remotes, err := ti.lister.Pods(ti.twin).List(everything)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range remotes {
+			if p := h.consumerView(ctx, ti, r); p != nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// asInvalidInput marks the errors of pods that cannot be offloaded so the
+// PodController does not retry them.
+func asInvalidInput(err error) error {
+	if errors.Is(err, reflection.ErrNotOffloadable) {
+		return errdefs.AsInvalidInput(err)
+	}
+	return err
+}
+
+// splitKeys splits a comma-separated list, dropping empty items.
+func splitKeys(s string) []string {
+	var out []string
+	for _, k := range strings.Split(s, ",") {
+		if k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}

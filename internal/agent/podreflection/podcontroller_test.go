@@ -1,0 +1,81 @@
+package podreflection
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+)
+
+// runPodController runs virtual-kubelet's PodController for the virtual
+// node with e's handler, wired as the agent wires it, until the test ends.
+func runPodController(t *testing.T, e *env) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	onNode := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.node).String()
+	}))
+	all := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, informers.WithNamespace(e.consumer))
+	pc, err := node.NewPodController(node.PodControllerConfig{
+		PodClient:                 e.kube.CoreV1(),
+		PodInformer:               onNode.Core().V1().Pods(),
+		EventRecorder:             &record.FakeRecorder{},
+		Provider:                  e.h,
+		ConfigMapInformer:         all.Core().V1().ConfigMaps(),
+		SecretInformer:            all.Core().V1().Secrets(),
+		ServiceInformer:           all.Core().V1().Services(),
+		SkipDownwardAPIResolution: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onNode.Start(ctx.Done())
+	all.Start(ctx.Done())
+	go func() { _ = pc.Run(ctx, 2) }()
+	t.Cleanup(func() {
+		cancel()
+		<-pc.Done()
+		onNode.Shutdown()
+		all.Shutdown()
+	})
+	select {
+	case <-pc.Ready():
+	case <-pc.Done():
+		t.Fatalf("the PodController stopped: %v", pc.Err())
+	}
+}
+
+func TestThePodControllerRunsPodsOfTheVirtualNodeOnTheProvider(t *testing.T) {
+	e := newEnv(t)
+	runPodController(t, e)
+	e.localPod(t, "web")
+
+	var remote *corev1.Pod
+	eventually(t, "the remote pod exists", func(ctx context.Context) bool {
+		remote = e.getRemote(ctx, t, "web")
+		return remote != nil
+	})
+	remote.Status.Phase = corev1.PodRunning
+	remote.Status.PodIP = "10.1.2.3"
+	if _, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(t.Context(), remote, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the consumer pod is Running on the virtual node's address", func(ctx context.Context) bool {
+		p, err := e.kube.CoreV1().Pods(e.consumer).Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "10.1.2.3" && p.Status.HostIP == nodeIP
+	})
+
+	if err := e.kube.CoreV1().Pods(e.consumer).Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the consumer and remote pods are gone", func(ctx context.Context) bool {
+		_, err := e.kube.CoreV1().Pods(e.consumer).Get(ctx, "web", metav1.GetOptions{})
+		return err != nil && e.getRemote(ctx, t, "web") == nil
+	})
+}
