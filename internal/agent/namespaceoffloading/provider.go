@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -74,20 +73,12 @@ func (r *Reconciler) provider(ctx context.Context, fc *offloadv1alpha1.ForeignCl
 }
 
 // newProvider builds a client from a kubeconfig whose context namespace is
-// the tenant namespace; the parsing follows the virtual node's. The client
+// the tenant namespace. The client
 // knows only RemoteNamespaces, so it needs no discovery.
 func newProvider(name string, kubeconfig []byte, scheme *runtime.Scheme) (*provider, error) {
-	cc, err := clientcmd.NewClientConfigFromBytes(kubeconfig)
+	cfg, namespace, err := peer.TenantConfig(name, kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig of peer %s: %w", name, err)
-	}
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig of peer %s: %w", name, err)
-	}
-	namespace, _, err := cc.Namespace()
-	if err != nil {
-		return nil, fmt.Errorf("reading the tenant namespace in the kubeconfig of peer %s: %w", name, err)
+		return nil, err
 	}
 	cfg.Timeout = providerTimeout
 	mapper := meta.NewDefaultRESTMapper(nil)

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -25,6 +24,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 )
 
 // lastSeenResolution is how stale status.lastSeen of a ForeignCluster may be.
@@ -200,17 +200,9 @@ func (c *credentials) key() string {
 
 // parseCredentials reads a kubeconfig whose context namespace is the tenant namespace.
 func parseCredentials(name string, kubeconfig []byte) (*credentials, error) {
-	cc, err := clientcmd.NewClientConfigFromBytes(kubeconfig)
+	cfg, namespace, err := peer.TenantConfig(name, kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig of %s: %w", name, err)
-	}
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig of %s: %w", name, err)
-	}
-	namespace, _, err := cc.Namespace()
-	if err != nil {
-		return nil, fmt.Errorf("reading the tenant namespace in the kubeconfig of %s: %w", name, err)
+		return nil, err
 	}
 	c := &credentials{config: cfg, namespace: namespace}
 	token := cfg.BearerToken
