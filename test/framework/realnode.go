@@ -82,6 +82,9 @@ func nodeNetwork(ctx context.Context, dir string) (*RealNode, error) {
 			{"ip", "-n", ns, "addr", "add", n.IP + "/24", "dev", "eth0"},
 			{"ip", "-n", ns, "link", "set", "eth0", "up"},
 			{"ip", "-n", ns, "route", "add", "default", "via", n.HostIP},
+			// The API server, on the host, reaches pods (webhooks) through
+			// the node; the route goes with the veth at teardown.
+			{"ip", "route", "add", n.PodCIDR, "via", n.IP, "dev", host},
 			{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
 		}
 		for _, s := range steps {
@@ -106,6 +109,9 @@ func (n *RealNode) apiServerPatches(clusterDir string) [][2]string {
 		{"kubelet-client-certificate", filepath.Join(clusterDir, "pki", "admin.crt")},
 		{"kubelet-client-key", filepath.Join(clusterDir, "pki", "admin.key")},
 		{"kubelet-preferred-address-types", "InternalIP,Hostname"},
+		// Webhooks are called at their endpoints' pod IPs: the host has no
+		// kube-proxy rules for ClusterIPs, which live in the node.
+		{"enable-aggregator-routing", "true"},
 	}
 }
 
