@@ -8,10 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
@@ -90,77 +88,7 @@ func selects(sel *corev1.NodeSelector) bool { return sel != nil && len(sel.NodeS
 // matches says whether node matches sel the way the scheduler reads a
 // required node affinity: terms are ORed, the requirements of a term
 // ANDed, and an empty or invalid term matches nothing.
-// (k8s.io/component-helpers, which does this, is not a dependency.)
 func matches(sel *corev1.NodeSelector, node *corev1.Node) bool {
-	for _, t := range sel.NodeSelectorTerms {
-		if termMatches(t, node) {
-			return true
-		}
-	}
-	return false
-}
-
-func termMatches(t corev1.NodeSelectorTerm, node *corev1.Node) bool {
-	if len(t.MatchExpressions) == 0 && len(t.MatchFields) == 0 {
-		return false
-	}
-	if len(t.MatchExpressions) > 0 {
-		s, err := labelSelector(t.MatchExpressions)
-		if err != nil || !s.Matches(labels.Set(node.Labels)) {
-			return false
-		}
-	}
-	if len(t.MatchFields) > 0 {
-		s, err := fieldSelector(t.MatchFields)
-		if err != nil || !s.Matches(fields.Set{"metadata.name": node.Name}) {
-			return false
-		}
-	}
-	return true
-}
-
-// operators maps node selector operators to label selector ones.
-var operators = map[corev1.NodeSelectorOperator]selection.Operator{
-	corev1.NodeSelectorOpIn:           selection.In,
-	corev1.NodeSelectorOpNotIn:        selection.NotIn,
-	corev1.NodeSelectorOpExists:       selection.Exists,
-	corev1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
-	corev1.NodeSelectorOpGt:           selection.GreaterThan,
-	corev1.NodeSelectorOpLt:           selection.LessThan,
-}
-
-func labelSelector(reqs []corev1.NodeSelectorRequirement) (labels.Selector, error) {
-	s := labels.NewSelector()
-	for _, req := range reqs {
-		op, ok := operators[req.Operator]
-		if !ok {
-			return nil, fmt.Errorf("%q is not a valid node selector operator", req.Operator)
-		}
-		r, err := labels.NewRequirement(req.Key, op, req.Values)
-		if err != nil {
-			return nil, err
-		}
-		s = s.Add(*r)
-	}
-	return s, nil
-}
-
-// fieldSelector supports metadata.name with In and NotIn of one value, as
-// Kubernetes does.
-func fieldSelector(reqs []corev1.NodeSelectorRequirement) (fields.Selector, error) {
-	var sels []fields.Selector
-	for _, req := range reqs {
-		if req.Key != "metadata.name" || len(req.Values) != 1 {
-			return nil, fmt.Errorf("unsupported field requirement %s", req.Key)
-		}
-		switch req.Operator {
-		case corev1.NodeSelectorOpIn:
-			sels = append(sels, fields.OneTermEqualSelector(req.Key, req.Values[0]))
-		case corev1.NodeSelectorOpNotIn:
-			sels = append(sels, fields.OneTermNotEqualSelector(req.Key, req.Values[0]))
-		default:
-			return nil, fmt.Errorf("unsupported field operator %s", req.Operator)
-		}
-	}
-	return fields.AndSelectors(sels...), nil
+	ok, _ := nodeaffinity.NewLazyErrorNodeSelector(sel).Match(node)
+	return ok
 }
