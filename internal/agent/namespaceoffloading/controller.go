@@ -183,6 +183,11 @@ func pendingDelay(no *offloadv1alpha1.NamespaceOffloading, now time.Time) time.D
 	if c := meta.FindStatusCondition(no.Status.Conditions, offloadv1alpha1.ConditionReady); c != nil && c.LastTransitionTime.After(since) {
 		since = c.LastTransitionTime.Time
 	}
+	return backoff(since, now)
+}
+
+// backoff is half the time since since, between minPendingRequeue and pendingRequeue.
+func backoff(since, now time.Time) time.Duration {
 	return min(max(now.Sub(since)/2, minPendingRequeue), pendingRequeue)
 }
 
@@ -214,7 +219,7 @@ func (r *Reconciler) finalize(ctx context.Context, no *offloadv1alpha1.Namespace
 		return reconcile.Result{}, err
 	}
 	if pending {
-		return reconcile.Result{RequeueAfter: min(max(time.Since(no.DeletionTimestamp.Time)/2, minPendingRequeue), pendingRequeue)}, nil
+		return reconcile.Result{RequeueAfter: backoff(no.DeletionTimestamp.Time, time.Now())}, nil
 	}
 	if err := r.label(ctx, no.Namespace, false); err != nil {
 		return reconcile.Result{}, err
