@@ -123,9 +123,9 @@ func TestAuthServiceTypeAndClusterIDAreValues(t *testing.T) {
 
 func TestNoClusterRoleGrantsSecrets(t *testing.T) {
 	objects := render(t, lintValues)
-	// Roles for tenant and twin namespaces may grant Secrets there: they
-	// must never be bound cluster-wide.
-	namespaceOnly := map[string]bool{"offload-tenant": true, "offload-remote-workloads": true}
+	// Roles for tenant, twin and offloaded namespaces may grant Secrets
+	// there: they must never be bound cluster-wide.
+	namespaceOnly := map[string]bool{"offload-tenant": true, "offload-remote-workloads": true, "offload-reflection": true}
 	boundClusterWide := map[string]bool{}
 	for name, o := range objects {
 		if o["kind"] != "ClusterRoleBinding" {
@@ -134,7 +134,7 @@ func TestNoClusterRoleGrantsSecrets(t *testing.T) {
 		role, _ := o["roleRef"].(map[string]any)["name"].(string)
 		boundClusterWide[role] = true
 		if namespaceOnly[role] {
-			t.Errorf("%s binds %s, a role for tenant and twin namespaces only, cluster-wide", name, role)
+			t.Errorf("%s binds %s, a role for tenant, twin or offloaded namespaces only, cluster-wide", name, role)
 		}
 	}
 	for name, o := range objects {

@@ -2,7 +2,9 @@
 # The demo: two local clusters, consumer and provider, each with a real node
 # (kubelet + containerd) beside kwok fake nodes, kubectl-offload installed on
 # both with its agent running as real pods, and the consumer peered with the
-# provider through the command peer generate prints. Everything it needs is
+# provider through the command peer generate prints, then namespace demo
+# offloaded with a Deployment spread over local and virtual nodes; the
+# offloaded replicas run on the provider. Everything it needs is
 # built on the first run. The clusters keep running; `make clusters-down`
 # removes them.
 set -euo pipefail
@@ -43,7 +45,69 @@ else
   "${OFFLOAD}" --kubeconfig "${CONSUMER}" "${args[@]}"
 fi
 "${KUBECTL}" --kubeconfig "${CONSUMER}" get nodes
-"${OFFLOAD}" --kubeconfig "${CONSUMER}" status
+
 echo
-echo "Try: ${OFFLOAD} --kubeconfig ${CONSUMER} status peer provider"
+echo "== offloading namespace demo, and a Deployment of 6 replicas spread over the local and virtual nodes"
+"${KUBECTL}" --kubeconfig "${CONSUMER}" create namespace demo --dry-run=client -o yaml | "${KUBECTL}" --kubeconfig "${CONSUMER}" apply -f -
+"${OFFLOAD}" --kubeconfig "${CONSUMER}" namespace demo --pod-offloading-strategy LocalAndRemote --wait
+# The test application. Spread over the nodes at most one apart, so the
+# virtual node gets its share; a preference for the provider's real node
+# (no consumer node has that name) runs offloaded replicas there first, in
+# real containers, while the rest go to the provider's kwok nodes.
+REAL="$("${KUBECTL}" --kubeconfig "${PROVIDER}" get nodes -l offload.io/test-node=real -o jsonpath='{.items[0].metadata.name}')"
+"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo apply -f - <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 6
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      terminationGracePeriodSeconds: 2
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: kubernetes.io/hostname
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector:
+          matchLabels: {app: web}
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 50
+            preference:
+              matchExpressions:
+              - {key: kubernetes.io/hostname, operator: In, values: [${REAL}]}
+      containers:
+      - name: app
+        image: registry.local/offload/testapp:test
+        imagePullPolicy: Never
+        ports:
+        - containerPort: 8080
+        readinessProbe:
+          httpGet: {path: /healthz, port: 8080}
+          periodSeconds: 2
+YAML
+"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo rollout status deployment/web --timeout 3m
+echo
+echo "== consumer: kubectl -n demo get pods -o wide"
+"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -o wide
+TWIN="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get namespaceoffloading offloading -o jsonpath='{.status.remoteNamespaces[0].remoteNamespace}')"
+echo
+echo "== provider: kubectl -n ${TWIN} get pods -o wide"
+"${KUBECTL}" --kubeconfig "${PROVIDER}" -n "${TWIN}" get pods -o wide
+echo
+"${OFFLOAD}" --kubeconfig "${CONSUMER}" status
+# The logs of an offloaded pod whose container runs on the provider's real node.
+POD="$("${KUBECTL}" --kubeconfig "${PROVIDER}" -n "${TWIN}" get pods --field-selector "spec.nodeName=${REAL}" -o jsonpath='{.items[0].metadata.name}')"
+echo
+echo "== consumer: kubectl -n demo logs ${POD} --tail 5 (the container runs on the provider)"
+"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo logs "${POD}" --tail 5
+echo
+echo "Try: ${KUBECTL} --kubeconfig ${CONSUMER} -n demo exec ${POD} -- /testapp get http://127.0.0.1:8080/hostname"
+echo "     ${OFFLOAD} --kubeconfig ${CONSUMER} status peer provider"
 echo "Stop the clusters with: make clusters-down"

@@ -23,7 +23,9 @@ const statusLong = `Check the health of kubectl-offload in the current cluster.
 
 The report has one section per concern: the install namespace and Helm
 release, the control plane Deployments, the offload.io CRDs, the local
-cluster identity, the network CIDRs, the endpoints peers use and the peers.
+cluster identity, the network CIDRs, the endpoints peers use, the peers, the
+virtual nodes (Ready, capacity, pods) and the offloaded namespaces (the
+remote namespace and phase on each peer).
 Each check is marked ✓ (ok), ! (warning) or ✗ (failed), and says what to do
 next. kubectl offload status peer NAME shows one peer in detail.
 

@@ -60,6 +60,11 @@ type Section struct {
 	Fields []Field `json:"fields,omitempty"`
 	// Table is a small table of facts, such as one row per Deployment.
 	Table *Table `json:"table,omitempty"`
+	// VirtualNodes are the virtual nodes, in the virtualNodes section.
+	VirtualNodes []VirtualNode `json:"virtualNodes,omitempty"`
+	// OffloadedNamespaces are the offloaded namespaces, one per peer, in
+	// the offloadedNamespaces section.
+	OffloadedNamespaces []OffloadedNamespace `json:"offloadedNamespaces,omitempty"`
 	// Checks are the verdicts of the section.
 	Checks []Check `json:"checks"`
 }

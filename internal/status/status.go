@@ -43,6 +43,8 @@ func DefaultCheckers() []Checker {
 		networkChecker{},
 		endpointsChecker{},
 		peersChecker{},
+		virtualNodesChecker{},
+		offloadedNamespacesChecker{},
 	}
 }
 

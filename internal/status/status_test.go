@@ -114,7 +114,7 @@ var scenarios = []struct {
 		name:    "a cluster without kubectl-offload says to install it",
 		golden:  "not-installed",
 		cluster: func(*testing.T) *fixture { return bare() },
-		wantErr: "12 checks failed: namespace, control plane, crds, local cluster identity, network, endpoints, peers",
+		wantErr: "13 checks failed: namespace, control plane, crds, local cluster identity, network, endpoints, peers, offloaded namespaces",
 	},
 }
 
@@ -209,7 +209,7 @@ func TestStatusJSONIsAStableContract(t *testing.T) {
 			}
 		}
 	}
-	if got := strings.Join(sectionNames, ","); got != "namespace,controlPlane,crds,localCluster,network,endpoints,peers" {
+	if got := strings.Join(sectionNames, ","); got != "namespace,controlPlane,crds,localCluster,network,endpoints,peers,virtualNodes,offloadedNamespaces" {
 		t.Errorf("sections = %s", got)
 	}
 	wantFields := map[string]string{

@@ -69,10 +69,17 @@ func expectNoPeeringLeft(ctx context.Context, t *testing.T, consumer, provider *
 // are Ready and the provider's auth CA exists.
 func peerableClusters(ctx context.Context, t *testing.T, extra ...string) (consumer, provider *framework.Cluster) {
 	t.Helper()
-	clusters := framework.StartClusters(t,
+	return peerableClustersWith(ctx, t,
 		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
 		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
-	)
+		extra...)
+}
+
+// peerableClustersWith starts a consumer and a provider with the agent
+// installed and running on each one's real node.
+func peerableClustersWith(ctx context.Context, t *testing.T, consumerOpts, providerOpts framework.ClusterOptions, extra ...string) (consumer, provider *framework.Cluster) {
+	t.Helper()
+	clusters := framework.StartClusters(t, consumerOpts, providerOpts)
 	var wg sync.WaitGroup
 	for _, c := range clusters {
 		wg.Go(func() {

@@ -3,12 +3,16 @@ package app
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/incoming"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/namespaceoffloading"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/remotenamespace"
@@ -42,12 +46,17 @@ type controllerManagerOptions struct {
 	// UnreachableTolerationSeconds is how long offloaded pods stay bound to
 	// an unreachable or NotReady virtual node; negative means for ever.
 	UnreachableTolerationSeconds int64
-	global                       *globalOptions
+	// NodeIP is the address of the virtual nodes, where the kubelet API is
+	// served: this pod's IP.
+	NodeIP string
+	// KubeletPort is the port of the virtual nodes' kubelet API; 0 serves none.
+	KubeletPort int32
+	global      *globalOptions
 }
 
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage,
-		UnreachableTolerationSeconds: -1, global: g}
+		UnreachableTolerationSeconds: -1, KubeletPort: 10250, global: g}
 	cmd := &cobra.Command{
 		Use:     "controller-manager",
 		Short:   "Run the controllers, the webhook and the virtual kubelets",
@@ -71,6 +80,8 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.IntVar(&o.SharingPercentage, "sharing-percentage", o.SharingPercentage, "Percentage of this cluster's free cpu, memory and pods offered to each consumer.")
 	fs.Int64Var(&o.UnreachableTolerationSeconds, "unreachable-toleration-seconds", o.UnreachableTolerationSeconds,
 		"How long offloaded pods stay bound to an unreachable or NotReady virtual node; negative means for ever.")
+	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the virtual nodes, where their kubelet API is served (default: $POD_IP).")
+	fs.Int32Var(&o.KubeletPort, "kubelet-port", o.KubeletPort, "Port of the virtual nodes' kubelet API (logs, exec, attach, port-forward); 0 turns it off.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "How long the controllers may take to stop after SIGTERM.")
 	return cmd
 }
@@ -80,10 +91,17 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 func (o *controllerManagerOptions) Complete() {
 	o.Namespace = fromEnv(o.Namespace, envNamespace)
 	o.ClusterName = fromEnv(o.ClusterName, envClusterName)
+	o.NodeIP = fromEnv(o.NodeIP, envPodIP)
 }
 
 // Validate checks the options.
 func (o *controllerManagerOptions) Validate() error {
+	if o.KubeletPort < 0 || o.KubeletPort > 65535 {
+		return fmt.Errorf("--kubelet-port must be between 0 and 65535, got %d", o.KubeletPort)
+	}
+	if o.NodeIP != "" && net.ParseIP(o.NodeIP) == nil {
+		return fmt.Errorf("--node-ip must be an IP address, got %q", o.NodeIP)
+	}
 	if o.SharingPercentage < 0 || o.SharingPercentage > 100 {
 		return fmt.Errorf("--sharing-percentage must be between 0 and 100, got %d", o.SharingPercentage)
 	}
@@ -137,9 +155,39 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		// Consumer side: one virtual node per authenticated provider.
 		func(mgr ctrlmanager.Manager) error {
-			r := &virtualnode.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
-			return r.SetupWithManager(mgr)
+			r := &virtualnode.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, NodeIP: o.NodeIP}
+			if err := r.SetupWithManager(mgr); err != nil {
+				return err
+			}
+			if o.KubeletPort == 0 || o.NodeIP == "" {
+				o.Logger.Info("Not serving the kubelet API of the virtual nodes: kubectl logs and exec will not reach offloaded pods",
+					"kubeletPort", o.KubeletPort, "nodeIP", o.NodeIP)
+				return nil
+			}
+			r.KubeletPort = o.KubeletPort
+			return addKubeletAPI(mgr, o, r)
 		},
 	)
 	return manager.Run(ctx, cfg, o.Options)
+}
+
+// addKubeletAPI serves the kubelet API of the virtual nodes on
+// o.KubeletPort, for the pods r resolves. It runs on the leader only, with
+// the virtual nodes, whose address is this pod's.
+func addKubeletAPI(mgr ctrlmanager.Manager, o *controllerManagerOptions, r *virtualnode.Reconciler) error {
+	kube, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("creating the client of the kubelet API: %w", err)
+	}
+	srv, err := kubeletapi.New(kubeletapi.Options{
+		Addr:     net.JoinHostPort("", strconv.Itoa(int(o.KubeletPort))),
+		Resolver: r,
+		Kube:     kube,
+		IPs:      []net.IP{net.ParseIP(o.NodeIP)},
+		Logger:   o.Logger.WithName("kubelet-api"),
+	})
+	if err != nil {
+		return err
+	}
+	return mgr.Add(srv)
 }

@@ -17,6 +17,7 @@ import (
 const (
 	envNamespace   = "POD_NAMESPACE"
 	envClusterName = "OFFLOAD_CLUSTER_NAME"
+	envPodIP       = "POD_IP"
 )
 
 // logger returns the structured logger of a component, writing klog's text

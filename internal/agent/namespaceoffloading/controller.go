@@ -155,6 +155,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.label(ctx, no.Namespace, true); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.grant(ctx, no.Namespace, true); err != nil {
+		return reconcile.Result{}, err
+	}
 	id, err := r.consumer(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -222,6 +225,9 @@ func (r *Reconciler) finalize(ctx context.Context, no *offloadv1alpha1.Namespace
 		return reconcile.Result{RequeueAfter: backoff(no.DeletionTimestamp.Time, time.Now())}, nil
 	}
 	if err := r.label(ctx, no.Namespace, false); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.grant(ctx, no.Namespace, false); err != nil {
 		return reconcile.Result{}, err
 	}
 	controllerutil.RemoveFinalizer(no, Finalizer)

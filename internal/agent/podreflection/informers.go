@@ -124,6 +124,10 @@ func (h *Handler) remoteDeleted(ti *twinInformer, obj any) {
 		return
 	}
 	terminate(&p.Status)
+	if p.DeletionTimestamp == nil {
+		// The consumer did not ask for it: see deletedRemotely.
+		p.Status.Phase = corev1.PodFailed
+	}
 	h.send(p)
 }
 
@@ -192,7 +196,23 @@ func (h *Handler) statusPod(ctx context.Context, ti *twinInformer, remote *corev
 	}
 	out := local.DeepCopy()
 	out.Status = reflection.LocalStatus(remote, local, h.opts.NodeIP)
+	deletedRemotely(remote, local, &out.Status)
 	return out
+}
+
+// deletedRemotely reports a pod whose remote pod was deleted on the
+// provider, though the consumer did not delete the pod, as Failed with
+// reason RemotePodDeleted: the provider's kubelet may end such a pod
+// Succeeded (its containers exit 0 on SIGTERM), which would tell the
+// consumer the workload completed. Its controller then replaces it.
+func deletedRemotely(remote, local *corev1.Pod, st *corev1.PodStatus) {
+	if remote.DeletionTimestamp == nil || local.DeletionTimestamp != nil ||
+		(st.Phase != corev1.PodSucceeded && st.Phase != corev1.PodFailed) {
+		return
+	}
+	st.Phase = corev1.PodFailed
+	st.Reason = ReasonRemotePodDeleted
+	st.Message = "the pod's remote pod on the provider was deleted"
 }
 
 // consumerView is remote as the consumer sees it, for GetPod and GetPods:
@@ -229,6 +249,7 @@ func (h *Handler) consumerView(ctx context.Context, ti *twinInformer, remote *co
 		out.Spec.ActiveDeadlineSeconds = &d
 	}
 	out.Status = reflection.LocalStatus(remote, local, h.opts.NodeIP)
+	deletedRemotely(remote, local, &out.Status)
 	return out
 }
 
@@ -274,7 +295,8 @@ func setImages(have, from []corev1.Container) {
 
 // terminate turns st into the terminal status of a pod whose remote pod is
 // gone: every container that has not terminated is terminated, and the
-// phase is Succeeded when all exited 0, and otherwise Failed.
+// phase is Succeeded when all exited 0, and otherwise Failed. Callers make
+// it Failed when the consumer did not delete the pod (see deletedRemotely).
 func terminate(st *corev1.PodStatus) {
 	now := metav1.Now()
 	succeeded := len(st.ContainerStatuses) > 0

@@ -27,12 +27,15 @@ func (h *Handler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	o := h.origin(ti.twin)
+	o := h.podOrigin(ti.twin, pod)
 	remote, err := reflection.RemotePod(pod, o)
 	if err != nil {
 		return asInvalidInput(err)
 	}
 	if err := h.reflectObjects(ctx, pod, o); err != nil {
+		return err
+	}
+	if err := h.reflectToken(ctx, pod, o); err != nil {
 		return err
 	}
 	pods := h.opts.Provider.CoreV1().Pods(ti.twin)
@@ -86,7 +89,7 @@ func (h *Handler) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if uid, ours := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ours || uid != pod.UID {
 		return h.CreatePod(ctx, pod)
 	}
-	return h.update(ctx, remote, pod, h.origin(ti.twin))
+	return h.update(ctx, remote, pod, h.podOrigin(ti.twin, pod))
 }
 
 // update writes the changes of local onto remote, if there are any.
@@ -142,6 +145,9 @@ func (h *Handler) deleteRemote(ctx context.Context, remote *corev1.Pod, grace *i
 		return fmt.Errorf("deleting remote pod %s: %w", klog.KObj(remote), err)
 	}
 	h.opts.Logger.Info("Deleted reflected pod", "remotePod", klog.KObj(remote))
+	if uid, ok := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); ok && hasTokenVolume(remote) {
+		h.deleteToken(ctx, remote.Namespace, remote.Name, uid)
+	}
 	return nil
 }
 

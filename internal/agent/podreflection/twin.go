@@ -57,3 +57,7 @@ func DefaultTwinNamespaces(c client.Reader, providerClusterID string) func(conte
 		return out, nil
 	}
 }
+
+// TwinNamespace returns the Ready twin namespace of consumer namespace ns
+// on the provider; remote pods keep their consumer pod's name there.
+func (h *Handler) TwinNamespace(ns string) (string, bool) { return h.opts.TwinNamespace(ns) }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -27,6 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 )
 
@@ -62,8 +65,25 @@ type Reconciler struct {
 	// PollInterval is how often the provider is pinged; zero means DefaultPollInterval.
 	PollInterval time.Duration
 
-	mu    sync.Mutex
-	peers map[string]*peerRun
+	// PodsKube reads the pods of the virtual nodes and writes their status;
+	// it defaults to Kube. Give it a higher rate limit than Kube's.
+	PodsKube kubernetes.Interface
+	// ClusterID is this cluster's ID, the origin of the pods it offloads;
+	// empty means reading it from the identity ConfigMap in Namespace.
+	ClusterID string
+	// NodeIP is the address of the virtual nodes: where this agent serves
+	// their kubelet API, and the host IP of their pods. Optional.
+	NodeIP string
+	// KubeletPort is the port of the virtual nodes' kubelet API; zero
+	// publishes none.
+	KubeletPort int32
+	// PodWorkers is how many pods of one virtual node are reflected at
+	// once; zero means DefaultPodWorkers.
+	PodWorkers int
+
+	mu       sync.Mutex
+	peers    map[string]*peerRun
+	handlers map[string]podsRun // by ForeignCluster name, while their pods run
 }
 
 // peerRun is the running node controller of one peer.
@@ -86,6 +106,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("creating the client of the virtual nodes: %w", err)
 		}
 		r.Kube = kube
+	}
+	if r.PodsKube == nil {
+		cfg := rest.CopyConfig(mgr.GetConfig())
+		cfg.QPS, cfg.Burst = reflectionQPS, reflectionBurst
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("creating the client of the virtual nodes' pods: %w", err)
+		}
+		r.PodsKube = kube
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		<-ctx.Done()
@@ -191,9 +220,12 @@ func (r *Reconciler) start(ctx context.Context, fc *offloadv1alpha1.ForeignClust
 	r.peers[fc.Name] = run
 	r.mu.Unlock()
 	log.FromContext(ctx).Info("Starting the virtual node", "node", NodeName(fc.Name), "foreignCluster", klog.KObj(fc))
+	var wg sync.WaitGroup
+	wg.Go(func() { r.runPeer(ctx, fc, creds) })
+	wg.Go(func() { r.runPods(ctx, fc, creds) })
 	go func() {
 		defer close(run.done)
-		r.runPeer(ctx, fc, creds)
+		wg.Wait()
 	}()
 }
 
@@ -233,4 +265,64 @@ func (r *Reconciler) remove(ctx context.Context, name string) error {
 		return fmt.Errorf("deleting the Lease of virtual node %q: %w", node, err)
 	}
 	return nil
+}
+
+// podsRun is the running pod reflection of one peer.
+type podsRun struct {
+	node     string
+	handler  *podreflection.Handler
+	config   *rest.Config
+	provider kubernetes.Interface
+}
+
+// register records the running pod reflection of ForeignCluster name.
+func (r *Reconciler) register(name string, run podsRun) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.handlers == nil {
+		r.handlers = map[string]podsRun{}
+	}
+	r.handlers[name] = run
+}
+
+// unregister forgets the pod reflection of name, if it still is h.
+func (r *Reconciler) unregister(name string, h *podreflection.Handler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.handlers[name].handler == h {
+		delete(r.handlers, name)
+	}
+}
+
+// Resolve implements kubeletapi.Resolver: the remote pod of consumer pod
+// namespace/pod, when it is bound to one of the virtual nodes.
+func (r *Reconciler) Resolve(ctx context.Context, namespace, pod string) (kubeletapi.Target, error) {
+	kube := r.PodsKube
+	if kube == nil {
+		kube = r.Kube
+	}
+	p, err := kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return kubeletapi.Target{}, fmt.Errorf("pod %s/%s: %w", namespace, pod, kubeletapi.ErrUnknownPod)
+	}
+	if err != nil {
+		return kubeletapi.Target{}, fmt.Errorf("reading pod %s/%s: %w", namespace, pod, err)
+	}
+	r.mu.Lock()
+	var run *podsRun
+	for _, pr := range r.handlers {
+		if pr.node == p.Spec.NodeName {
+			run = &pr
+			break
+		}
+	}
+	r.mu.Unlock()
+	if run == nil {
+		return kubeletapi.Target{}, fmt.Errorf("pod %s/%s runs on node %q: %w", namespace, pod, p.Spec.NodeName, kubeletapi.ErrUnknownPod)
+	}
+	twin, ok := run.handler.TwinNamespace(namespace)
+	if !ok {
+		return kubeletapi.Target{}, fmt.Errorf("namespace %s has no Ready twin namespace on the provider of node %s: %w", namespace, run.node, kubeletapi.ErrUnknownPod)
+	}
+	return kubeletapi.Target{NodeName: run.node, Config: run.config, Client: run.provider, Namespace: twin, Name: pod}, nil
 }

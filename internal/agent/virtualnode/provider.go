@@ -123,13 +123,22 @@ func (p *offerProvider) notifier() func(*corev1.Node) {
 
 // newNode builds the virtual node of ForeignCluster fc with resources,
 // Ready while the provider is reachable.
-func newNode(fc *offloadv1alpha1.ForeignCluster, resources corev1.ResourceList) *corev1.Node {
-	return nodeWithHealth(fc, resources, nil)
+func newNode(fc *offloadv1alpha1.ForeignCluster, ep endpoint, resources corev1.ResourceList) *corev1.Node {
+	return nodeWithHealth(fc, ep, resources, nil)
 }
+
+// endpoint is where the kubelet API of the virtual nodes is served.
+type endpoint struct {
+	ip   string
+	port int32
+}
+
+// endpoint returns where this agent serves the kubelet API of its virtual nodes.
+func (r *Reconciler) endpoint() endpoint { return endpoint{ip: r.NodeIP, port: r.KubeletPort} }
 
 // nodeWithHealth builds the virtual node of ForeignCluster fc with
 // resources; a non-nil unreachable makes it NotReady with that reason.
-func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, resources corev1.ResourceList, unreachable error) *corev1.Node {
+func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, ep endpoint, resources corev1.ResourceList, unreachable error) *corev1.Node {
 	now := metav1.NewTime(time.Now())
 	condition := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
@@ -138,7 +147,7 @@ func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, resources corev1.Resourc
 	if unreachable != nil {
 		ready = condition(corev1.NodeReady, corev1.ConditionFalse, ReasonProviderUnreachable, unreachable.Error())
 	}
-	return &corev1.Node{
+	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: NodeName(fc.Name),
 			Labels: map[string]string{
@@ -173,6 +182,13 @@ func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, resources corev1.Resourc
 			},
 		},
 	}
+	if ep.ip != "" {
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ep.ip}}
+	}
+	if ep.port > 0 {
+		n.Status.DaemonEndpoints.KubeletEndpoint.Port = ep.port
+	}
+	return n
 }
 
 // current returns the resources last read from the offer.

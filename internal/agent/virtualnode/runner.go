@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -107,7 +106,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionUnknown, ReasonStarting, "starting virtual node "+NodeName(fc.Name), false); err != nil {
 		return err
 	}
-	nc, err := node.NewNodeController(p, newNode(fc, offer.Spec.Resources), r.Kube.CoreV1().Nodes(),
+	nc, err := node.NewNodeController(p, newNode(fc, r.endpoint(), offer.Spec.Resources), r.Kube.CoreV1().Nodes(),
 		node.WithNodeEnableLeaseV1(r.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease), 0),
 		node.WithNodePingInterval(interval),
 		node.WithNodePingTimeout(interval),
@@ -116,7 +115,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 				return err
 			}
 			// Someone deleted the node: register it again.
-			_, err = r.Kube.CoreV1().Nodes().Create(ctx, newNode(fc, p.current()), metav1.CreateOptions{})
+			_, err = r.Kube.CoreV1().Nodes().Create(ctx, newNode(fc, r.endpoint(), p.current()), metav1.CreateOptions{})
 			return err
 		}))
 	if err != nil {
@@ -158,7 +157,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 				// Lease too, but kube-controller-manager would take its
 				// node-monitor-grace-period to notice.
 				if notify := p.notifier(); notify != nil {
-					notify(nodeWithHealth(fc, p.current(), err))
+					notify(nodeWithHealth(fc, r.endpoint(), p.current(), err))
 				}
 			}
 			unreachable = err
@@ -175,7 +174,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, p *offerProvider, offer *offloadv1alpha1.ResourceOffer, unreachable *error) {
 	notify, changed := p.observe(offer)
 	if (changed || *unreachable != nil) && notify != nil {
-		notify(newNode(fc, offer.Spec.Resources))
+		notify(newNode(fc, r.endpoint(), offer.Spec.Resources))
 	}
 	*unreachable = nil
 	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionTrue, ReasonNodeReady, "virtual node "+NodeName(fc.Name)+" is Ready", true); err != nil {
@@ -213,13 +212,10 @@ func parseCredentials(name string, kubeconfig []byte) (*credentials, error) {
 
 // newProvider builds the NodeProvider reading the offer with creds.
 func (r *Reconciler) newProvider(fc *offloadv1alpha1.ForeignCluster, creds *credentials) (*offerProvider, error) {
-	cfg := rest.CopyConfig(creds.config)
 	// No client-wide timeout: it would cut the watch of the offer. Reads
 	// are bounded by readTimeout instead.
+	cfg := providerConfig(creds)
 	p := &offerProvider{offer: types.NamespacedName{Namespace: creds.namespace, Name: fc.Spec.ClusterName}, readTimeout: r.pollInterval()}
-	if token := creds.token.Load(); token != nil && *token != "" {
-		cfg.WrapTransport = transport.TokenSourceWrapTransport(tokenSource{&creds.token})
-	}
 	remote, err := client.NewWithWatch(cfg, client.Options{Scheme: r.Client.Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)

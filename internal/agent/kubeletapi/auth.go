@@ -1,0 +1,141 @@
+package kubeletapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+)
+
+// request is what a kubelet API path names: the pod it is about.
+type request struct {
+	namespace, pod string
+}
+
+// parsePath returns the pod a kubelet API path is about, for the paths this
+// server serves: /containerLogs/{ns}/{pod}/{container},
+// /exec/{ns}/{pod}/{container}, /attach/{ns}/{pod}/{container},
+// /portForward/{ns}/{pod} and /run/{ns}/{pod}[/{uid}]/{container}. It
+// returns false for any other path.
+func parsePath(path string) (request, bool) {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	for _, p := range parts {
+		if p == "" {
+			return request{}, false
+		}
+	}
+	var ok bool
+	switch parts[0] {
+	case "containerLogs", "exec", "attach":
+		ok = len(parts) == 4
+	case "portForward":
+		ok = len(parts) == 3
+	case "run":
+		ok = len(parts) == 4 || len(parts) == 5
+	}
+	if !ok {
+		return request{}, false
+	}
+	return request{namespace: parts[1], pod: parts[2]}, true
+}
+
+// verbFor maps an HTTP method to the authorization verb, as the kubelet
+// does; it returns "" for methods the kubelet API does not use.
+func verbFor(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		return "get"
+	case http.MethodPost:
+		return "create"
+	case http.MethodPut:
+		return "update"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		return "delete"
+	}
+	return ""
+}
+
+// targetKey is the context key of the Target a request was authorized for.
+type targetKey struct{}
+
+// resolved is a Target with the consumer pod it was resolved for.
+type resolved struct {
+	request
+	target Target
+}
+
+// ServeHTTP authenticates the request like a kubelet, resolves the pod it is
+// about, authorizes nodes/proxy on that pod's virtual node and hands the
+// request to the virtual-kubelet handlers.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	resp, ok, err := s.authn.AuthenticateRequest(r)
+	if err != nil || !ok {
+		// The error can name the reason (an expired certificate, a rejected
+		// token); it never holds the credentials themselves.
+		s.log.V(2).Info("Unauthenticated kubelet API request", "path", r.URL.Path, "remote", r.RemoteAddr, "reason", errString(err))
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	// The handlers never need the credentials; drop them like the API server does.
+	r.Header.Del("Authorization")
+	user := resp.User
+
+	req, ok := parsePath(r.URL.Path)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	verb := verbFor(r.Method)
+	if verb == "" {
+		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	t, err := s.opts.Resolver.Resolve(ctx, req.namespace, req.pod)
+	switch {
+	case errors.Is(err, ErrUnknownPod):
+		http.Error(w, fmt.Sprintf("pod %s/%s not found", req.namespace, req.pod), http.StatusNotFound)
+		return
+	case err != nil:
+		s.log.Error(err, "Resolving a pod for the kubelet API", "namespace", req.namespace, "pod", req.pod)
+		http.Error(w, "Internal Server Error", http.StatusInternalServerError)
+		return
+	}
+
+	attrs := authorizer.AttributesRecord{
+		User:            user,
+		Verb:            verb,
+		APIVersion:      "v1",
+		Resource:        "nodes",
+		Subresource:     "proxy",
+		Name:            t.NodeName,
+		ResourceRequest: true,
+		Path:            r.URL.Path,
+	}
+	decision, reason, err := s.authz.Authorize(ctx, attrs)
+	if err != nil {
+		s.log.Error(err, "Authorizing a kubelet API request", "user", user.GetName(), "verb", verb, "node", t.NodeName)
+		http.Error(w, "Internal Server Error", http.StatusInternalServerError)
+		return
+	}
+	if decision != authorizer.DecisionAllow {
+		s.log.V(2).Info("Forbidden kubelet API request", "user", user.GetName(), "verb", verb, "node", t.NodeName, "reason", reason)
+		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource=proxy, node=%s)", user.GetName(), verb, t.NodeName), http.StatusForbidden)
+		return
+	}
+	ctx = context.WithValue(ctx, targetKey{}, resolved{request: req, target: t})
+	s.handler.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// errString returns the message of err, or "" for nil.
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,172 @@
+package podreflection
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+)
+
+// Service-account tokens of offloaded pods are requested from the consumer,
+// bound to the pod (they die with it) and valid for tokenLifetime; they are
+// renewed once less than tokenRenewBefore of their life is left, as the
+// kubelet does for projected tokens.
+const (
+	tokenLifetime    = time.Hour
+	tokenRenewBefore = 20 * time.Minute
+	// annotationTokenExpiry records, on the token Secret, when its token expires (RFC 3339).
+	annotationTokenExpiry = "offload.io/token-expiry"
+	// rootCAConfigMap holds the consumer's CA in every namespace.
+	rootCAConfigMap = "kube-root-ca.crt"
+)
+
+// podOrigin is the reflection origin of pod in twin namespace twin: with
+// the name of its token Secret when the pod mounts a service-account token.
+func (h *Handler) podOrigin(twin string, pod *corev1.Pod) reflection.Origin {
+	o := h.origin(twin)
+	if reflection.NeedsToken(pod) {
+		o.ServiceAccountTokenSecret = reflection.TokenSecretName(pod.Name)
+	}
+	return o
+}
+
+// reflectToken writes the token Secret of pod into o.TwinNamespace, with a
+// new token when the one there is missing, of another pod, or due for
+// renewal.
+func (h *Handler) reflectToken(ctx context.Context, pod *corev1.Pod, o reflection.Origin) error {
+	if o.ServiceAccountTokenSecret == "" {
+		return nil
+	}
+	secrets := h.opts.Provider.CoreV1().Secrets(o.TwinNamespace)
+	existing, err := secrets.Get(ctx, o.ServiceAccountTokenSecret, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		existing = nil
+	case err != nil:
+		return fmt.Errorf("reading the token Secret of %s: %w", klog.KObj(pod), err)
+	case !tokenDue(existing, pod, time.Now()):
+		return nil
+	}
+	desired, err := h.tokenSecret(ctx, pod, o)
+	if err != nil {
+		return err
+	}
+	if existing == nil {
+		if _, err := secrets.Create(ctx, desired, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the token Secret of %s: %w", klog.KObj(pod), err)
+		}
+		return nil
+	}
+	if !reflection.IsReflection(existing, h.opts.ConsumerClusterID) {
+		return fmt.Errorf("secret %s in twin namespace %s was not created by offload for this cluster: delete it on the provider", existing.Name, o.TwinNamespace)
+	}
+	desired.ResourceVersion = existing.ResourceVersion
+	if _, err := secrets.Update(ctx, desired, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("renewing the token Secret of %s: %w", klog.KObj(pod), err)
+	}
+	h.opts.Logger.V(1).Info("Renewed the service-account token of a pod", "pod", klog.KObj(pod))
+	return nil
+}
+
+// tokenDue reports whether the token Secret s must get a new token for pod.
+func tokenDue(s *corev1.Secret, pod *corev1.Pod, now time.Time) bool {
+	if s.Labels[offloadv1alpha1.LabelOriginPodUID] != string(pod.UID) {
+		return true
+	}
+	expiry, err := time.Parse(time.RFC3339, s.Annotations[annotationTokenExpiry])
+	return err != nil || expiry.Sub(now) < tokenRenewBefore
+}
+
+// tokenSecret requests a token for pod's service account, bound to pod,
+// and returns its Secret.
+func (h *Handler) tokenSecret(ctx context.Context, pod *corev1.Pod, o reflection.Origin) (*corev1.Secret, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To(int64(tokenLifetime / time.Second)),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}
+	tr, err := h.opts.Consumer.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("requesting a token of service account %s/%s for pod %s: %w", pod.Namespace, sa, pod.Name, err)
+	}
+	var ca []byte
+	cm, err := h.opts.Consumer.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, rootCAConfigMap, metav1.GetOptions{})
+	if err == nil {
+		ca = []byte(cm.Data["ca.crt"])
+	} else if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", pod.Namespace, rootCAConfigMap, err)
+	}
+	s := reflection.RemoteTokenSecret(pod, o, []byte(tr.Status.Token), ca)
+	s.Annotations[annotationTokenExpiry] = tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339)
+	return s, nil
+}
+
+// RenewTokens renews the token Secrets of the pods bound to the virtual
+// node that are due. It needs Options.LocalPods.
+func (h *Handler) RenewTokens(ctx context.Context) error {
+	if h.opts.LocalPods == nil {
+		return nil
+	}
+	pods, err := h.opts.LocalPods.List(everything)
+	if err != nil {
+		return err
+	}
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil || !reflection.NeedsToken(pod) {
+			continue
+		}
+		ti, err := h.resolve(pod.Namespace)
+		if err != nil {
+			continue
+		}
+		if err := h.reflectToken(ctx, pod, h.podOrigin(ti.twin, pod)); err != nil {
+			h.opts.Logger.Info("Cannot renew the service-account token of a pod", "pod", klog.KObj(pod), "error", err.Error())
+		}
+	}
+	return nil
+}
+
+// hasTokenVolume reports whether remote mounts a reflected token Secret.
+func hasTokenVolume(remote *corev1.Pod) bool {
+	name := reflection.TokenSecretName(remote.Name)
+	for _, v := range remote.Spec.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.Secret != nil && src.Secret.Name == name {
+					return true
+				}
+			}
+		}
+		if v.Secret != nil && v.Secret.SecretName == name {
+			return true
+		}
+	}
+	return false
+}
+
+// deleteToken deletes the token Secret of the remote pod twin/name of the
+// consumer pod uid, if it is still that pod's.
+func (h *Handler) deleteToken(ctx context.Context, twin, name string, uid types.UID) {
+	secrets := h.opts.Provider.CoreV1().Secrets(twin)
+	s, err := secrets.Get(ctx, reflection.TokenSecretName(name), metav1.GetOptions{})
+	if err != nil || s.Labels[offloadv1alpha1.LabelOriginPodUID] != string(uid) || !reflection.IsReflection(s, h.opts.ConsumerClusterID) {
+		return
+	}
+	err = secrets.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(s.UID))})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		h.opts.Logger.Info("Cannot delete the token Secret of a deleted pod", "secret", klog.KObj(s), "error", err.Error())
+	}
+}

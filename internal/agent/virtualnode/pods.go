@@ -1,0 +1,229 @@
+package virtualnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/transport"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/objectreflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
+)
+
+// Client rates of pod reflection. Every offloaded pod costs a few requests
+// on each side (create, status updates); client-go's default of 5 requests
+// per second would make a Deployment of a thousand replicas take minutes.
+const (
+	reflectionQPS   = 200
+	reflectionBurst = 400
+)
+
+// tokenRenewInterval is how often the service-account tokens of offloaded
+// pods are checked for renewal; they live an hour and are renewed in their
+// last 20 minutes.
+const tokenRenewInterval = 5 * time.Minute
+
+// DefaultPodWorkers is how many pods of one virtual node are reflected at
+// once when Reconciler.PodWorkers is zero.
+const DefaultPodWorkers = 16
+
+// providerConfig is the client configuration of the provider with creds:
+// the token comes from creds at every request, so a renewal applies at once.
+func providerConfig(creds *credentials) *rest.Config {
+	cfg := rest.CopyConfig(creds.config)
+	if token := creds.token.Load(); token != nil && *token != "" {
+		cfg.WrapTransport = transport.TokenSourceWrapTransport(tokenSource{&creds.token})
+	}
+	return cfg
+}
+
+// runPods runs the pod reflection of fc's virtual node until ctx is
+// cancelled, restarting it with backoff when it fails. It runs beside the
+// node controller, so a provider that cannot be reached makes the node
+// NotReady but never stops the node itself.
+func (r *Reconciler) runPods(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) {
+	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", NodeName(fc.Name))
+	delay := r.pollInterval()
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := r.reflectPods(log.IntoContext(ctx, logger), fc, creds)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("the pod controller stopped")
+		}
+		logger.Info("The pod reflection of the virtual node stopped; restarting it", "error", err.Error(), "after", delay)
+		if time.Since(start) > maxRestartDelay {
+			delay = r.pollInterval()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, maxRestartDelay)
+	}
+}
+
+// reflectPods runs virtual-kubelet's PodController for fc's virtual node
+// with a podreflection.Handler, until ctx is cancelled or it fails.
+//
+// The PodController wants ConfigMap, Secret and Service informers to
+// resolve the downward API and service environment variables. Pod
+// reflection leaves both to the provider's kubelet (it copies the objects
+// instead), so it skips that resolution and gets informers that are never
+// started: the agent reads Secrets only in offloaded namespaces, never
+// cluster-wide.
+func (r *Reconciler) reflectPods(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) error {
+	logger := log.FromContext(ctx)
+	consumerID, err := r.consumerClusterID(ctx)
+	if err != nil {
+		return err
+	}
+	pcfg := providerConfig(creds)
+	pcfg.QPS, pcfg.Burst = reflectionQPS, reflectionBurst
+	provider, err := kubernetes.NewForConfig(pcfg)
+	if err != nil {
+		return fmt.Errorf("creating the pod client of provider %s: %w", fc.Name, err)
+	}
+	consumer := r.PodsKube
+	if consumer == nil {
+		consumer = r.Kube
+	}
+	name := NodeName(fc.Name)
+	onNode := informers.NewSharedInformerFactoryWithOptions(consumer, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
+	}))
+	pods := onNode.Core().V1().Pods()
+	h, err := podreflection.New(podreflection.Options{
+		Provider:          provider,
+		Consumer:          consumer,
+		ConsumerReader:    r.Client,
+		LocalPods:         pods.Lister(),
+		ConsumerClusterID: consumerID,
+		ProviderClusterID: fc.Spec.ClusterID,
+		VirtualNodeName:   name,
+		VirtualNodeLabels: newNode(fc, r.endpoint(), nil).Labels,
+		NodeIP:            r.NodeIP,
+		Logger:            logger.WithName("pods"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := h.Start(ctx); err != nil {
+		return fmt.Errorf("watching the remote pods on provider %s: %w", fc.Name, err)
+	}
+	objects, err := objectreflection.New(objectreflection.Options{
+		Provider:          provider,
+		Consumer:          consumer,
+		ConsumerClusterID: consumerID,
+		TwinNamespaces:    objectreflection.ReadyTwinNamespaces(r.Client, fc.Spec.ClusterID),
+		Logger:            logger.WithName("objects"),
+	})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	octx, stopObjects := context.WithCancel(ctx)
+	defer stopObjects()
+	wg.Go(func() {
+		if err := objects.Start(octx); err != nil {
+			logger.Info("The object reflection stopped", "error", err.Error())
+		}
+	})
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: consumer.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	unstarted := informers.NewSharedInformerFactory(consumer, 0)
+	pc, err := node.NewPodController(node.PodControllerConfig{
+		PodClient:                 consumer.CoreV1(),
+		PodInformer:               pods,
+		EventRecorder:             broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name}),
+		Provider:                  h,
+		ConfigMapInformer:         unstarted.Core().V1().ConfigMaps(),
+		SecretInformer:            unstarted.Core().V1().Secrets(),
+		ServiceInformer:           unstarted.Core().V1().Services(),
+		SkipDownwardAPIResolution: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the pod controller of %q: %w", name, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	onNode.Start(ctx.Done())
+	defer onNode.Shutdown()
+	workers := r.PodWorkers
+	if workers <= 0 {
+		workers = DefaultPodWorkers
+	}
+	go func() { _ = pc.Run(ctx, workers) }()
+	defer func() {
+		cancel()
+		<-pc.Done()
+	}()
+	select {
+	case <-pc.Ready():
+	case <-pc.Done():
+		return fmt.Errorf("starting the pod controller of %q: %w", name, pc.Err())
+	case <-ctx.Done():
+		return nil
+	}
+	r.register(fc.Name, podsRun{node: name, handler: h, config: pcfg, provider: provider})
+	defer r.unregister(fc.Name, h)
+	// Both sides are fully listed now: the remote pods whose consumer pod
+	// went while the agent was away can go.
+	local, err := pods.Lister().List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	if err := h.CollectOrphans(ctx, local); err != nil {
+		logger.Info("Cannot collect orphaned remote pods yet", "error", err.Error())
+	}
+	renew := time.NewTicker(tokenRenewInterval)
+	defer renew.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-pc.Done():
+			return fmt.Errorf("running the pod controller of %q: %w", name, errors.Join(pc.Err(), errors.New("the pod controller stopped")))
+		case <-renew.C:
+			if err := h.RenewTokens(ctx); err != nil {
+				logger.Info("Cannot renew the service-account tokens of offloaded pods", "error", err.Error())
+			}
+		}
+	}
+}
+
+// consumerClusterID returns the cluster ID of this cluster, the consumer.
+func (r *Reconciler) consumerClusterID(ctx context.Context) (string, error) {
+	if r.ClusterID != "" {
+		return r.ClusterID, nil
+	}
+	id, err := manager.ReadIdentity(ctx, r.Reader, r.Namespace)
+	if err != nil {
+		return "", err
+	}
+	return id.ID, nil
+}

@@ -1,0 +1,299 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// offloadedApp is the test application as a Deployment for an offloaded
+// namespace: no node selector, so the scheduler and the webhook decide.
+func offloadedApp(name string, replicas int32) *appsv1.Deployment {
+	d := testAppDeployment(name, replicas)
+	d.Spec.Template.Spec.NodeSelector = nil
+	d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
+	return d
+}
+
+// remotePods lists the pods that the consumer of clusterID reflected into twin.
+func remotePods(ctx context.Context, t *testing.T, provider *framework.Cluster, twin, clusterID string) []corev1.Pod {
+	t.Helper()
+	list, err := provider.Kube.CoreV1().Pods(twin).List(ctx, metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelOriginClusterID + "=" + clusterID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// waitFor polls cond every 250 ms until it holds or timeout passes; what
+// describes the condition, and last says why it did not hold yet.
+func waitFor(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, why := cond(ctx)
+		last = why
+		return ok, nil
+	}); err != nil {
+		t.Fatalf("waiting for %s: %v (%s)", what, err, last)
+	}
+	return time.Since(start)
+}
+
+// samePods reports whether the remote pods reflect exactly the consumer
+// pods: one remote pod per consumer pod, by name and origin UID.
+func samePods(local, remote []corev1.Pod) (bool, string) {
+	want := map[string]string{}
+	for _, p := range local {
+		want[p.Name] = string(p.UID)
+	}
+	got := map[string]string{}
+	for _, p := range remote {
+		if _, dup := got[p.Name]; dup {
+			return false, "duplicate remote pod " + p.Name
+		}
+		got[p.Name] = p.Labels[offloadv1alpha1.LabelOriginPodUID]
+	}
+	return fmt.Sprint(want) == fmt.Sprint(got), fmt.Sprintf("consumer pods %v, remote pods %v", want, got)
+}
+
+func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	// The provider has only its real node, so every remote pod really runs.
+	consumer, provider := peerableClustersWith(ctx, t,
+		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
+		framework.ClusterOptions{Name: "provider", RealNode: true})
+	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
+		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
+	}
+	cc := ctrlClient(t, consumer)
+	consumerID := identity(ctx, t, consumer)["clusterID"]
+	createNamespace(ctx, t, cc, "work")
+	mustOffload(t, consumer, "namespace", "work", "--pod-offloading-strategy", "Remote", "--timeout", "2m")
+	twin := names.TwinNamespace("work", consumer.Name, consumerID)
+	if !regexp.MustCompile(`^work-consumer-[0-9a-f]{6}$`).MatchString(twin) {
+		t.Errorf("twin namespace %q does not read NS-<consumer>-<hash6>", twin)
+	}
+
+	// Remote: every replica runs on the virtual node, as a pod of the twin
+	// namespace on the provider's real node, and is Ready on the consumer.
+	start := time.Now()
+	if _, err := consumer.Kube.AppsV1().Deployments("work").Create(ctx, offloadedApp("web", 2), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	local := waitPodsReady(ctx, t, consumer, "work", "app=web", 2)
+	t.Logf("2 offloaded replicas Ready on the consumer: %s", time.Since(start).Round(time.Millisecond))
+	for _, p := range local {
+		if p.Spec.NodeName != "offload-provider" {
+			t.Errorf("pod %s runs on %q, want the virtual node offload-provider", p.Name, p.Spec.NodeName)
+		}
+	}
+	remote := waitPodsReady(ctx, t, provider, twin, "app=web", 2)
+	if ok, why := samePods(local, remote); !ok {
+		t.Errorf("the remote pods do not reflect the consumer pods: %s", why)
+	}
+	for _, r := range remote {
+		if r.Spec.NodeName != provider.Node.Name || r.Labels[offloadv1alpha1.LabelOriginClusterID] != consumerID {
+			t.Errorf("remote pod %s: node %q, labels %v", r.Name, r.Spec.NodeName, r.Labels)
+		}
+	}
+	for _, p := range local {
+		for _, r := range remote {
+			if r.Name == p.Name && p.Status.PodIP != r.Status.PodIP {
+				t.Errorf("pod %s: consumer sees pod IP %q, the provider %q", p.Name, p.Status.PodIP, r.Status.PodIP)
+			}
+		}
+	}
+
+	// logs and exec through the consumer's API server and the virtual
+	// node's kubelet API reach the container on the provider's real node.
+	pod := local[0].Name
+	logs, err := kubectl(t, consumer, "-n", "work", "logs", pod)
+	if err != nil || !strings.Contains(logs, "listening on") {
+		t.Errorf("kubectl logs of an offloaded pod: err=%v, output %q; want the application's first line", err, logs)
+	}
+	if tail, err := kubectl(t, consumer, "-n", "work", "logs", pod, "--tail", "1"); err != nil || strings.Count(strings.TrimSpace(tail), "\n") != 0 {
+		t.Errorf("kubectl logs --tail 1: err=%v, output %q; want one line", err, tail)
+	}
+	followLogs(t, consumer, "work", pod, "GET /healthz")
+	out, err := kubectl(t, consumer, "-n", "work", "exec", pod, "--", "/testapp", "get", "http://127.0.0.1:8080/hostname")
+	if err != nil || strings.TrimSpace(out) != pod {
+		t.Errorf("kubectl exec in an offloaded pod: err=%v, output %q; want its host name %s", err, out, pod)
+	}
+	if _, err := kubectl(t, consumer, "-n", "work", "exec", pod, "--", "/testapp", "get", "http://127.0.0.1:1/"); err == nil {
+		t.Errorf("kubectl exec of a failing command succeeded; want its exit code back")
+	}
+
+	// ConfigMaps follow: created and updated on the consumer, they reach the twin namespace.
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: "work"}, Data: map[string]string{"mode": "one"}}
+	if _, err := consumer.Kube.CoreV1().ConfigMaps("work").Create(ctx, settings, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, time.Minute, "ConfigMap settings in the twin namespace", func(ctx context.Context) (bool, string) {
+		cm, err := provider.Kube.CoreV1().ConfigMaps(twin).Get(ctx, "settings", metav1.GetOptions{})
+		return err == nil && cm.Data["mode"] == "one", fmt.Sprint(err)
+	})
+	settings.Data["mode"] = "two"
+	if _, err := consumer.Kube.CoreV1().ConfigMaps("work").Update(ctx, settings, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor(ctx, t, time.Minute, "the ConfigMap update in the twin namespace", func(ctx context.Context) (bool, string) {
+		cm, err := provider.Kube.CoreV1().ConfigMaps(twin).Get(ctx, "settings", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return cm.Data["mode"] == "two", cm.Data["mode"]
+	})
+	t.Logf("a ConfigMap update reached the twin namespace in %s", took.Round(time.Millisecond))
+	if err := consumer.Kube.CoreV1().ConfigMaps("work").Delete(ctx, "settings", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, time.Minute, "the deleted ConfigMap to go from the twin namespace", func(ctx context.Context) (bool, string) {
+		_, err := provider.Kube.CoreV1().ConfigMaps(twin).Get(ctx, "settings", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+
+	// Deleting a consumer pod deletes its remote pod; the Deployment's
+	// replacement is reflected.
+	victim := local[0]
+	if err := consumer.Kube.CoreV1().Pods("work").Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, 2*time.Minute, "the remote pod of a deleted consumer pod to go", func(ctx context.Context) (bool, string) {
+		_, err := provider.Kube.CoreV1().Pods(twin).Get(ctx, victim.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	local = waitPodsReady(ctx, t, consumer, "work", "app=web", 2)
+
+	// A remote pod deleted behind the agent's back: the consumer pod is
+	// reported Failed, and its controller replaces it.
+	gone := local[0]
+	if err := provider.Kube.CoreV1().Pods(twin).Delete(ctx, gone.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, 2*time.Minute, "the consumer pod of a deleted remote pod to be Failed or replaced", func(ctx context.Context) (bool, string) {
+		p, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, gone.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodFailed, string(p.Status.Phase)
+	})
+	local = waitPodsReady(ctx, t, consumer, "work", "app=web", 2)
+
+	// The agent restarts while a pod is deleted: the restarted agent
+	// collects the orphan and creates nothing twice.
+	scaleAgent(ctx, t, consumer, 0)
+	orphan := local[0]
+	if err := consumer.Kube.CoreV1().Pods("work").Delete(ctx, orphan.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	scaleAgent(ctx, t, consumer, 1)
+	waitFor(ctx, t, 3*time.Minute, "one remote pod per consumer pod after the agent restarted", func(ctx context.Context) (bool, string) {
+		pods, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return false, err.Error()
+		}
+		live := pods.Items[:0]
+		for _, p := range pods.Items {
+			// Pods made while the agent, and so its webhook, was down run locally.
+			if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed && p.Spec.NodeName == "offload-provider" {
+				live = append(live, p)
+			}
+		}
+		return samePods(live, remotePods(ctx, t, provider, twin, consumerID))
+	})
+
+	// unoffload removes the remote pods with the twin namespace.
+	mustOffload(t, consumer, "unoffload", "namespace", "work", "--timeout", "2m")
+	waitFor(ctx, t, 2*time.Minute, "the twin namespace and its pods to go", func(ctx context.Context) (bool, string) {
+		_, err := provider.Kube.CoreV1().Namespaces().Get(ctx, twin, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// scaleAgent scales the consumer's controller-manager to replicas and waits
+// until that many are Ready.
+func scaleAgent(ctx context.Context, t *testing.T, c *framework.Cluster, replicas int32) {
+	t.Helper()
+	deploy := names.ControllerManager
+	scale, err := c.Kube.AppsV1().Deployments(installNS).GetScale(ctx, deploy, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = replicas
+	if _, err := c.Kube.AppsV1().Deployments(installNS).UpdateScale(ctx, deploy, scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, 2*time.Minute, fmt.Sprintf("%d controller-manager pods", replicas), func(ctx context.Context) (bool, string) {
+		pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var states []string
+		ready := 0
+		for _, p := range pods.Items {
+			states = append(states, p.Name+":"+string(p.Status.Phase))
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					ready++
+				}
+			}
+		}
+		return ready == int(replicas) && len(pods.Items) == int(replicas), strings.Join(states, ", ")
+	})
+}
+
+// followLogs runs kubectl logs -f on pod and waits until a line containing
+// want streams in, which proves the logs follow rather than end.
+func followLogs(t *testing.T, c *framework.Cluster, ns, pod, want string) {
+	t.Helper()
+	bin, err := framework.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", c.Kubeconfig, "-n", ns, "logs", "-f", "--since", "1s", pod)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		_ = cmd.Wait()
+	}()
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), want) {
+			return
+		}
+	}
+	t.Errorf("kubectl logs -f %s/%s: no line with %q streamed within a minute (%v)", ns, pod, want, ctx.Err())
+}
