@@ -45,9 +45,14 @@ e2e: ## Run the end-to-end tests on local clusters, one package at a time.
 	$(GO) test -p 1 -count=1 -timeout 60m ./test/e2e/...
 
 .PHONY: bench
-bench: ## Run the benchmarks under bench/ once each; they print figures.
+bench: ## Run the cluster benchmarks under bench/ once each; they print figures.
 	@hack/setup.sh
-	$(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+	$(GO) test -p 1 -run '^$$' -bench 'LocalClusters' -benchtime 1x -timeout 30m ./bench/...
+
+.PHONY: bench-offload
+bench-offload: ## Run BenchmarkOffload (direct vs offloaded, N from OFFLOAD_BENCH_N, default 100,1000,5000); needs root.
+	@hack/setup.sh
+	$(GO) test -p 1 -run '^$$' -bench 'Offload' -benchtime 1x -timeout 90m ./bench/...
 
 .PHONY: lint
 lint: ## gofmt, go vet, and golangci-lint (built from the module proxy into .cache/bin).

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/names"
@@ -126,6 +128,14 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		}
 	}
 
+	// status shows the virtual node and the offloaded namespace, healthy.
+	report, code := offloadStatus(t, consumer)
+	if code != 0 || report.checkStatus("virtualNodes", "node/offload-provider") != "ok" ||
+		report.checkStatus("offloadedNamespaces", "namespace/work/provider") != "ok" {
+		t.Errorf("kubectl offload status: exit %d, virtual node %q, namespace work %q; failures %v", code,
+			report.checkStatus("virtualNodes", "node/offload-provider"), report.checkStatus("offloadedNamespaces", "namespace/work/provider"), report.failures())
+	}
+
 	// logs and exec through the consumer's API server and the virtual
 	// node's kubelet API reach the container on the provider's real node.
 	pod := local[0].Name
@@ -226,6 +236,23 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		}
 		return samePods(live, remotePods(ctx, t, provider, twin, consumerID))
 	})
+	// The replacement made while the webhook was down runs locally; its
+	// own replacement is offloaded again.
+	pods, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "offload-provider" {
+			if err := consumer.Kube.CoreV1().Pods("work").Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	expectReflected(ctx, t, consumer, provider, twin, consumerID, "app=web", 2)
+
+	expectWorkloads(ctx, t, consumer, provider, twin, consumerID)
+	expectStrategies(ctx, t, consumer, cc)
 
 	// unoffload removes the remote pods with the twin namespace.
 	mustOffload(t, consumer, "unoffload", "namespace", "work", "--timeout", "2m")
@@ -296,4 +323,226 @@ func followLogs(t *testing.T, c *framework.Cluster, ns, pod, want string) {
 		}
 	}
 	t.Errorf("kubectl logs -f %s/%s: no line with %q streamed within a minute (%v)", ns, pod, want, ctx.Err())
+}
+
+// onVirtualNode keeps the pods bound to the virtual node offload-provider
+// that are neither being deleted nor finished.
+func onVirtualNode(pods []corev1.Pod) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range pods {
+		if p.Spec.NodeName == "offload-provider" && p.DeletionTimestamp == nil &&
+			p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// expectReflected waits until the live pods of selector in the offloaded
+// namespace work are exactly want pods on the virtual node, each Ready,
+// with one remote pod each in twin.
+func expectReflected(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, clusterID, selector string, want int) {
+	t.Helper()
+	took := waitFor(ctx, t, 3*time.Minute, fmt.Sprintf("%d reflected pods %s", want, selector), func(ctx context.Context) (bool, string) {
+		list, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err.Error()
+		}
+		live := onVirtualNode(list.Items)
+		ready := 0
+		for _, p := range live {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		var remote []corev1.Pod
+		for _, r := range remotePods(ctx, t, provider, twin, clusterID) {
+			if r.DeletionTimestamp == nil && strings.HasPrefix(r.Name, strings.SplitN(selector, "=", 2)[1]) {
+				remote = append(remote, r)
+			}
+		}
+		same, why := samePods(live, remote)
+		return len(live) == want && ready == want && same, fmt.Sprintf("%d on the virtual node, %d Ready; %s", len(live), ready, why)
+	})
+	t.Logf("%d pods %s reflected and Ready: %s", want, selector, took.Round(time.Millisecond))
+}
+
+// expectWorkloads checks that Deployments scale and roll, StatefulSets keep
+// their names and Jobs complete, unchanged, in the offloaded namespace work.
+func expectWorkloads(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, clusterID string) {
+	t.Helper()
+	deployments := consumer.Kube.AppsV1().Deployments("work")
+	scale := func(n int32) {
+		s, err := deployments.GetScale(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Spec.Replicas = n
+		if _, err := deployments.UpdateScale(ctx, "web", s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scale(3)
+	expectReflected(ctx, t, consumer, provider, twin, clusterID, "app=web", 3)
+	scale(1)
+	expectReflected(ctx, t, consumer, provider, twin, clusterID, "app=web", 1)
+
+	// A rolling update replaces the pods, on the provider too.
+	d, err := deployments.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Template.Spec.Containers[0].Env = append(d.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "RELEASE", Value: "2"})
+	if _, err := deployments.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, 3*time.Minute, "the rolling update to replace the pod", func(ctx context.Context) (bool, string) {
+		list, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return false, err.Error()
+		}
+		live := onVirtualNode(list.Items)
+		if len(live) != 1 || len(before.Items) == 0 || live[0].UID == before.Items[0].UID {
+			return false, fmt.Sprintf("%d live pods", len(live))
+		}
+		for _, e := range live[0].Spec.Containers[0].Env {
+			if e.Name == "RELEASE" {
+				return true, ""
+			}
+		}
+		return false, "the new pod has no RELEASE"
+	})
+	expectReflected(ctx, t, consumer, provider, twin, clusterID, "app=web", 1)
+	var remote *corev1.Pod
+	for _, r := range remotePods(ctx, t, provider, twin, clusterID) {
+		if strings.HasPrefix(r.Name, "web-") && r.DeletionTimestamp == nil {
+			remote = &r
+		}
+	}
+	if remote == nil || len(remote.Spec.Containers[0].Env) == 0 || remote.Spec.Containers[0].Env[len(remote.Spec.Containers[0].Env)-1].Name != "RELEASE" {
+		t.Errorf("the remote pod after the rolling update lacks the new environment: %+v", remote)
+	}
+
+	// A StatefulSet: stable names, and a deleted replica comes back under its name.
+	labels := map[string]string{"app": "db"}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "work"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			Template:            offloadedApp("db", 1).Spec.Template,
+		},
+	}
+	sts.Spec.Template.Labels = labels
+	if _, err := consumer.Kube.AppsV1().StatefulSets("work").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expectReflected(ctx, t, consumer, provider, twin, clusterID, "app=db", 2)
+	old, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, "db-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := consumer.Kube.CoreV1().Pods("work").Delete(ctx, "db-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, 3*time.Minute, "db-0 to come back with a new remote pod", func(ctx context.Context) (bool, string) {
+		p, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, "db-0", metav1.GetOptions{})
+		if err != nil || p.UID == old.UID {
+			return false, fmt.Sprint(err)
+		}
+		r, err := provider.Kube.CoreV1().Pods(twin).Get(ctx, "db-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return r.Labels[offloadv1alpha1.LabelOriginPodUID] == string(p.UID) && r.Status.Phase == corev1.PodRunning,
+			fmt.Sprintf("remote db-0 of %s, %s", r.Labels[offloadv1alpha1.LabelOriginPodUID], r.Status.Phase)
+	})
+	if err := consumer.Kube.AppsV1().StatefulSets("work").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A Job runs to completion on the provider, and completes on the consumer.
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: "work"},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "once", Image: testAppImage, ImagePullPolicy: corev1.PullNever,
+					Command: []string{"/testapp", "exit", "0"}}},
+			}},
+		},
+	}
+	if _, err := consumer.Kube.BatchV1().Jobs("work").Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor(ctx, t, 3*time.Minute, "Job once to complete", func(ctx context.Context) (bool, string) {
+		j, err := consumer.Kube.BatchV1().Jobs("work").Get(ctx, "once", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return j.Status.Succeeded == 1, fmt.Sprintf("active %d, succeeded %d, failed %d", j.Status.Active, j.Status.Succeeded, j.Status.Failed)
+	})
+	t.Logf("Job completed through the virtual node in %s", took.Round(time.Millisecond))
+	pods, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: "job-name=once"})
+	if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "offload-provider" {
+		t.Fatalf("the Job's pod: %+v (err=%v); want one, on the virtual node", pods, err)
+	}
+	if logs, err := kubectl(t, consumer, "-n", "work", "logs", pods.Items[0].Name); err != nil || !strings.Contains(logs, "exiting with 0") {
+		t.Errorf("kubectl logs of the completed Job pod: err=%v, output %q", err, logs)
+	}
+}
+
+// expectStrategies checks the Local and LocalAndRemote pod offloading
+// strategies in namespaces of their own.
+func expectStrategies(ctx context.Context, t *testing.T, consumer *framework.Cluster, cc client.Client) {
+	t.Helper()
+	// Local: the namespace spans the provider, but no pod goes there.
+	createNamespace(ctx, t, cc, "stay")
+	mustOffload(t, consumer, "namespace", "stay", "--pod-offloading-strategy", "Local", "--timeout", "2m")
+	local := offloadedApp("web", 2)
+	if _, err := consumer.Kube.AppsV1().Deployments("stay").Create(ctx, local, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range waitPodsRunning(ctx, t, consumer, "stay", "app=web", 2) {
+		if p.Spec.NodeName == "offload-provider" {
+			t.Errorf("Local strategy: pod %s runs on the virtual node", p.Name)
+		}
+	}
+
+	// LocalAndRemote: a Deployment spread over every node lands on both sides.
+	createNamespace(ctx, t, cc, "spread")
+	mustOffload(t, consumer, "namespace", "spread", "--pod-offloading-strategy", "LocalAndRemote", "--timeout", "2m")
+	nodes, err := consumer.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spread := offloadedApp("web", int32(len(nodes.Items)))
+	spread.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+	}}
+	if _, err := consumer.Kube.AppsV1().Deployments("spread").Create(ctx, spread, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	offloaded, kept := 0, 0
+	for _, p := range waitPodsRunning(ctx, t, consumer, "spread", "app=web", len(nodes.Items)) {
+		if p.Spec.NodeName == "offload-provider" {
+			offloaded++
+		} else {
+			kept++
+		}
+	}
+	if offloaded == 0 || kept == 0 {
+		t.Errorf("LocalAndRemote with a spread over %d nodes: %d pods offloaded, %d local; want both", len(nodes.Items), offloaded, kept)
+	}
+	for _, ns := range []string{"stay", "spread"} {
+		mustOffload(t, consumer, "unoffload", "namespace", ns, "--timeout", "2m")
+	}
 }

@@ -9,7 +9,8 @@
 //	GET /kube               call the API server with in-cluster config and
 //	                        report its version and the namespace's pods
 //
-// "testapp get URL" prints the body of URL instead, for kubectl exec.
+// "testapp get URL" prints the body of URL instead, for kubectl exec, and
+// "testapp exit CODE" prints a line and exits with CODE, for Jobs.
 //
 // Every request is logged to stdout, so tests can read it with kubectl logs.
 // SIGTERM shuts the server down gracefully.
@@ -27,6 +28,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +53,15 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error
+	if len(os.Args) == 3 && os.Args[1] == "exit" {
+		code, convErr := strconv.Atoi(os.Args[2])
+		if convErr != nil {
+			fmt.Fprintf(os.Stderr, "Error: exit code %q is not a number\n", os.Args[2])
+			os.Exit(2)
+		}
+		fmt.Printf("exiting with %d\n", code)
+		os.Exit(code)
+	}
 	if len(os.Args) == 3 && os.Args[1] == "get" {
 		// "testapp get URL" is for kubectl exec: it prints the body of URL.
 		err = fetch(ctx, os.Stdout, os.Args[2])

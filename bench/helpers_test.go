@@ -1,0 +1,381 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+const (
+	installNS = "offload-system"
+	// offloadedNS is the consumer namespace offloaded with the Remote strategy.
+	offloadedNS = "work"
+	// directNS is the plain provider namespace of the direct runs.
+	directNS = "direct"
+	// virtualNodeLabel marks the consumer's virtual nodes.
+	virtualNodeLabel = "offload.io/type=virtual-node"
+	// agentMemoryLimit and agentCPULimit replace the chart's defaults for the
+	// controller-manager, so that its limits do not shape the figures.
+	agentMemoryLimit = "1Gi"
+	agentCPULimit    = "2"
+)
+
+// pair is a consumer peered with a provider, with a namespace offloaded.
+type pair struct {
+	consumer, provider *framework.Cluster
+	bin                string
+	// twin is the provider namespace that mirrors offloadedNS.
+	twin string
+	// virtualNode is the consumer's node for the provider.
+	virtualNode string
+}
+
+// startPair starts a consumer and a provider with the agent on each one's
+// real node, the provider's real node cordoned and fake nodes enough for
+// maxPods, peers them and offloads offloadedNS with the Remote strategy.
+func startPair(ctx context.Context, b *testing.B, maxPods int) *pair {
+	b.Helper()
+	if err := framework.EnsureTools(ctx); err != nil {
+		b.Fatal(err)
+	}
+	bin, err := framework.BuildBinaries(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(bin) })
+	fakeNodes := (maxPods+99)/100 + 1
+	start := time.Now()
+	clusters := framework.StartClusters(b,
+		framework.ClusterOptions{Name: "bench-consumer", RealNode: true, DisableQPSLimits: true},
+		framework.ClusterOptions{Name: "bench-provider", FakeNodes: fakeNodes, RealNode: true, DisableQPSLimits: true},
+	)
+	p := &pair{consumer: clusters[0], provider: clusters[1], bin: bin}
+	fmt.Printf("BenchmarkOffload: clusters up with %d fake provider nodes: %s\n", fakeNodes, time.Since(start).Round(time.Millisecond))
+
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, c := range clusters {
+		wg.Go(func() {
+			args := []string{"install", "--cluster-name", c.Name, "--timeout", "3m", "--api-server-url", c.PeerAPIServerURL()}
+			for _, v := range []string{
+				"image.repository=registry.local/offload/offload-agent",
+				"image.tag=test",
+				"image.pullPolicy=Never",
+				`controllerManager.nodeSelector.offload\.io/test-node=real`,
+				`auth.nodeSelector.offload\.io/test-node=real`,
+				"sharingPercentage=100",
+				"controllerManager.resources.limits.memory=" + agentMemoryLimit,
+				"controllerManager.resources.limits.cpu=" + agentCPULimit,
+			} {
+				args = append(args, "--set", v)
+			}
+			_, errs[i] = p.offload(ctx, c, args...)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range clusters {
+		for _, component := range []string{"controller-manager", "auth"} {
+			if err := waitPodsReady(ctx, c, installNS, "app.kubernetes.io/component="+component, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	// Every benchmark pod, direct or remote, goes to a fake node.
+	cordon := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := p.provider.Kube.CoreV1().Nodes().Patch(ctx, p.provider.Node.Name, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {
+		b.Fatalf("cordoning the provider's real node: %v", err)
+	}
+	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, string) {
+		_, err := p.provider.Kube.CoreV1().Secrets(installNS).Get(ctx, names.AuthCASecret, metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	}); err != nil {
+		b.Fatalf("waiting for the provider's auth CA: %v", err)
+	}
+	p.peer(ctx, b, maxPods)
+	p.namespaces(ctx, b)
+	fmt.Printf("BenchmarkOffload: pair peered and %s offloaded: %s\n", offloadedNS, time.Since(start).Round(time.Millisecond))
+	return p
+}
+
+// peer runs peer generate on the provider and the printed command on the
+// consumer, and waits until the virtual node is Ready for maxPods pods.
+func (p *pair) peer(ctx context.Context, b *testing.B, maxPods int) {
+	b.Helper()
+	line, err := p.offload(ctx, p.provider, "peer", "generate")
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := peer.ParsePeerCommand(strings.TrimSpace(line))
+	if err != nil {
+		b.Fatalf("peer generate printed a command that does not parse: %v", err)
+	}
+	args := append(strings.Fields(strings.TrimPrefix(a.Command(), "kubectl offload ")), "--timeout", "3m")
+	if _, err := p.offload(ctx, p.consumer, args...); err != nil {
+		b.Fatal(err)
+	}
+	if err := poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, string) {
+		nodes, err := p.consumer.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: virtualNodeLabel})
+		if err != nil || len(nodes.Items) != 1 {
+			return false, fmt.Sprintf("virtual nodes: %d, %v", len(nodes.Items), err)
+		}
+		n := nodes.Items[0]
+		p.virtualNode = n.Name
+		pods := n.Status.Allocatable.Pods().Value()
+		return nodeReady(&n) && pods >= int64(maxPods), fmt.Sprintf("node %s ready=%t allocatable pods %d", n.Name, nodeReady(&n), pods)
+	}); err != nil {
+		b.Fatalf("waiting for a Ready virtual node offering %d pods: %v", maxPods, err)
+	}
+}
+
+// namespaces offloads offloadedNS on the consumer and creates directNS on
+// the provider, and waits for their default ServiceAccounts.
+func (p *pair) namespaces(ctx context.Context, b *testing.B) {
+	b.Helper()
+	for _, n := range []struct {
+		c  *framework.Cluster
+		ns string
+	}{{p.consumer, offloadedNS}, {p.provider, directNS}} {
+		if _, err := n.c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.ns}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := p.offload(ctx, p.consumer, "namespace", offloadedNS, "--pod-offloading-strategy", "Remote", "--timeout", "2m"); err != nil {
+		b.Fatal(err)
+	}
+	cm, err := p.consumer.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, names.IdentityConfigMap, metav1.GetOptions{})
+	if err != nil {
+		b.Fatalf("the consumer's identity: %v", err)
+	}
+	p.twin = names.TwinNamespace(offloadedNS, p.consumer.Name, cm.Data["clusterID"])
+	// Pods are rejected until a namespace has its default ServiceAccount.
+	for _, n := range []struct {
+		c  *framework.Cluster
+		ns string
+	}{{p.consumer, offloadedNS}, {p.provider, directNS}, {p.provider, p.twin}} {
+		if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, string) {
+			_, err := n.c.Kube.CoreV1().ServiceAccounts(n.ns).Get(ctx, "default", metav1.GetOptions{})
+			return err == nil, fmt.Sprint(err)
+		}); err != nil {
+			b.Fatalf("waiting for the default ServiceAccount of %s in %s: %v", n.ns, n.c.Name, err)
+		}
+	}
+}
+
+// offload runs the built kubectl-offload binary against c.
+func (p *pair) offload(ctx context.Context, c *framework.Cluster, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(p.bin, "kubectl-offload"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl offload %s on %s: %w\n%s", strings.Join(args, " "), c.Name, err, errOut.String())
+	}
+	return out.String(), nil
+}
+
+// poll checks cond every 250 ms until it holds or timeout passes; the
+// error carries why it last did not hold.
+func poll(ctx context.Context, timeout time.Duration, cond func(ctx context.Context) (bool, string)) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, why := cond(ctx)
+		last = why
+		return ok, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (%s)", err, last)
+	}
+	return nil
+}
+
+// waitPodsReady waits until want pods matching selector are Running and Ready.
+func waitPodsReady(ctx context.Context, c *framework.Cluster, ns, selector string, want int) error {
+	err := poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, string) {
+		list, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, p := range list.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					ready++
+				}
+			}
+		}
+		return ready == want, fmt.Sprintf("%d of %d pods ready", ready, len(list.Items))
+	})
+	if err != nil {
+		return fmt.Errorf("%s: waiting for %d ready pods %s in %s: %w", c.Name, want, selector, ns, err)
+	}
+	return nil
+}
+
+// waitNoPods waits until no pod matching selector is left in ns.
+func waitNoPods(ctx context.Context, c *framework.Cluster, ns, selector string, timeout time.Duration) error {
+	err := poll(ctx, timeout, func(ctx context.Context) (bool, string) {
+		list, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector, Limit: 1})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == 0, fmt.Sprintf("pods left, remaining count %v", list.RemainingItemCount)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: waiting for the pods %s in %s to go: %w", c.Name, selector, ns, err)
+	}
+	return nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// agentRestarts returns the restart count of the controller-manager container of c.
+func agentRestarts(ctx context.Context, c *framework.Cluster) (int32, error) {
+	list, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
+	if err != nil {
+		return 0, err
+	}
+	var n int32
+	for _, p := range list.Items {
+		for _, s := range p.Status.ContainerStatuses {
+			n += s.RestartCount
+		}
+	}
+	return n, nil
+}
+
+// clockTicks is USER_HZ, the unit of the times in /proc/<pid>/stat; it is
+// 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// agentPID finds the controller-manager process of the agent of cluster on
+// this host: /offload-agent controller-manager, with
+// OFFLOAD_CLUSTER_NAME=cluster in its environment. When the container was
+// restarted the youngest process wins.
+func agentPID(cluster string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	best, bestStart := 0, -1.0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if len(argv) < 2 || filepath.Base(argv[0]) != "offload-agent" || argv[1] != "controller-manager" {
+			continue
+		}
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil || !strings.Contains("\x00"+string(environ)+"\x00", "\x00OFFLOAD_CLUSTER_NAME="+cluster+"\x00") {
+			continue
+		}
+		st, err := procStat(pid)
+		if err != nil {
+			continue
+		}
+		if start := st[19]; start > bestStart {
+			best, bestStart = pid, start
+		}
+	}
+	if best == 0 {
+		return 0, fmt.Errorf("no offload-agent controller-manager process of cluster %s on this host", cluster)
+	}
+	return best, nil
+}
+
+// procStat returns the numeric fields of /proc/<pid>/stat that follow the
+// command name, from field 3 (state, as NaN) on.
+func procStat(pid int) ([]float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 20 {
+		return nil, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
+	}
+	out := make([]float64, len(fields))
+	for j, f := range fields {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			v = math.NaN()
+		}
+		out[j] = v
+	}
+	return out, nil
+}
+
+// cpuSeconds returns the user plus system CPU time pid has used.
+func cpuSeconds(pid int) (float64, error) {
+	st, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	// utime and stime are fields 14 and 15 of the file.
+	return (st[11] + st[12]) / clockTicks, nil
+}
+
+// rssMiB returns VmRSS of pid in MiB.
+func rssMiB(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseFloat(f[1], 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// ignoreNotFound returns nil for a NotFound error.
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,433 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// benchImage is never pulled: every benchmark pod runs on a kwok fake node.
+const benchImage = "registry.local/offload/pause:test"
+
+// defaultSizes are the Deployment sizes; OFFLOAD_BENCH_N="100,1000" overrides them.
+var defaultSizes = []int{100, 1000, 5000}
+
+// offloadResult holds the figures of one size.
+type offloadResult struct {
+	n                               int
+	direct, offloaded               time.Duration
+	overhead, createLeg, statusLeg  [2]float64 // p50 and p99, ms
+	samples, notOffloaded           int
+	consumerRSS, providerRSS, agent float64 // MiB, MiB, CPU seconds
+}
+
+// BenchmarkOffload compares a Deployment of N replicas run directly on the
+// provider with the same Deployment offloaded to it from the consumer, on
+// one peered pair of clusters: the time until N pods are Running on each
+// side (P1), the per-pod overhead of the reflection (P2), and the memory
+// and CPU of the consumer's agent (P4). It prints figures and asserts
+// nothing about speed.
+func BenchmarkOffload(b *testing.B) {
+	sizes, err := benchSizes(os.Getenv("OFFLOAD_BENCH_N"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	setup, setupCancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer setupCancel()
+	sizes = selectedSizes(sizes)
+	if len(sizes) == 0 {
+		b.Skip("no size matches -bench")
+	}
+	p := startPair(setup, b, slices.Max(sizes))
+	var results []offloadResult
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				r := p.measure(ctx, b, n)
+				results = append(results, r)
+				b.ReportMetric(0, "ns/op")
+				b.ReportMetric(r.direct.Seconds(), "s-direct")
+				b.ReportMetric(r.offloaded.Seconds(), "s-offloaded")
+				b.ReportMetric(r.offloaded.Seconds()/r.direct.Seconds(), "ratio")
+				b.ReportMetric(r.overhead[0], "ms-overhead-p50")
+				b.ReportMetric(r.overhead[1], "ms-overhead-p99")
+				b.ReportMetric(r.createLeg[0], "ms-create-leg-p50")
+				b.ReportMetric(r.createLeg[1], "ms-create-leg-p99")
+				b.ReportMetric(r.statusLeg[0], "ms-status-leg-p50")
+				b.ReportMetric(r.statusLeg[1], "ms-status-leg-p99")
+				b.ReportMetric(r.consumerRSS, "MiB-agent-rss")
+				b.ReportMetric(r.agent, "s-agent-cpu")
+				b.ReportMetric(r.providerRSS, "MiB-provider-agent-rss")
+				b.ReportMetric(float64(r.notOffloaded), "pods-not-offloaded")
+			}
+		})
+	}
+	// A parent benchmark's log is dropped when its sub-benchmarks pass.
+	fmt.Print(summary(results))
+}
+
+// benchSizes parses a comma-separated list of positive sizes; empty gives defaultSizes.
+func benchSizes(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return defaultSizes, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("OFFLOAD_BENCH_N=%q: %q is not a positive number", s, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// selectedSizes keeps the sizes whose sub-benchmark N=<n> matches the
+// second element of -test.bench, so that the clusters are sized for what
+// runs. A pattern with a '/' inside brackets is taken as it is.
+func selectedSizes(sizes []int) []int {
+	f := flag.Lookup("test.bench")
+	if f == nil {
+		return sizes
+	}
+	parts := strings.Split(f.Value.String(), "/")
+	if len(parts) < 2 {
+		return sizes
+	}
+	re, err := regexp.Compile(parts[1])
+	if err != nil {
+		return sizes
+	}
+	var out []int
+	for _, n := range sizes {
+		if re.MatchString(fmt.Sprintf("N=%d", n)) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// measure runs N replicas directly on the provider, then offloaded from
+// the consumer, and cleans up after each.
+func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
+	b.Helper()
+	timeout := 5*time.Minute + time.Duration(n)*100*time.Millisecond
+	r := offloadResult{n: n}
+	name := fmt.Sprintf("bench-%d", n)
+
+	// Direct: the provider's own controllers, scheduler and kwok.
+	direct := newTracker(n)
+	stop := direct.watch(ctx, b, p.provider.Kube, directNS, name, local)
+	r.direct = p.runDeployment(ctx, b, p.provider, directNS, name, n, direct, timeout)
+	p.deleteDeployment(ctx, b, p.provider, directNS, name, timeout)
+	stop()
+	b.Logf("N=%d direct: %d pods Running in %s", n, n, r.direct.Round(time.Millisecond))
+
+	// Offloaded: the consumer's controllers and scheduler, the agent, and
+	// the provider's kwok.
+	offloaded := newTracker(n)
+	offloaded.node = p.virtualNode
+	stopLocal := offloaded.watch(ctx, b, p.consumer.Kube, offloadedNS, name, local)
+	stopRemote := offloaded.watch(ctx, b, p.provider.Kube, p.twin, name, remote)
+	pid, err := agentPID(p.consumer.Name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	restarts, _ := agentRestarts(ctx, p.consumer)
+	cpu0, err := cpuSeconds(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.offloaded = p.runDeployment(ctx, b, p.consumer, offloadedNS, name, n, offloaded, timeout)
+	r.agent = p.agentFigures(ctx, b, &r, pid, cpu0, restarts)
+	r.overhead, r.createLeg, r.statusLeg, r.samples = offloaded.propagation()
+	if r.notOffloaded = offloaded.elsewhere(); r.notOffloaded > 0 {
+		b.Logf("N=%d: %d consumer pods were bound to a node other than %s (the webhook missed them?): the offloaded figures include them", n, r.notOffloaded, p.virtualNode)
+	}
+	p.deleteDeployment(ctx, b, p.consumer, offloadedNS, name, timeout)
+	stopLocal()
+	stopRemote()
+	b.Logf("N=%d offloaded: %d pods Running on the consumer in %s; %d pods with every timestamp", n, n, r.offloaded.Round(time.Millisecond), r.samples)
+	return r
+}
+
+// agentFigures reads the agents' RSS with N pods reflected and returns the
+// CPU seconds the consumer's agent used since cpu0; NaN when it restarted.
+func (p *pair) agentFigures(ctx context.Context, b *testing.B, r *offloadResult, pid int, cpu0 float64, restarts int32) float64 {
+	b.Helper()
+	cpu1, err := cpuSeconds(pid)
+	if err != nil {
+		b.Logf("the consumer's agent (pid %d) is gone: %v", pid, err)
+		cpu1 = math.NaN()
+	}
+	// Steady state: the status updates of the last pods have settled.
+	time.Sleep(5 * time.Second)
+	if now, _ := agentRestarts(ctx, p.consumer); now != restarts {
+		b.Logf("the consumer's agent restarted during the run (%d restarts before, %d after): its figures are not valid", restarts, now)
+		cpu1 = math.NaN()
+	}
+	if cur, err := agentPID(p.consumer.Name); err == nil {
+		r.consumerRSS, _ = rssMiB(cur)
+	}
+	if prov, err := agentPID(p.provider.Name); err == nil {
+		r.providerRSS, _ = rssMiB(prov)
+	}
+	return cpu1 - cpu0
+}
+
+// runDeployment creates the Deployment and returns the time until the
+// tracker has seen n of its pods Running.
+func (p *pair) runDeployment(ctx context.Context, b *testing.B, c *framework.Cluster, ns, name string, n int, t *tracker, timeout time.Duration) time.Duration {
+	b.Helper()
+	start := time.Now()
+	if _, err := c.Kube.AppsV1().Deployments(ns).Create(ctx, benchDeployment(name, n), metav1.CreateOptions{}); err != nil {
+		b.Fatalf("creating Deployment %s/%s in %s: %v", ns, name, c.Name, err)
+	}
+	select {
+	case <-t.done:
+	case <-time.After(timeout):
+		b.Fatalf("%s: %d of %d pods of %s/%s Running after %s", c.Name, t.runningCount(), n, ns, name, timeout)
+	case <-ctx.Done():
+		b.Fatal(ctx.Err())
+	}
+	return t.doneAt.Sub(start)
+}
+
+// deleteDeployment deletes the Deployment name from ns of c and waits until
+// its pods are gone, and for the offloaded one also the remote pods.
+func (p *pair) deleteDeployment(ctx context.Context, b *testing.B, c *framework.Cluster, ns, name string, timeout time.Duration) {
+	b.Helper()
+	err := c.Kube.AppsV1().Deployments(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+	if err := ignoreNotFound(err); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if err := waitNoPods(ctx, c, ns, "app="+name, timeout); err != nil {
+		b.Fatal(err)
+	}
+	if c == p.consumer {
+		if err := waitNoPods(ctx, p.provider, p.twin, "app="+name, timeout); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("deleting %s/%s and its pods: %s", ns, name, time.Since(start).Round(time.Millisecond))
+}
+
+// benchDeployment is a Deployment of n replicas with tiny requests.
+func benchDeployment(name string, n int) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(n)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					Containers: []corev1.Container{{
+						Name:            "pause",
+						Image:           benchImage,
+						ImagePullPolicy: corev1.PullNever,
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+							corev1.ResourceCPU:    resource.MustParse("1m"),
+							corev1.ResourceMemory: resource.MustParse("1Mi"),
+						}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// side says which cluster a tracker's watch observes.
+type side int
+
+const (
+	// local is where the Deployment was created.
+	local side = iota
+	// remote is the provider's twin namespace.
+	remote
+)
+
+// podTimes are when the bench process first saw each step of one pod.
+type podTimes struct {
+	bound, remoteCreated, remoteRunning, running time.Time
+}
+
+// tracker records pod events from watches on both sides, and closes done
+// when want local pods are Running.
+type tracker struct {
+	want int
+	// node, when set, is the node the local pods should be bound to.
+	node   string
+	done   chan struct{}
+	doneAt time.Time
+
+	mu      sync.Mutex
+	pods    map[string]*podTimes
+	running map[string]bool
+	// misplaced are the local pods bound to a node other than node.
+	misplaced map[string]bool
+}
+
+func newTracker(want int) *tracker {
+	return &tracker{want: want, done: make(chan struct{}), pods: map[string]*podTimes{}, running: map[string]bool{}, misplaced: map[string]bool{}}
+}
+
+// watch starts an informer on the pods app=name in ns and feeds the tracker;
+// the returned func stops it.
+func (t *tracker) watch(ctx context.Context, b *testing.B, kube kubernetes.Interface, ns, name string, s side) func() {
+	b.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "app=" + name }))
+	inf := f.Core().V1().Pods().Informer()
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { t.observe(s, obj, false) },
+		UpdateFunc: func(_, obj any) { t.observe(s, obj, false) },
+		DeleteFunc: func(obj any) { t.observe(s, obj, true) },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		b.Fatalf("watching pods in %s: the cache did not sync", ns)
+	}
+	return func() {
+		cancel()
+		f.Shutdown()
+	}
+}
+
+func (t *tracker) observe(s side, obj any, deleted bool) {
+	now := time.Now()
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pt := t.pods[pod.Name]
+	if pt == nil {
+		pt = &podTimes{}
+		t.pods[pod.Name] = pt
+	}
+	isRunning := !deleted && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning
+	switch s {
+	case local:
+		if pt.bound.IsZero() && pod.Spec.NodeName != "" {
+			pt.bound = now
+			if t.node != "" && pod.Spec.NodeName != t.node {
+				t.misplaced[pod.Name] = true
+			}
+		}
+		if isRunning && pt.running.IsZero() {
+			pt.running = now
+		}
+		if isRunning {
+			t.running[pod.Name] = true
+		} else {
+			delete(t.running, pod.Name)
+		}
+		if t.doneAt.IsZero() && len(t.running) >= t.want {
+			t.doneAt = now
+			close(t.done)
+		}
+	case remote:
+		if pt.remoteCreated.IsZero() && !deleted {
+			pt.remoteCreated = now
+		}
+		if isRunning && pt.remoteRunning.IsZero() {
+			pt.remoteRunning = now
+		}
+	}
+}
+
+func (t *tracker) runningCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.running)
+}
+
+// elsewhere returns how many local pods were bound to a node other than node.
+func (t *tracker) elsewhere() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.misplaced)
+}
+
+// propagation returns p50 and p99, in ms, of the per-pod overhead
+// (running - bound) - (remoteRunning - remoteCreated), of the create leg
+// remoteCreated - bound and of the status leg running - remoteRunning,
+// over the pods seen at every step, and their number.
+func (t *tracker) propagation() (overhead, createLeg, statusLeg [2]float64, samples int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var o, c, s []time.Duration
+	for _, p := range t.pods {
+		if p.bound.IsZero() || p.remoteCreated.IsZero() || p.remoteRunning.IsZero() || p.running.IsZero() {
+			continue
+		}
+		o = append(o, p.running.Sub(p.bound)-p.remoteRunning.Sub(p.remoteCreated))
+		c = append(c, p.remoteCreated.Sub(p.bound))
+		s = append(s, p.running.Sub(p.remoteRunning))
+	}
+	return percentiles(o), percentiles(c), percentiles(s), len(o)
+}
+
+// percentiles returns the nearest-rank p50 and p99 of d in ms; NaN when empty.
+func percentiles(d []time.Duration) [2]float64 {
+	if len(d) == 0 {
+		return [2]float64{math.NaN(), math.NaN()}
+	}
+	slices.Sort(d)
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(d)))) - 1
+		return float64(d[max(i, 0)]) / float64(time.Millisecond)
+	}
+	return [2]float64{at(0.50), at(0.99)}
+}
+
+// summary renders the results as a table.
+func summary(results []offloadResult) string {
+	var sb strings.Builder
+	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tagent CPU s\tprovider agent RSS MiB\t\n")
+	for _, r := range results {
+		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.0f\t\n",
+			r.n, r.direct.Seconds(), r.offloaded.Seconds(), r.offloaded.Seconds()/r.direct.Seconds(),
+			r.overhead[0], r.overhead[1], r.createLeg[0], r.createLeg[1], r.statusLeg[0], r.statusLeg[1],
+			r.samples, r.notOffloaded, r.consumerRSS, r.agent, r.providerRSS)
+	}
+	fmt.Fprintf(w, "agent controller-manager limits: memory %s, cpu %s\n", agentMemoryLimit, agentCPULimit)
+	_ = w.Flush()
+	return sb.String()
+}
