@@ -62,7 +62,10 @@ func startPair(ctx context.Context, b *testing.B, maxPods int) *pair {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = os.RemoveAll(bin) })
-	fakeNodes := (maxPods+99)/100 + 1
+	// Room for the direct and the offloaded Deployment at once: the offer,
+	// and so the twin namespace's quota, follow the provider's free pods,
+	// which the direct run uses up for a while.
+	fakeNodes := (2*maxPods+99)/100 + 1
 	start := time.Now()
 	clusters := framework.StartClusters(b,
 		framework.ClusterOptions{Name: "bench-consumer", RealNode: true, DisableQPSLimits: true},
@@ -378,4 +381,31 @@ func ignoreNotFound(err error) error {
 		return nil
 	}
 	return err
+}
+
+// waitCapacity waits until the virtual node offers n pods and the twin
+// namespace's quota admits n pods, as the offer follows the provider's
+// free resources with some delay.
+func (p *pair) waitCapacity(ctx context.Context, b *testing.B, n int) {
+	b.Helper()
+	if err := poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, string) {
+		node, err := p.consumer.Kube.CoreV1().Nodes().Get(ctx, p.virtualNode, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		quotas, err := p.provider.Kube.CoreV1().ResourceQuotas(p.twin).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		quota := int64(-1)
+		for _, q := range quotas.Items {
+			if v, ok := q.Spec.Hard[corev1.ResourcePods]; ok {
+				quota = v.Value()
+			}
+		}
+		offered := node.Status.Allocatable.Pods().Value()
+		return offered >= int64(n) && (quota < 0 || quota >= int64(n)), fmt.Sprintf("virtual node offers %d pods, twin quota %d", offered, quota)
+	}); err != nil {
+		b.Fatalf("waiting for room for %d offloaded pods: %v", n, err)
+	}
 }

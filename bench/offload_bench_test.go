@@ -148,6 +148,7 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 
 	// Offloaded: the consumer's controllers and scheduler, the agent, and
 	// the provider's kwok.
+	p.waitCapacity(ctx, b, n)
 	offloaded := newTracker(n)
 	offloaded.node = p.virtualNode
 	stopLocal := offloaded.watch(ctx, b, p.consumer.Kube, offloadedNS, name, local)

@@ -95,6 +95,7 @@ type Handler struct {
 	twins   map[string]*twinInformer
 	notify  func(*corev1.Pod)
 	started bool
+	cas     map[string]cachedCA // by consumer namespace
 }
 
 var (

@@ -35,7 +35,7 @@ func (h *Handler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := h.reflectObjects(ctx, pod, o); err != nil {
 		return err
 	}
-	if err := h.reflectToken(ctx, pod, o); err != nil {
+	if err := h.reflectToken(ctx, pod, o, true); err != nil {
 		return err
 	}
 	pods := h.opts.Provider.CoreV1().Pods(ti.twin)

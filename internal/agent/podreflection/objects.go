@@ -25,6 +25,10 @@ var everything = labels.Everything()
 func (h *Handler) reflectObjects(ctx context.Context, pod *corev1.Pod, o reflection.Origin) error {
 	configMaps, secrets := reflection.ReferencedObjects(pod)
 	for _, name := range sets.List(configMaps) {
+		if name == rootCAConfigMap {
+			// Never reflected (see reflection.RemoteConfigMap): skip the read.
+			continue
+		}
 		local, err := h.opts.Consumer.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue

@@ -42,12 +42,27 @@ func (h *Handler) podOrigin(twin string, pod *corev1.Pod) reflection.Origin {
 
 // reflectToken writes the token Secret of pod into o.TwinNamespace, with a
 // new token when the one there is missing, of another pod, or due for
-// renewal.
-func (h *Handler) reflectToken(ctx context.Context, pod *corev1.Pod, o reflection.Origin) error {
+// renewal. create says the pod is new, so the Secret is created first
+// without reading it.
+func (h *Handler) reflectToken(ctx context.Context, pod *corev1.Pod, o reflection.Origin, create bool) error {
 	if o.ServiceAccountTokenSecret == "" {
 		return nil
 	}
 	secrets := h.opts.Provider.CoreV1().Secrets(o.TwinNamespace)
+	if create {
+		// A new pod: no Secret yet, most likely.
+		desired, err := h.tokenSecret(ctx, pod, o)
+		if err != nil {
+			return err
+		}
+		_, err = secrets.Create(ctx, desired, metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the token Secret of %s: %w", klog.KObj(pod), err)
+		}
+	}
 	existing, err := secrets.Get(ctx, o.ServiceAccountTokenSecret, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -102,12 +117,9 @@ func (h *Handler) tokenSecret(ctx context.Context, pod *corev1.Pod, o reflection
 	if err != nil {
 		return nil, fmt.Errorf("requesting a token of service account %s/%s for pod %s: %w", pod.Namespace, sa, pod.Name, err)
 	}
-	var ca []byte
-	cm, err := h.opts.Consumer.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, rootCAConfigMap, metav1.GetOptions{})
-	if err == nil {
-		ca = []byte(cm.Data["ca.crt"])
-	} else if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", pod.Namespace, rootCAConfigMap, err)
+	ca, err := h.consumerCA(ctx, pod.Namespace)
+	if err != nil {
+		return nil, err
 	}
 	s := reflection.RemoteTokenSecret(pod, o, []byte(tr.Status.Token), ca)
 	s.Annotations[annotationTokenExpiry] = tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339)
@@ -132,7 +144,7 @@ func (h *Handler) RenewTokens(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if err := h.reflectToken(ctx, pod, h.podOrigin(ti.twin, pod)); err != nil {
+		if err := h.reflectToken(ctx, pod, h.podOrigin(ti.twin, pod), false); err != nil {
 			h.opts.Logger.Info("Cannot renew the service-account token of a pod", "pod", klog.KObj(pod), "error", err.Error())
 		}
 	}
@@ -169,4 +181,40 @@ func (h *Handler) deleteToken(ctx context.Context, twin, name string, uid types.
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		h.opts.Logger.Info("Cannot delete the token Secret of a deleted pod", "secret", klog.KObj(s), "error", err.Error())
 	}
+}
+
+// caCacheTTL is how long the consumer CA read from a namespace's
+// kube-root-ca.crt is reused for the token Secrets of its pods.
+const caCacheTTL = time.Minute
+
+// cachedCA is the consumer CA as read from one namespace.
+type cachedCA struct {
+	ca   []byte
+	read time.Time
+}
+
+// consumerCA returns the consumer's CA bundle from ConfigMap
+// kube-root-ca.crt of namespace ns, read at most once per caCacheTTL.
+func (h *Handler) consumerCA(ctx context.Context, ns string) ([]byte, error) {
+	h.mu.Lock()
+	c, ok := h.cas[ns]
+	h.mu.Unlock()
+	if ok && time.Since(c.read) < caCacheTTL {
+		return c.ca, nil
+	}
+	var ca []byte
+	cm, err := h.opts.Consumer.CoreV1().ConfigMaps(ns).Get(ctx, rootCAConfigMap, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		ca = []byte(cm.Data["ca.crt"])
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, rootCAConfigMap, err)
+	}
+	h.mu.Lock()
+	if h.cas == nil {
+		h.cas = map[string]cachedCA{}
+	}
+	h.cas[ns] = cachedCA{ca: ca, read: time.Now()}
+	h.mu.Unlock()
+	return ca, nil
 }

@@ -71,7 +71,7 @@ func TestCreatePodReflectsABoundTokenAndDeletePodRemovesIt(t *testing.T) {
 	if err := e.h.RenewTokens(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.h.reflectToken(ctx, local, e.h.podOrigin(e.twin, local)); err != nil {
+	if err := e.h.reflectToken(ctx, local, e.h.podOrigin(e.twin, local), false); err != nil {
 		t.Fatal(err)
 	}
 	again, err := e.kube.CoreV1().Secrets(e.twin).Get(ctx, s.Name, metav1.GetOptions{})

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/transport"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -44,7 +46,7 @@ const tokenRenewInterval = 5 * time.Minute
 
 // DefaultPodWorkers is how many pods of one virtual node are reflected at
 // once when Reconciler.PodWorkers is zero.
-const DefaultPodWorkers = 16
+const DefaultPodWorkers = 32
 
 // providerConfig is the client configuration of the provider with creds:
 // the token comes from creds at every request, so a renewal applies at once.
@@ -165,6 +167,13 @@ func (r *Reconciler) reflectPods(ctx context.Context, fc *offloadv1alpha1.Foreig
 		SecretInformer:            unstarted.Core().V1().Secrets(),
 		ServiceInformer:           unstarted.Core().V1().Services(),
 		SkipDownwardAPIResolution: true,
+		// virtual-kubelet's default limiter lets 10 pods a second through
+		// once a burst of 100 is spent, on every enqueue, not only retries:
+		// a 1000-replica Deployment would take a minute and a half to start.
+		// The clients' rate limits (reflectionQPS) protect the API servers.
+		SyncPodsFromKubernetesRateLimiter:    queueRateLimiter(),
+		DeletePodsFromKubernetesRateLimiter:  queueRateLimiter(),
+		SyncPodStatusFromProviderRateLimiter: queueRateLimiter(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the pod controller of %q: %w", name, err)
@@ -226,4 +235,14 @@ func (r *Reconciler) consumerClusterID(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return id.ID, nil
+}
+
+// queueRateLimiter is the rate limiter of the PodController's queues: per
+// pod, exponential backoff of failures from 5 ms to 30 s; overall, a
+// bucket well above what the clients may send.
+func queueRateLimiter() workqueue.TypedRateLimiter[any] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[any](5*time.Millisecond, 30*time.Second),
+		&workqueue.TypedBucketRateLimiter[any]{Limiter: rate.NewLimiter(rate.Limit(10*reflectionQPS), 10*reflectionBurst)},
+	)
 }
