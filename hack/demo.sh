@@ -50,12 +50,13 @@ echo
 echo "== offloading namespace demo, and a Deployment of 6 replicas spread over the local and virtual nodes"
 "${KUBECTL}" --kubeconfig "${CONSUMER}" create namespace demo --dry-run=client -o yaml | "${KUBECTL}" --kubeconfig "${CONSUMER}" apply -f -
 "${OFFLOAD}" --kubeconfig "${CONSUMER}" namespace demo --pod-offloading-strategy LocalAndRemote --wait
-# The test application. Spread over the nodes at most one apart, so the
-# virtual node gets its share; a preference for the provider's real node
-# (no consumer node has that name) runs offloaded replicas there first, in
-# real containers, while the rest go to the provider's kwok nodes.
-REAL="$("${KUBECTL}" --kubeconfig "${PROVIDER}" get nodes -l offload.io/test-node=real -o jsonpath='{.items[0].metadata.name}')"
-"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo apply -f - <<YAML
+# The test application, spread over the nodes at most one apart so that the
+# virtual node gets its share. The provider's kwok nodes are labelled as
+# simulated, and the pods prefer nodes that are not: the virtual node
+# qualifies, so the preference travels with the offloaded replicas and runs
+# them on the provider's real node, in real containers, first.
+"${KUBECTL}" --kubeconfig "${PROVIDER}" label nodes -l type=kwok --overwrite demo.kubectl-offload.dev/simulated=true >/dev/null
+"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo apply -f - <<'YAML'
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -78,10 +79,10 @@ spec:
       affinity:
         nodeAffinity:
           preferredDuringSchedulingIgnoredDuringExecution:
-          - weight: 50
+          - weight: 100
             preference:
               matchExpressions:
-              - {key: kubernetes.io/hostname, operator: In, values: [${REAL}]}
+              - {key: demo.kubectl-offload.dev/simulated, operator: DoesNotExist}
       containers:
       - name: app
         image: registry.local/offload/testapp:test
@@ -103,6 +104,7 @@ echo "== provider: kubectl -n ${TWIN} get pods -o wide"
 echo
 "${OFFLOAD}" --kubeconfig "${CONSUMER}" status
 # The logs of an offloaded pod whose container runs on the provider's real node.
+REAL="$("${KUBECTL}" --kubeconfig "${PROVIDER}" get nodes -l offload.io/test-node=real -o jsonpath='{.items[0].metadata.name}')"
 POD="$("${KUBECTL}" --kubeconfig "${PROVIDER}" -n "${TWIN}" get pods --field-selector "spec.nodeName=${REAL}" -o jsonpath='{.items[0].metadata.name}')"
 echo
 echo "== consumer: kubectl -n demo logs ${POD} --tail 5 (the container runs on the provider)"

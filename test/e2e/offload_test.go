@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -153,6 +155,11 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	}
 	if _, err := kubectl(t, consumer, "-n", "work", "exec", pod, "--", "/testapp", "get", "http://127.0.0.1:1/"); err == nil {
 		t.Errorf("kubectl exec of a failing command succeeded; want its exit code back")
+	}
+
+	addr := portForward(t, consumer, "work", "pod/"+pod, 8080)
+	if body, err := httpGet("http://" + addr + "/hostname"); err != nil || strings.TrimSpace(body) != pod {
+		t.Errorf("kubectl port-forward to an offloaded pod: err=%v, body %q; want its host name %s", err, body, pod)
 	}
 
 	// ConfigMaps follow: created and updated on the consumer, they reach the twin namespace.
@@ -545,4 +552,19 @@ func expectStrategies(ctx context.Context, t *testing.T, consumer *framework.Clu
 	for _, ns := range []string{"stay", "spread"} {
 		mustOffload(t, consumer, "unoffload", "namespace", ns, "--timeout", "2m")
 	}
+}
+
+// httpGet returns the body of GET url.
+func httpGet(url string) (string, error) {
+	client := &http.Client{Timeout: 15 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(body), err
 }
