@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -408,4 +409,70 @@ func (p *pair) waitCapacity(ctx context.Context, b *testing.B, n int) {
 	}); err != nil {
 		b.Fatalf("waiting for room for %d offloaded pods: %v", n, err)
 	}
+}
+
+// componentCPU returns the CPU seconds used so far by each control-plane
+// and node process of the benchmark clusters, keyed "cluster/component"
+// (component = binary name); the agents are "cluster/offload-agent".
+func componentCPU() map[string]float64 {
+	out := map[string]float64{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || len(cmdline) == 0 {
+			continue
+		}
+		args := string(cmdline)
+		cluster := ""
+		for _, c := range []string{"bench-consumer", "bench-provider"} {
+			if strings.Contains(args, "/"+c+"/") {
+				cluster = c
+			}
+		}
+		argv := strings.Split(strings.TrimRight(args, "\x00"), "\x00")
+		if cluster == "" && filepath.Base(argv[0]) == "offload-agent" {
+			if environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil {
+				for _, c := range []string{"bench-consumer", "bench-provider"} {
+					if strings.Contains("\x00"+string(environ)+"\x00", "\x00OFFLOAD_CLUSTER_NAME="+c+"\x00") {
+						cluster = c
+					}
+				}
+			}
+		}
+		if cluster == "" {
+			continue
+		}
+		if cpu, err := cpuSeconds(pid); err == nil {
+			out[cluster+"/"+filepath.Base(argv[0])] += cpu
+		}
+	}
+	return out
+}
+
+// cpuDelta renders the CPU seconds each component used between two
+// componentCPU readings, largest first.
+func cpuDelta(before, after map[string]float64) string {
+	type use struct {
+		name string
+		s    float64
+	}
+	var uses []use
+	for k, v := range after {
+		if d := v - before[k]; d >= 0.05 {
+			uses = append(uses, use{k, d})
+		}
+	}
+	sort.Slice(uses, func(i, j int) bool { return uses[i].s > uses[j].s })
+	var parts []string
+	for _, u := range uses {
+		parts = append(parts, fmt.Sprintf("%s %.1f", u.name, u.s))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -40,6 +40,9 @@ type offloadResult struct {
 	overhead, createLeg, statusLeg  [2]float64 // p50 and p99, ms
 	samples, notOffloaded           int
 	consumerRSS, providerRSS, agent float64 // MiB, MiB, CPU seconds
+	// machineDirect and machineOffloaded are the CPU seconds the whole
+	// machine (both clusters, the agents, this process) used in each run.
+	machineDirect, machineOffloaded float64
 }
 
 // BenchmarkOffload compares a Deployment of N replicas run directly on the
@@ -62,6 +65,23 @@ func BenchmarkOffload(b *testing.B) {
 		b.Skip("no size matches -bench")
 	}
 	p := startPair(setup, b, slices.Max(sizes))
+	// P2 on an idle pair: one pod at a time, so each figure is the
+	// reflection's own latency, without the queueing a burst adds.
+	b.Run("P2-one-at-a-time", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			overhead, createLeg, statusLeg, samples := p.oneAtATime(ctx, b, sequentialPods)
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(overhead[0], "ms-overhead-p50")
+			b.ReportMetric(overhead[1], "ms-overhead-p99")
+			b.ReportMetric(createLeg[0], "ms-create-leg-p50")
+			b.ReportMetric(createLeg[1], "ms-create-leg-p99")
+			b.ReportMetric(statusLeg[0], "ms-status-leg-p50")
+			b.ReportMetric(statusLeg[1], "ms-status-leg-p99")
+			b.ReportMetric(float64(samples), "pods")
+			fmt.Printf("P2 one pod at a time (%d pods): overhead p50 %.0f ms p99 %.0f ms; create leg p50 %.0f p99 %.0f; status leg p50 %.0f p99 %.0f\n",
+				samples, overhead[0], overhead[1], createLeg[0], createLeg[1], statusLeg[0], statusLeg[1])
+		}
+	})
 	var results []offloadResult
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
@@ -82,6 +102,8 @@ func BenchmarkOffload(b *testing.B) {
 				b.ReportMetric(r.agent, "s-agent-cpu")
 				b.ReportMetric(r.providerRSS, "MiB-provider-agent-rss")
 				b.ReportMetric(float64(r.notOffloaded), "pods-not-offloaded")
+				b.ReportMetric(r.machineDirect, "s-machine-cpu-direct")
+				b.ReportMetric(r.machineOffloaded, "s-machine-cpu-offloaded")
 			}
 		})
 	}
@@ -141,7 +163,10 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	// Direct: the provider's own controllers, scheduler and kwok.
 	direct := newTracker(n)
 	stop := direct.watch(ctx, b, p.provider.Kube, directNS, name, local)
+	busy0, parts0 := machineBusySeconds(), componentCPU()
 	r.direct = p.runDeployment(ctx, b, p.provider, directNS, name, n, direct, timeout)
+	r.machineDirect = machineBusySeconds() - busy0
+	fmt.Printf("N=%d direct, CPU seconds by process: %s\n", n, cpuDelta(parts0, componentCPU()))
 	p.deleteDeployment(ctx, b, p.provider, directNS, name, timeout)
 	stop()
 	b.Logf("N=%d direct: %d pods Running in %s", n, n, r.direct.Round(time.Millisecond))
@@ -162,7 +187,10 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	if err != nil {
 		b.Fatal(err)
 	}
+	busy0, parts0 = machineBusySeconds(), componentCPU()
 	r.offloaded = p.runDeployment(ctx, b, p.consumer, offloadedNS, name, n, offloaded, timeout)
+	r.machineOffloaded = machineBusySeconds() - busy0
+	fmt.Printf("N=%d offloaded, CPU seconds by process: %s\n", n, cpuDelta(parts0, componentCPU()))
 	r.agent = p.agentFigures(ctx, b, &r, pid, cpu0, restarts)
 	r.overhead, r.createLeg, r.statusLeg, r.samples = offloaded.propagation()
 	if r.notOffloaded = offloaded.elsewhere(); r.notOffloaded > 0 {
@@ -421,14 +449,80 @@ func percentiles(d []time.Duration) [2]float64 {
 func summary(results []offloadResult) string {
 	var sb strings.Builder
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tagent CPU s\tprovider agent RSS MiB\t\n")
+	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tagent CPU s\tprovider agent RSS MiB\tmachine CPU s direct/offloaded\t\n")
 	for _, r := range results {
-		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.0f\t\n",
+		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.0f\t%.1f/%.1f\t\n",
 			r.n, r.direct.Seconds(), r.offloaded.Seconds(), r.offloaded.Seconds()/r.direct.Seconds(),
 			r.overhead[0], r.overhead[1], r.createLeg[0], r.createLeg[1], r.statusLeg[0], r.statusLeg[1],
-			r.samples, r.notOffloaded, r.consumerRSS, r.agent, r.providerRSS)
+			r.samples, r.notOffloaded, r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded)
 	}
 	fmt.Fprintf(w, "agent controller-manager limits: memory %s, cpu %s\n", agentMemoryLimit, agentCPULimit)
 	_ = w.Flush()
 	return sb.String()
+}
+
+// sequentialPods is how many pods P2-one-at-a-time offloads.
+const sequentialPods = 50
+
+// oneAtATime scales an offloaded Deployment from 0 to m one replica at a
+// time, each once the previous one is Running on the consumer, and returns
+// the propagation figures of its pods.
+func (p *pair) oneAtATime(ctx context.Context, b *testing.B, m int) (overhead, createLeg, statusLeg [2]float64, samples int) {
+	b.Helper()
+	const name = "one-at-a-time"
+	p.waitCapacity(ctx, b, m)
+	t := newTracker(m)
+	t.node = p.virtualNode
+	stopLocal := t.watch(ctx, b, p.consumer.Kube, offloadedNS, name, local)
+	stopRemote := t.watch(ctx, b, p.provider.Kube, p.twin, name, remote)
+	deployments := p.consumer.Kube.AppsV1().Deployments(offloadedNS)
+	if _, err := deployments.Create(ctx, benchDeployment(name, 0), metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for i := 1; i <= m; i++ {
+		scale, err := deployments.GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		scale.Spec.Replicas = int32(i)
+		if _, err := deployments.UpdateScale(ctx, name, scale, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		if err := poll(ctx, time.Minute, func(context.Context) (bool, string) {
+			n := t.runningCount()
+			return n >= i, fmt.Sprintf("%d of %d Running", n, i)
+		}); err != nil {
+			b.Fatalf("one pod at a time: %v", err)
+		}
+	}
+	overhead, createLeg, statusLeg, samples = t.propagation()
+	stopLocal()
+	stopRemote()
+	p.deleteDeployment(ctx, b, p.consumer, offloadedNS, name, 5*time.Minute)
+	return overhead, createLeg, statusLeg, samples
+}
+
+// machineBusySeconds is the CPU time the machine has spent busy (not idle
+// or waiting for I/O) since boot, from /proc/stat; NaN when unreadable.
+func machineBusySeconds() float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return math.NaN()
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return math.NaN()
+	}
+	var busy float64
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return math.NaN()
+		}
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy / clockTicks
 }
