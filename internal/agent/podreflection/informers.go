@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -102,9 +103,19 @@ func (h *Handler) remoteChanged(ti *twinInformer, obj any) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
 	defer cancel()
-	if p := h.statusPod(ctx, ti, remote); p != nil {
-		h.send(p)
+	p := h.statusPod(ctx, ti, remote)
+	if p == nil {
+		return
 	}
+	if h.opts.LocalPods != nil {
+		// Remote events that change nothing the consumer sees (a binding, a
+		// provider annotation) would each cost a status write.
+		if cur, err := h.opts.LocalPods.Pods(p.Namespace).Get(p.Name); err == nil && cur.UID == p.UID &&
+			apiequality.Semantic.DeepEqual(cur.Status, p.Status) {
+			return
+		}
+	}
+	h.send(p)
 }
 
 // remoteDeleted tells the PodController that a remote pod is gone, with a

@@ -116,12 +116,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 
+	if wait := r.throttle(ctx, tenant.Spec.TenantNamespace); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	// Read-only lists of the whole cache: no deep copies.
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing nodes: %w", err)
 	}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods); err != nil {
+	if err := r.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
 	share := Share(Free(nodes.Items, pods.Items), r.SharingPercentage)
@@ -160,6 +164,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	log.Info("Published resource offer", "tenant", klog.KObj(&tenant), "offer", klog.KObj(offer), "operation", op,
 		"cpu", share.Cpu().String(), "memory", share.Memory().String(), "pods", share.Pods().String())
 	return reconcile.Result{}, nil
+}
+
+// MinUpdateInterval is the least time between two changes of a
+// ResourceOffer. Free resources change with every pod that starts or ends;
+// recomputing and republishing the offer each time would cost the provider
+// a list of every pod and two writes per pod, and each consumer a virtual
+// node update, which under a burst of pods is most of the work.
+var MinUpdateInterval = 5 * time.Second
+
+// throttle returns how long to wait before the offer in namespace ns may
+// change again: zero when it may change now.
+func (r *Reconciler) throttle(ctx context.Context, ns string) time.Duration {
+	id, err := r.readIdentity(ctx)
+	if err != nil {
+		return 0
+	}
+	var offer offloadv1alpha1.ResourceOffer
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: id.Name}, &offer); err != nil || offer.Status.LastUpdate == nil {
+		return 0
+	}
+	return MinUpdateInterval - time.Since(offer.Status.LastUpdate.Time)
 }
 
 // readIdentity reads this cluster's identity once; its ID never changes, and
