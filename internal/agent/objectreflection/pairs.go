@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -91,9 +92,10 @@ func (r *Reflector) startPair(ctx context.Context, twin, ns string) (*pair, erro
 	// are the pod reflection's, which deletes them with the pod.
 	selector := labels.SelectorFromSet(labels.Set{offloadv1alpha1.LabelOriginClusterID: r.opts.ConsumerClusterID}).String() +
 		",!" + offloadv1alpha1.LabelOriginPodUID
-	lf := informers.NewSharedInformerFactoryWithOptions(r.opts.Consumer, 0, informers.WithNamespace(ns))
+	strip := informers.WithTransform(crcache.TransformStripManagedFields())
+	lf := informers.NewSharedInformerFactoryWithOptions(r.opts.Consumer, 0, informers.WithNamespace(ns), strip)
 	rf := informers.NewSharedInformerFactoryWithOptions(r.opts.Provider, 0, informers.WithNamespace(twin),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }), strip)
 	var synced []cache.InformerSynced
 	for name, k := range r.kinds {
 		li, ri := k.informers(lf, rf)

@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
 
@@ -30,7 +29,7 @@ func RemoteService(local *corev1.Service, o reflection.Origin) *corev1.Service {
 	l := local.DeepCopy()
 	out := &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: reflectedMeta(&l.ObjectMeta, o),
+		ObjectMeta: reflection.ReflectedMeta(&l.ObjectMeta, o),
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP},
 	}
 	switch {
@@ -65,7 +64,7 @@ func RemoteService(local *corev1.Service, o reflection.Origin) *corev1.Service {
 // reflection owns: labels, annotations, type, headlessness, external name,
 // ports, and the absence of a selector.
 func ServiceNeedsUpdate(remote, desired *corev1.Service) bool {
-	return !sameMeta(&remote.ObjectMeta, &desired.ObjectMeta) ||
+	return !reflection.SameMeta(&remote.ObjectMeta, &desired.ObjectMeta) ||
 		ServiceNeedsRecreate(remote, desired) ||
 		remote.Spec.ExternalName != desired.Spec.ExternalName ||
 		len(remote.Spec.Selector) > 0 ||
@@ -116,7 +115,7 @@ func RemoteEndpointSlice(local *discoveryv1.EndpointSlice, o reflection.Origin) 
 	l := local.DeepCopy()
 	out := &discoveryv1.EndpointSlice{
 		TypeMeta:    metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta:  reflectedMeta(&l.ObjectMeta, o),
+		ObjectMeta:  reflection.ReflectedMeta(&l.ObjectMeta, o),
 		AddressType: l.AddressType,
 	}
 	out.Labels[discoveryv1.LabelManagedBy] = ManagedByReflection
@@ -143,7 +142,7 @@ func RemoteEndpointSlice(local *discoveryv1.EndpointSlice, o reflection.Origin) 
 // EndpointSliceNeedsUpdate reports whether remote differs from desired in
 // labels, annotations, address type, endpoints or ports.
 func EndpointSliceNeedsUpdate(remote, desired *discoveryv1.EndpointSlice) bool {
-	return !sameMeta(&remote.ObjectMeta, &desired.ObjectMeta) ||
+	return !reflection.SameMeta(&remote.ObjectMeta, &desired.ObjectMeta) ||
 		EndpointSliceNeedsRecreate(remote, desired) ||
 		!apiequality.Semantic.DeepEqual(remote.Endpoints, desired.Endpoints) ||
 		!apiequality.Semantic.DeepEqual(remote.Ports, desired.Ports)
@@ -153,40 +152,4 @@ func EndpointSliceNeedsUpdate(remote, desired *discoveryv1.EndpointSlice) bool {
 // immutable, differs.
 func EndpointSliceNeedsRecreate(remote, desired *discoveryv1.EndpointSlice) bool {
 	return remote.AddressType != desired.AddressType
-}
-
-// reflectedMeta is the metadata of the reflection of an object with meta m,
-// by the rules of reflection.RemoteConfigMap: name, labels and annotations
-// copied, namespace set to the twin, and the origin cluster label added.
-func reflectedMeta(m *metav1.ObjectMeta, o reflection.Origin) metav1.ObjectMeta {
-	labels := make(map[string]string, len(m.Labels)+1)
-	for k, v := range m.Labels {
-		labels[k] = v
-	}
-	labels[offloadv1alpha1.LabelOriginClusterID] = o.ClusterID
-	var annotations map[string]string
-	if len(m.Annotations) > 0 {
-		annotations = make(map[string]string, len(m.Annotations))
-		for k, v := range m.Annotations {
-			annotations[k] = v
-		}
-	}
-	return metav1.ObjectMeta{Name: m.Name, Namespace: o.TwinNamespace, Labels: labels, Annotations: annotations}
-}
-
-// sameMeta compares labels and annotations, nil and empty being equal.
-func sameMeta(a, b *metav1.ObjectMeta) bool {
-	return equalMaps(a.Labels, b.Labels) && equalMaps(a.Annotations, b.Annotations)
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, va := range a {
-		if vb, ok := b[k]; !ok || va != vb {
-			return false
-		}
-	}
-	return true
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
@@ -41,7 +42,8 @@ func (h *Handler) informer(twin, ns string) (*twinInformer, error) {
 	selector := labels.SelectorFromSet(labels.Set{offloadv1alpha1.LabelOriginClusterID: h.opts.ConsumerClusterID}).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(h.opts.Provider, 0,
 		informers.WithNamespace(twin),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
+		informers.WithTransform(crcache.TransformStripManagedFields()))
 	pods := factory.Core().V1().Pods()
 	ti := &twinInformer{twin: twin, consumer: ns, informer: pods.Informer(), lister: pods.Lister()}
 	if _, err := ti.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{

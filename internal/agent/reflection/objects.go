@@ -25,7 +25,7 @@ func RemoteConfigMap(local *corev1.ConfigMap, o Origin) (*corev1.ConfigMap, bool
 	l := local.DeepCopy()
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: reflectedMeta(&l.ObjectMeta, o),
+		ObjectMeta: ReflectedMeta(&l.ObjectMeta, o),
 		Data:       l.Data,
 		BinaryData: l.BinaryData,
 		Immutable:  l.Immutable,
@@ -53,15 +53,15 @@ func RemoteSecret(local *corev1.Secret, o Origin) (*corev1.Secret, bool) {
 	l := local.DeepCopy()
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: reflectedMeta(&l.ObjectMeta, o),
+		ObjectMeta: ReflectedMeta(&l.ObjectMeta, o),
 		Type:       l.Type,
 		Data:       l.Data,
 		Immutable:  l.Immutable,
 	}, true
 }
 
-// reflectedMeta is the metadata of the reflection of an object with meta m.
-func reflectedMeta(m *metav1.ObjectMeta, o Origin) metav1.ObjectMeta {
+// ReflectedMeta is the metadata of the reflection of an object with meta m.
+func ReflectedMeta(m *metav1.ObjectMeta, o Origin) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name:        m.Name,
 		Namespace:   o.TwinNamespace,
@@ -82,11 +82,11 @@ func NeedsUpdate[T Reflected](remote, desired T) bool {
 	switch r := any(remote).(type) {
 	case *corev1.ConfigMap:
 		d := any(desired).(*corev1.ConfigMap)
-		return !sameMeta(&r.ObjectMeta, &d.ObjectMeta) || !equalMaps(r.Data, d.Data) ||
+		return !SameMeta(&r.ObjectMeta, &d.ObjectMeta) || !equalMaps(r.Data, d.Data) ||
 			!equalBytes(r.BinaryData, d.BinaryData) || ptr.Deref(r.Immutable, false) != ptr.Deref(d.Immutable, false)
 	case *corev1.Secret:
 		d := any(desired).(*corev1.Secret)
-		return !sameMeta(&r.ObjectMeta, &d.ObjectMeta) || !equalBytes(r.Data, d.Data) ||
+		return !SameMeta(&r.ObjectMeta, &d.ObjectMeta) || !equalBytes(r.Data, d.Data) ||
 			secretType(r) != secretType(d) || ptr.Deref(r.Immutable, false) != ptr.Deref(d.Immutable, false)
 	}
 	return false
@@ -117,7 +117,9 @@ func secretType(s *corev1.Secret) corev1.SecretType {
 	return s.Type
 }
 
-func sameMeta(a, b *metav1.ObjectMeta) bool {
+// SameMeta reports whether a and b have the same labels and annotations,
+// nil and empty being equal.
+func SameMeta(a, b *metav1.ObjectMeta) bool {
 	return equalMaps(a.Labels, b.Labels) && equalMaps(a.Annotations, b.Annotations)
 }
 

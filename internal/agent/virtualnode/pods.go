@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
@@ -64,27 +65,11 @@ func providerConfig(creds *credentials) *rest.Config {
 // NotReady but never stops the node itself.
 func (r *Reconciler) runPods(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) {
 	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", NodeName(fc.Name))
-	delay := r.pollInterval()
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := r.reflectPods(log.IntoContext(ctx, logger), fc, creds)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			err = errors.New("the pod controller stopped")
-		}
-		logger.Info("The pod reflection of the virtual node stopped; restarting it", "error", err.Error(), "after", delay)
-		if time.Since(start) > maxRestartDelay {
-			delay = r.pollInterval()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, maxRestartDelay)
-	}
+	ctx = log.IntoContext(ctx, logger)
+	r.restarting(ctx, "the pod controller stopped", func(ctx context.Context) error { return r.reflectPods(ctx, fc, creds) },
+		func(err error, delay time.Duration) {
+			logger.Info("The pod reflection of the virtual node stopped; restarting it", "error", err.Error(), "after", delay)
+		})
 }
 
 // reflectPods runs virtual-kubelet's PodController for fc's virtual node
@@ -115,7 +100,7 @@ func (r *Reconciler) reflectPods(ctx context.Context, fc *offloadv1alpha1.Foreig
 	name := NodeName(fc.Name)
 	onNode := informers.NewSharedInformerFactoryWithOptions(consumer, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
-	}))
+	}), informers.WithTransform(crcache.TransformStripManagedFields()))
 	pods := onNode.Core().V1().Pods()
 	h, err := podreflection.New(podreflection.Options{
 		Provider:          provider,

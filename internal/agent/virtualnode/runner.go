@@ -36,27 +36,37 @@ const maxRestartDelay = time.Minute
 // it with backoff when it fails, for example while the provider is unreachable.
 func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) {
 	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", NodeName(fc.Name))
+	r.restarting(ctx, "the node controller stopped", func(ctx context.Context) error { return r.runNode(ctx, fc, creds) },
+		func(err error, delay time.Duration) {
+			logger.Info("The virtual node controller stopped; restarting it", "error", err.Error(), "after", delay)
+			outgoing, ready := metav1.ConditionUnknown, metav1.ConditionUnknown
+			if meta.IsStatusConditionTrue(r.conditions(ctx, fc.Name), offloadv1alpha1.ConditionOutgoingPeering) {
+				outgoing, ready = metav1.ConditionTrue, metav1.ConditionFalse
+			}
+			if setErr := r.setStatus(ctx, fc.Name, outgoing, ready, ReasonProviderUnreachable, err.Error(), false); setErr != nil {
+				logger.Info("Cannot update the ForeignCluster status", "error", setErr.Error())
+			}
+		})
+}
+
+// restarting runs run until ctx is cancelled, calling failed and waiting
+// with backoff, from the poll interval up to maxRestartDelay, each time it
+// returns; stopped is the error of a run that returned nil.
+func (r *Reconciler) restarting(ctx context.Context, stopped string, run func(context.Context) error, failed func(err error, delay time.Duration)) {
 	delay := r.pollInterval()
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := r.runNode(ctx, fc, creds)
+		err := run(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
-			err = errors.New("the node controller stopped")
-		}
-		logger.Info("The virtual node controller stopped; restarting it", "error", err.Error(), "after", delay)
-		outgoing, ready := metav1.ConditionUnknown, metav1.ConditionUnknown
-		if meta.IsStatusConditionTrue(r.conditions(ctx, fc.Name), offloadv1alpha1.ConditionOutgoingPeering) {
-			outgoing, ready = metav1.ConditionTrue, metav1.ConditionFalse
-		}
-		if setErr := r.setStatus(ctx, fc.Name, outgoing, ready, ReasonProviderUnreachable, err.Error(), false); setErr != nil {
-			logger.Info("Cannot update the ForeignCluster status", "error", setErr.Error())
+			err = errors.New(stopped)
 		}
 		if time.Since(start) > maxRestartDelay {
 			delay = r.pollInterval()
 		}
+		failed(err, delay)
 		select {
 		case <-ctx.Done():
 			return
