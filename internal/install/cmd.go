@@ -102,9 +102,10 @@ func NewCmdUninstall(f factory.Factory, streams genericiooptions.IOStreams) *cob
 		Long: `Remove the kubectl-offload release from the cluster.
 
 Uninstall refuses while peers or offloaded namespaces exist, and names them;
---force removes it anyway. The CRDs and the cluster identity are kept, so a
-later install keeps the same cluster ID; --purge removes them too, and the
-namespace if install created it.`,
+--force removes it anyway. The CRDs, the cluster identity and the auth CA
+(Secret offload-auth-ca) are kept, so a later install keeps the same cluster
+ID and peers' CA pins stay valid; --purge removes them too, with the webhook
+certificate, and the namespace if install created it.`,
 		Example: `  # Remove the agent, keep the identity and the CRDs
   kubectl offload uninstall
 
@@ -122,7 +123,7 @@ namespace if install created it.`,
 		},
 	}
 	cmd.Flags().BoolVar(&o.Force, "force", o.Force, "Uninstall even while peers or offloaded namespaces exist.")
-	cmd.Flags().BoolVar(&o.Purge, "purge", o.Purge, "Also remove the CRDs, the cluster identity and the namespace.")
+	cmd.Flags().BoolVar(&o.Purge, "purge", o.Purge, "Also remove the CRDs, the cluster identity, the agent's certificates and the namespace.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long to wait for the removal.")
 	return cmd
 }

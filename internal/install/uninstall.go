@@ -115,18 +115,25 @@ func (o *UninstallOptions) Run(ctx context.Context) error {
 	}
 
 	if !o.Purge {
-		_, err := fmt.Fprintf(o.Out, "kubectl-offload is uninstalled. The CRDs and the cluster identity (ConfigMap %s/%s) are kept; --purge removes them.\n", o.namespace, names.IdentityConfigMap)
+		_, err := fmt.Fprintf(o.Out, "kubectl-offload is uninstalled. The CRDs, the cluster identity (ConfigMap %s/%s) and the auth CA that peers pin (Secret %s) are kept; --purge removes them.\n", o.namespace, names.IdentityConfigMap, names.AuthCASecret)
 		return err
 	}
 	if err := steps.Run("Deleted the CRDs", func() error { return deleteCRDs(ctx, o.client, o.Timeout) }); err != nil {
 		return err
 	}
-	if err := steps.Run("Deleted the cluster identity", func() error {
+	if err := steps.Run("Deleted the cluster identity and the agent's certificates", func() error {
 		err := o.kube.CoreV1().ConfigMaps(o.namespace).Delete(ctx, names.IdentityConfigMap, metav1.DeleteOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
 		}
-		return err
+		// The agent makes these Secrets itself, so Helm does not remove them.
+		for _, s := range []string{names.AuthCASecret, names.WebhookCertSecret} {
+			err := o.kube.CoreV1().Secrets(o.namespace).Delete(ctx, s, metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
 		return err
 	}

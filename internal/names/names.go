@@ -16,6 +16,9 @@ const (
 	// AuthCASecret is the Secret, in the install namespace, holding the CA
 	// that the auth service manages; consumers pin it by its hash.
 	AuthCASecret = "offload-auth-ca"
+	// WebhookCertSecret holds the scheduling webhook's CA and serving
+	// certificate, kept by the controller-manager.
+	WebhookCertSecret = "offload-webhook-cert"
 	// AuthCACertKey is the key of the PEM CA certificate in AuthCASecret.
 	AuthCACertKey = "ca.crt"
 	// VersionLabel is the standard label carrying a component's version.

@@ -11,6 +11,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/names"
 )
 
 // Names of the webhook's objects; the chart creates them with these names.
@@ -25,7 +27,7 @@ const (
 	DefaultConfigurationName = "offload-webhook"
 	// DefaultSecretName is the Secret, in the agent's namespace, that holds
 	// the webhook CA and serving certificate. The CertManager creates it.
-	DefaultSecretName = "offload-webhook-cert"
+	DefaultSecretName = names.WebhookCertSecret
 	// DefaultResyncInterval is how often the CertManager checks the Secret,
 	// the files and the caBundle once they are right.
 	DefaultResyncInterval = time.Minute
