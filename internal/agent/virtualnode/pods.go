@@ -73,7 +73,8 @@ func (r *Reconciler) runPods(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 }
 
 // reflectPods runs virtual-kubelet's PodController for fc's virtual node
-// with a podreflection.Handler, until ctx is cancelled or it fails.
+// with a podreflection.Handler, and the object reflection of the
+// namespaces offloaded to fc, until ctx is cancelled or it fails.
 //
 // The PodController wants ConfigMap, Secret and Service informers to
 // resolve the downward API and service environment variables. Pod
