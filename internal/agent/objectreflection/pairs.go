@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
 )
 
 // byServiceIndex indexes EndpointSlices by the Service they belong to.
@@ -214,21 +215,6 @@ func objectMeta(obj any) metav1.Object {
 // namespace as value. It suits Options.TwinNamespaces.
 func ReadyTwinNamespaces(c client.Reader, providerClusterID string) func(context.Context) (map[string]string, error) {
 	return func(ctx context.Context) (map[string]string, error) {
-		var list offloadv1alpha1.NamespaceOffloadingList
-		if err := c.List(ctx, &list); err != nil {
-			return nil, err
-		}
-		out := map[string]string{}
-		for _, no := range list.Items {
-			if no.DeletionTimestamp != nil {
-				continue
-			}
-			for _, rn := range no.Status.RemoteNamespaces {
-				if rn.ClusterID == providerClusterID && rn.Phase == offloadv1alpha1.RemoteNamespaceReady && rn.RemoteNamespace != "" {
-					out[rn.RemoteNamespace] = no.Namespace
-				}
-			}
-		}
-		return out, nil
+		return podreflection.ListTwinNamespaces(ctx, c, providerClusterID, true)
 	}
 }
