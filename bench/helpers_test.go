@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -114,7 +114,7 @@ func startPair(ctx context.Context, b *testing.B, maxPods int) *pair {
 		b.Fatalf("cordoning the provider's real node: %v", err)
 	}
 	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, string) {
-		_, err := p.provider.Kube.CoreV1().Secrets(installNS).Get(ctx, names.AuthCASecret, metav1.GetOptions{})
+		_, err := p.provider.Kube.CoreV1().Secrets(installNS).Get(ctx, offloadv1alpha1.AuthCASecret, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	}); err != nil {
 		b.Fatalf("waiting for the provider's auth CA: %v", err)
@@ -170,11 +170,11 @@ func (p *pair) namespaces(ctx context.Context, b *testing.B) {
 	if _, err := p.offload(ctx, p.consumer, "namespace", offloadedNS, "--pod-offloading-strategy", "Remote", "--timeout", "2m"); err != nil {
 		b.Fatal(err)
 	}
-	cm, err := p.consumer.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, names.IdentityConfigMap, metav1.GetOptions{})
+	cm, err := p.consumer.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, offloadv1alpha1.IdentityConfigMap, metav1.GetOptions{})
 	if err != nil {
 		b.Fatalf("the consumer's identity: %v", err)
 	}
-	p.twin = names.TwinNamespace(offloadedNS, p.consumer.Name, cm.Data["clusterID"])
+	p.twin = offloadv1alpha1.TwinNamespace(offloadedNS, p.consumer.Name, cm.Data["clusterID"])
 	// Pods are rejected until a namespace has its default ServiceAccount.
 	for _, n := range []struct {
 		c  *framework.Cluster

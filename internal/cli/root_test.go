@@ -10,9 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/cli-runtime/pkg/genericiooptions"
-
 	"github.com/kubectl-offload/kubectl-offload/internal/version"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

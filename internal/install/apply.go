@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 )
 
 // apply writes to the cluster: namespace, CRDs, the release, then waits for
@@ -36,9 +36,9 @@ func (o *Options) apply(ctx context.Context, steps *output.Steps, ch *chart.Char
 	var rel *release.Release
 	switch {
 	case existing == nil:
-		err := steps.Run(fmt.Sprintf("Installed release %s (chart %s)", names.ReleaseName, ch.Metadata.Version), func() error {
+		err := steps.Run(fmt.Sprintf("Installed release %s (chart %s)", offloadv1alpha1.ReleaseName, ch.Metadata.Version), func() error {
 			var err error
-			rel, err = o.helm.Install(ctx, names.ReleaseName, ch, vals, false)
+			rel, err = o.helm.Install(ctx, offloadv1alpha1.ReleaseName, ch, vals, false)
 			return err
 		})
 		if err != nil {
@@ -46,11 +46,11 @@ func (o *Options) apply(ctx context.Context, steps *output.Steps, ch *chart.Char
 		}
 	case upToDate(existing, ch, vals):
 		rel = existing
-		steps.Done(fmt.Sprintf("Release %s is up to date (chart %s, revision %d)", names.ReleaseName, ch.Metadata.Version, existing.Version))
+		steps.Done(fmt.Sprintf("Release %s is up to date (chart %s, revision %d)", offloadv1alpha1.ReleaseName, ch.Metadata.Version, existing.Version))
 	default:
-		err := steps.Run(fmt.Sprintf("Upgraded release %s from chart %s to %s", names.ReleaseName, existing.Chart.Metadata.Version, ch.Metadata.Version), func() error {
+		err := steps.Run(fmt.Sprintf("Upgraded release %s from chart %s to %s", offloadv1alpha1.ReleaseName, existing.Chart.Metadata.Version, ch.Metadata.Version), func() error {
 			var err error
-			rel, err = o.helm.Upgrade(ctx, names.ReleaseName, ch, vals, false)
+			rel, err = o.helm.Upgrade(ctx, offloadv1alpha1.ReleaseName, ch, vals, false)
 			return err
 		})
 		if err != nil {
@@ -68,7 +68,7 @@ func (o *Options) apply(ctx context.Context, steps *output.Steps, ch *chart.Char
 		return err
 	}
 	if identity == nil {
-		return fmt.Errorf("the release is installed but the identity ConfigMap %s is missing", names.IdentityConfigMap)
+		return fmt.Errorf("the release is installed but the identity ConfigMap %s is missing", offloadv1alpha1.IdentityConfigMap)
 	}
 	_, err = fmt.Fprintf(o.Out, "kubectl-offload %s is installed on cluster %q (ID %s) in namespace %s.\nNext: kubectl offload status\n",
 		ch.Metadata.AppVersion, identity.Data["clusterName"], identity.Data["clusterID"], o.namespace)

@@ -18,6 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // Provider is a Kubernetes distribution kubectl offload configures itself for.
@@ -89,7 +91,6 @@ const (
 	k3sNodeArgsAnnotation      = "k3s.io/node-args"
 	kubeadmCRISocketAnnotation = "kubeadm.alpha.kubernetes.io/cri-socket"
 	kwokNodeAnnotation         = "kwok.x-k8s.io/node"
-	offloadNodeTypeLabel       = "offload.io/type"
 
 	// nodePodCIDRBits is how wide a pod CIDR guessed from node podCIDRs is
 	// made at least, so that nodes added later fall inside it.
@@ -193,7 +194,7 @@ func kindClusterName(nodes []corev1.Node) (name, providerID string) {
 func realNodes(nodes []corev1.Node) []corev1.Node {
 	var out []corev1.Node
 	for _, n := range nodes {
-		if n.Annotations[kwokNodeAnnotation] == "fake" || n.Labels[offloadNodeTypeLabel] == "virtual-node" {
+		if n.Annotations[kwokNodeAnnotation] == "fake" || n.Labels[offloadv1alpha1.LabelType] == "virtual-node" {
 			continue
 		}
 		out = append(out, n)

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 func testNode(name string, opts ...func(*corev1.Node)) corev1.Node {
@@ -49,7 +51,7 @@ var (
 	controlPlane = withLabel("node-role.kubernetes.io/control-plane", "")
 	criSocket    = withAnnotation(kubeadmCRISocketAnnotation, "unix:///run/containerd/containerd.sock")
 	kwokFake     = withAnnotation(kwokNodeAnnotation, "fake")
-	virtualNode  = withLabel(offloadNodeTypeLabel, "virtual-node")
+	virtualNode  = withLabel(offloadv1alpha1.LabelType, "virtual-node")
 )
 
 // kindNodes is what `kind create cluster --name dev` with one worker registers.

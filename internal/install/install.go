@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 	"github.com/kubectl-offload/kubectl-offload/internal/version"
 )
 
@@ -146,7 +146,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 
-	existing, err := o.helm.Release(names.ReleaseName)
+	existing, err := o.helm.Release(offloadv1alpha1.ReleaseName)
 	if err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func (o *Options) Run(ctx context.Context) error {
 
 // readIdentity returns the installed cluster identity, or nil.
 func (o *Options) readIdentity(ctx context.Context) (*corev1.ConfigMap, error) {
-	cm, err := o.kube.CoreV1().ConfigMaps(o.namespace).Get(ctx, names.IdentityConfigMap, metav1.GetOptions{})
+	cm, err := o.kube.CoreV1().ConfigMaps(o.namespace).Get(ctx, offloadv1alpha1.IdentityConfigMap, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
@@ -199,9 +199,9 @@ func (o *Options) dryRun(ctx context.Context, ch *chart.Chart, vals map[string]a
 	var rel *release.Release
 	var err error
 	if upgrade {
-		rel, err = o.helm.Upgrade(ctx, names.ReleaseName, ch, vals, true)
+		rel, err = o.helm.Upgrade(ctx, offloadv1alpha1.ReleaseName, ch, vals, true)
 	} else {
-		rel, err = o.helm.Install(ctx, names.ReleaseName, ch, vals, true)
+		rel, err = o.helm.Install(ctx, offloadv1alpha1.ReleaseName, ch, vals, true)
 	}
 	if err != nil {
 		return fmt.Errorf("rendering the chart: %w", err)

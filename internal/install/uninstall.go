@@ -18,7 +18,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 )
 
 // UninstallOptions are the options of `kubectl offload uninstall`.
@@ -100,34 +99,34 @@ func (o *UninstallOptions) Run(ctx context.Context) error {
 		steps.Warn("removing kubectl-offload although it is in use (--force): %s", strings.Join(inUse, "; "))
 	}
 
-	rel, err := o.helm.Release(names.ReleaseName)
+	rel, err := o.helm.Release(offloadv1alpha1.ReleaseName)
 	if err != nil {
 		return err
 	}
 	if rel != nil {
-		if err := steps.Run(fmt.Sprintf("Uninstalled release %s", names.ReleaseName), func() error {
-			return o.helm.Uninstall(names.ReleaseName, o.Timeout)
+		if err := steps.Run(fmt.Sprintf("Uninstalled release %s", offloadv1alpha1.ReleaseName), func() error {
+			return o.helm.Uninstall(offloadv1alpha1.ReleaseName, o.Timeout)
 		}); err != nil {
 			return err
 		}
 	} else {
-		steps.Done(fmt.Sprintf("Release %s is not installed", names.ReleaseName))
+		steps.Done(fmt.Sprintf("Release %s is not installed", offloadv1alpha1.ReleaseName))
 	}
 
 	if !o.Purge {
-		_, err := fmt.Fprintf(o.Out, "kubectl-offload is uninstalled. The CRDs, the cluster identity (ConfigMap %s/%s) and the auth CA that peers pin (Secret %s) are kept; --purge removes them.\n", o.namespace, names.IdentityConfigMap, names.AuthCASecret)
+		_, err := fmt.Fprintf(o.Out, "kubectl-offload is uninstalled. The CRDs, the cluster identity (ConfigMap %s/%s) and the auth CA that peers pin (Secret %s) are kept; --purge removes them.\n", o.namespace, offloadv1alpha1.IdentityConfigMap, offloadv1alpha1.AuthCASecret)
 		return err
 	}
 	if err := steps.Run("Deleted the CRDs", func() error { return deleteCRDs(ctx, o.client, o.Timeout) }); err != nil {
 		return err
 	}
 	if err := steps.Run("Deleted the cluster identity and the agent's certificates", func() error {
-		err := o.kube.CoreV1().ConfigMaps(o.namespace).Delete(ctx, names.IdentityConfigMap, metav1.DeleteOptions{})
+		err := o.kube.CoreV1().ConfigMaps(o.namespace).Delete(ctx, offloadv1alpha1.IdentityConfigMap, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 		// The agent makes these Secrets itself, so Helm does not remove them.
-		for _, s := range []string{names.AuthCASecret, names.WebhookCertSecret} {
+		for _, s := range []string{offloadv1alpha1.AuthCASecret, offloadv1alpha1.WebhookCertSecret} {
 			err := o.kube.CoreV1().Secrets(o.namespace).Delete(ctx, s, metav1.DeleteOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return err

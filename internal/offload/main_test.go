@@ -91,14 +91,14 @@ func unoffload(t *testing.T, c client.Client, args ...string) (stdout, stderr st
 func newVirtualNode(t *testing.T, c client.Client, name string, extra map[string]string) {
 	t.Helper()
 	ls := map[string]string{
-		virtualNodeTypeLabel:      virtualNodeTypeLabelValue,
-		virtualNodeClusterIDLabel: "id-" + name,
-		"kubernetes.io/role":      "agent",
+		offloadv1alpha1.LabelType:            offloadv1alpha1.TypeVirtualNode,
+		offloadv1alpha1.LabelRemoteClusterID: "id-" + name,
+		"kubernetes.io/role":                 "agent",
 	}
 	for k, v := range extra {
 		ls[k] = v
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "offload-" + name, Labels: ls}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.VirtualNodeName(name), Labels: ls}}
 	if err := c.Create(context.Background(), node); err != nil {
 		t.Fatal(err)
 	}

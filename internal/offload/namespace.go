@@ -249,7 +249,7 @@ func (o *NamespaceOptions) printManifest() error {
 // except for the Local strategy, whose pods never leave this cluster.
 func (o *NamespaceOptions) checkPeers(ctx context.Context, steps *output.Steps) error {
 	var nodes corev1.NodeList
-	if err := o.client.List(ctx, &nodes, client.MatchingLabels{virtualNodeTypeLabel: virtualNodeTypeLabelValue}); err != nil {
+	if err := o.client.List(ctx, &nodes, client.MatchingLabels{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}); err != nil {
 		return fmt.Errorf("listing the virtual nodes: %w", err)
 	}
 	sort.Slice(nodes.Items, func(i, j int) bool { return nodes.Items[i].Name < nodes.Items[j].Name })
@@ -284,7 +284,7 @@ func (o *NamespaceOptions) checkPeers(ctx context.Context, steps *output.Steps) 
 func describeNode(n *corev1.Node) string {
 	var ls []string
 	for k, v := range n.Labels {
-		if k == virtualNodeTypeLabel || strings.Contains(k, "kubernetes.io/") {
+		if k == offloadv1alpha1.LabelType || strings.Contains(k, "kubernetes.io/") {
 			continue
 		}
 		ls = append(ls, k+"="+v)

@@ -8,17 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
-// The labels every virtual node carries. They repeat the constants of
-// internal/agent/virtualnode, which the plugin does not import because that
-// would link virtual-kubelet into it; a test keeps them equal.
-const (
-	virtualNodeTypeLabel       = "offload.io/type"
-	virtualNodeTypeLabelValue  = "virtual-node"
-	virtualNodeClusterIDLabel  = "offload.io/remote-cluster-id"
-	virtualNodeSelectorExample = virtualNodeClusterIDLabel + "=ID"
-)
+// virtualNodeSelectorExample shows a selector in messages.
+const virtualNodeSelectorExample = offloadv1alpha1.LabelRemoteClusterID + "=ID"
 
 // ParseClusterSelector parses s, a label selector on the labels of virtual
 // nodes as `kubectl get nodes -l` takes it, and returns it both as a

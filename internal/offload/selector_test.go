@@ -4,15 +4,14 @@ import (
 	"reflect"
 	"testing"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 )
 
 func TestTheVirtualNodeLabelsAreTheAgents(t *testing.T) {
-	if virtualNodeTypeLabel != virtualnode.TypeLabel || virtualNodeTypeLabelValue != virtualnode.TypeLabelValue ||
-		virtualNodeClusterIDLabel != virtualnode.RemoteClusterIDLabel {
+	if offloadv1alpha1.LabelType != offloadv1alpha1.LabelType || offloadv1alpha1.TypeVirtualNode != offloadv1alpha1.TypeVirtualNode ||
+		offloadv1alpha1.LabelRemoteClusterID != offloadv1alpha1.LabelRemoteClusterID {
 		t.Errorf("the labels of virtual nodes differ from internal/agent/virtualnode's")
 	}
 }

@@ -104,8 +104,8 @@ func withoutCRD(objs ...client.Object) client.Client {
 }
 
 func virtualNode(name string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "offload-" + name,
-		Labels: map[string]string{virtualNodeTypeLabel: virtualNodeTypeLabelValue, virtualNodeClusterIDLabel: "id-" + name}}}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.VirtualNodeName(name),
+		Labels: map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode, offloadv1alpha1.LabelRemoteClusterID: "id-" + name}}}
 }
 
 func namespace(name string, labels map[string]string) *corev1.Namespace {

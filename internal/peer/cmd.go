@@ -1,3 +1,6 @@
+// Package peer holds the peer commands of the CLI: peer generate, peer
+// out-of-band, peer tokens and unpeer. What they share with the agent (the
+// token, the Secrets, the protocol) is in internal/peering.
 package peer
 
 import (

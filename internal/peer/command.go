@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -84,8 +85,8 @@ func ValidatePeerArgs(a PeerCommandArgs) error {
 	if !uuidRE.MatchString(a.ClusterID) {
 		return fieldErr("--"+ClusterIDFlag, "want the provider's cluster ID, a lowercase UUID such as 123e4567-e89b-12d3-a456-426614174000")
 	}
-	if tok, err := ParseToken(a.AuthToken); err != nil || tok.String() != a.AuthToken {
-		return &FieldError{Field: "--" + AuthTokenFlag, Err: ErrMalformedToken}
+	if tok, err := peering.ParseToken(a.AuthToken); err != nil || tok.String() != a.AuthToken {
+		return &FieldError{Field: "--" + AuthTokenFlag, Err: peering.ErrMalformedToken}
 	}
 	if !caHashRE.MatchString(a.CACertHash) {
 		return fieldErr("--"+CACertHashFlag, "want sha256: followed by 64 lowercase hex digits, as printed by kubectl offload peer generate")

@@ -11,9 +11,10 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/status"
 )
 
@@ -112,7 +113,7 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tok, err := GenerateToken()
+	tok, err := peering.GenerateToken()
 	if err != nil {
 		return fmt.Errorf("generating a peering token: %w", err)
 	}
@@ -121,7 +122,7 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 		return fmt.Errorf("the peer command would be invalid: %w", err)
 	}
 	expires := o.now().Add(o.TTL).UTC().Truncate(time.Second)
-	secret := NewTokenSecret(o.namespace, tok, expires, o.Reusable)
+	secret := peering.NewTokenSecret(o.namespace, tok, expires, o.Reusable)
 	if _, err := o.kube.CoreV1().Secrets(o.namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the token secret %s: %w", secret.Name, err)
 	}
@@ -145,26 +146,30 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 // providerArgs reads this cluster's identity, auth CA and auth URL.
 func (o *GenerateOptions) providerArgs(ctx context.Context) (PeerCommandArgs, error) {
 	var a PeerCommandArgs
-	cm, err := o.kube.CoreV1().ConfigMaps(o.namespace).Get(ctx, names.IdentityConfigMap, metav1.GetOptions{})
+	cm, err := o.kube.CoreV1().ConfigMaps(o.namespace).Get(ctx, offloadv1alpha1.IdentityConfigMap, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return a, fmt.Errorf("kubectl-offload is not installed in namespace %s (no ConfigMap %s): run kubectl offload install, or pass -n with its namespace", o.namespace, names.IdentityConfigMap)
+		return a, fmt.Errorf("kubectl-offload is not installed in namespace %s (no ConfigMap %s): run kubectl offload install, or pass -n with its namespace", o.namespace, offloadv1alpha1.IdentityConfigMap)
 	}
 	if err != nil {
 		return a, fmt.Errorf("reading the cluster identity: %w", err)
 	}
-	a.ClusterID, a.Name = cm.Data["clusterID"], cm.Data["clusterName"]
-	if a.ClusterID == "" || a.Name == "" {
-		return a, fmt.Errorf("ConfigMap %s has no clusterID or clusterName: run kubectl offload upgrade --cluster-name NAME", names.IdentityConfigMap)
+	id, err := peering.ParseIdentity(cm)
+	if err != nil {
+		return a, err
 	}
-	ca, err := o.kube.CoreV1().Secrets(o.namespace).Get(ctx, names.AuthCASecret, metav1.GetOptions{})
+	a.ClusterID, a.Name = id.ID, id.Name
+	if a.Name == "" {
+		return a, fmt.Errorf("ConfigMap %s has no clusterID or clusterName: run kubectl offload upgrade --cluster-name NAME", offloadv1alpha1.IdentityConfigMap)
+	}
+	ca, err := o.kube.CoreV1().Secrets(o.namespace).Get(ctx, offloadv1alpha1.AuthCASecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return a, fmt.Errorf("the auth service has not created its CA yet (no Secret %s): wait until kubectl offload status --wait reports the auth service ready, then run this again", names.AuthCASecret)
+		return a, fmt.Errorf("the auth service has not created its CA yet (no Secret %s): wait until kubectl offload status --wait reports the auth service ready, then run this again", offloadv1alpha1.AuthCASecret)
 	}
 	if err != nil {
 		return a, fmt.Errorf("reading the auth CA: %w", err)
 	}
-	if a.CACertHash, err = CACertHash(ca.Data[names.AuthCACertKey]); err != nil {
-		return a, fmt.Errorf("reading the auth CA in Secret %s: %w", names.AuthCASecret, err)
+	if a.CACertHash, err = peering.CACertHash(ca.Data[offloadv1alpha1.AuthCACertKey]); err != nil {
+		return a, fmt.Errorf("reading the auth CA in Secret %s: %w", offloadv1alpha1.AuthCASecret, err)
 	}
 	if a.AuthURL = o.AuthURL; a.AuthURL == "" {
 		if a.AuthURL, err = o.releaseAuthURL(ctx); err != nil {
@@ -176,12 +181,12 @@ func (o *GenerateOptions) providerArgs(ctx context.Context) (PeerCommandArgs, er
 
 // releaseAuthURL derives the auth URL from the installed release.
 func (o *GenerateOptions) releaseAuthURL(ctx context.Context) (string, error) {
-	rel, err := o.helm.Release(names.ReleaseName)
+	rel, err := o.helm.Release(offloadv1alpha1.ReleaseName)
 	if err != nil {
 		return "", err
 	}
 	if rel == nil {
-		return "", fmt.Errorf("no Helm release %s in namespace %s: run kubectl offload install", names.ReleaseName, o.namespace)
+		return "", fmt.Errorf("no Helm release %s in namespace %s: run kubectl offload install", offloadv1alpha1.ReleaseName, o.namespace)
 	}
 	u, err := status.AuthURL(ctx, o.kube, o.namespace, rel.Values)
 	if err != nil {

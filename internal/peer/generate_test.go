@@ -22,7 +22,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/status"
 )
 
@@ -51,25 +52,25 @@ func testCA(t *testing.T) ([]byte, string) {
 }
 
 func identityCM() *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: testNS},
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: testNS},
 		Data: map[string]string{"clusterID": testID, "clusterName": "provider"}}
 }
 
 func caSecret(certPEM []byte) *corev1.Secret {
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.AuthCASecret, Namespace: testNS}, Data: map[string][]byte{names.AuthCACertKey: certPEM}}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.AuthCASecret, Namespace: testNS}, Data: map[string][]byte{offloadv1alpha1.AuthCACertKey: certPEM}}
 }
 
 func newGenerate(kube *fake.Clientset) (*GenerateOptions, *bytes.Buffer, *bytes.Buffer) {
 	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
 	o := NewGenerateOptions(streams)
 	o.namespace, o.kube = testNS, kube
-	o.helm = fakeHelm{rel: &status.Release{Name: names.ReleaseName, Values: map[string]any{"auth": map[string]any{"url": testURL}}}}
+	o.helm = fakeHelm{rel: &status.Release{Name: offloadv1alpha1.ReleaseName, Values: map[string]any{"auth": map[string]any{"url": testURL}}}}
 	return o, out, errOut
 }
 
 func tokenSecrets(t *testing.T, kube *fake.Clientset) []corev1.Secret {
 	t.Helper()
-	list, err := kube.CoreV1().Secrets(testNS).List(context.Background(), metav1.ListOptions{LabelSelector: TokenIDLabel})
+	list, err := kube.CoreV1().Secrets(testNS).List(context.Background(), metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestGenerateCreatesNothingUntilTheClusterIsReady(t *testing.T) {
 		{name: "not installed", objects: nil},
 		{name: "installed, the auth CA not created yet", objects: []runtime.Object{identityCM()}},
 		{name: "a CA Secret without a certificate", objects: []runtime.Object{identityCM(), caSecret(nil)}},
-		{name: "no cluster name", objects: []runtime.Object{&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: testNS}, Data: map[string]string{"clusterID": testID}}, caSecret(certPEM)}},
+		{name: "no cluster name", objects: []runtime.Object{&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: testNS}, Data: map[string]string{"clusterID": testID}}, caSecret(certPEM)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,13 +119,13 @@ func TestGeneratePrintsTheCommandForANewToken(t *testing.T) {
 	if args != want || strings.Count(out.String(), "\n") != 1 {
 		t.Errorf("generate printed %q, want one line with %+v", out, want)
 	}
-	tok, _ := ParseToken(args.AuthToken)
+	tok, _ := peering.ParseToken(args.AuthToken)
 	if strings.Contains(errOut.String(), tok.Secret) || !strings.Contains(errOut.String(), tok.ID) {
 		t.Errorf("the note names the token by its ID only: %q", errOut)
 	}
 	secrets := tokenSecrets(t, kube)
-	if len(secrets) != 1 || secrets[0].Name != TokenSecretName(tok.ID) ||
-		secrets[0].StringData[UsageKey] != UsageSingle || secrets[0].StringData[ExpirationKey] != "2030-01-01T13:00:00Z" {
+	if len(secrets) != 1 || secrets[0].Name != peering.TokenSecretName(tok.ID) ||
+		string(secrets[0].Data[peering.UsageKey]) != peering.UsageSingle || string(secrets[0].Data[peering.ExpirationKey]) != "2030-01-01T13:00:00Z" {
 		t.Errorf("token Secrets = %+v, want one single-use Secret for %s expiring in an hour", secrets, tok.ID)
 	}
 }
@@ -156,10 +157,10 @@ func TestGenerateValidatesItsFlags(t *testing.T) {
 
 func TestTokensListAndRevoke(t *testing.T) {
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	valid := stored(NewTokenSecret(testNS, Token{ID: "aaaaaa", Secret: "secretsecret0001"}, now.Add(time.Hour), false))
-	expired := stored(NewTokenSecret(testNS, Token{ID: "bbbbbb", Secret: "secretsecret0002"}, now.Add(-time.Hour), true))
-	used := stored(NewTokenSecret(testNS, Token{ID: "cccccc", Secret: "secretsecret0003"}, now.Add(2*time.Hour), false))
-	used.Data[UsedByKey], used.Data[UsedAtKey] = []byte(testID), []byte(now.Format(time.RFC3339))
+	valid := peering.NewTokenSecret(testNS, peering.Token{ID: "aaaaaa", Secret: "secretsecret0001"}, now.Add(time.Hour), false)
+	expired := peering.NewTokenSecret(testNS, peering.Token{ID: "bbbbbb", Secret: "secretsecret0002"}, now.Add(-time.Hour), true)
+	used := peering.NewTokenSecret(testNS, peering.Token{ID: "cccccc", Secret: "secretsecret0003"}, now.Add(2*time.Hour), false)
+	used.Data[peering.UsedByKey], used.Data[peering.UsedAtKey] = []byte(testID), []byte(now.Format(time.RFC3339))
 	kube := fake.NewClientset(valid, expired, used)
 
 	streams, _, out, _ := genericiooptions.NewTestIOStreams()
@@ -200,5 +201,27 @@ func TestTokensListAndRevoke(t *testing.T) {
 		if err := r.Validate(); err == nil || strings.Contains(err.Error(), bad) {
 			t.Errorf("Validate(%q) = %v, want an error that does not echo it", bad, err)
 		}
+	}
+}
+
+func TestTokensListShowsExpiredAndSpentTokens(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name             string
+		tok              peering.StoredToken
+		wantListedStatus string
+	}{
+		{name: "a fresh token is valid", tok: peering.StoredToken{Expires: now.Add(time.Minute)}, wantListedStatus: TokenValid},
+		{name: "a token is expired at its expiry", tok: peering.StoredToken{Expires: now}, wantListedStatus: TokenExpired},
+		{name: "a used single-use token is spent", tok: peering.StoredToken{Expires: now.Add(time.Minute), UsedAt: now, UsedBy: "x"}, wantListedStatus: TokenUsed},
+		{name: "a used reusable token is not spent", tok: peering.StoredToken{Expires: now.Add(time.Minute), UsedAt: now, Reusable: true}, wantListedStatus: TokenValid},
+		{name: "a used and expired token lists as used", tok: peering.StoredToken{Expires: now.Add(-time.Minute), UsedAt: now}, wantListedStatus: TokenUsed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tokenInfo(tt.tok, now).Status; got != tt.wantListedStatus {
+				t.Errorf("listed status = %q, want %q", got, tt.wantListedStatus)
+			}
+		})
 	}
 }

@@ -20,40 +20,8 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
-
-// The Secrets a consumer keeps for a peer, in the install namespace, and
-// their keys. The CLI writes the token Secret; the agent exchanges the token
-// for credentials, writes the kubeconfig Secret and deletes the token Secret.
-const (
-	// PeerAuthTokenSecretType is the type of the Secret holding the token
-	// the consumer was given by peer generate.
-	PeerAuthTokenSecretType corev1.SecretType = "offload.io/peer-auth-token"
-	// PeerKubeconfigSecretType is the type of the Secret holding the
-	// consumer's credentials on the provider.
-	PeerKubeconfigSecretType corev1.SecretType = "offload.io/peer-kubeconfig"
-	// PeerTokenKey holds the token, id.secret, in a token Secret.
-	PeerTokenKey = "token"
-	// PeerKubeconfigKey holds the kubeconfig in a kubeconfig Secret.
-	PeerKubeconfigKey = "kubeconfig"
-	// PeerExpirationKey holds when the kubeconfig's token expires, RFC 3339.
-	PeerExpirationKey = "expiration"
-	// PeerIssuedKey holds when the kubeconfig's token was issued, RFC 3339.
-	PeerIssuedKey = "issued"
-	// ForeignClusterLabel names the ForeignCluster a Secret belongs to.
-	ForeignClusterLabel = "offload.io/foreign-cluster"
-	// TokenIDAnnotation on a ForeignCluster is the ID (never the secret) of
-	// the token the CLI last stored for it; changing it makes the agent try
-	// the new token at once.
-	TokenIDAnnotation = "offload.io/peer-token-id"
-)
-
-// PeerTokenSecretName returns the name of the token Secret for peer name.
-func PeerTokenSecretName(name string) string { return "offload-peer-" + name + "-token" }
-
-// PeerKubeconfigSecretName returns the name of the kubeconfig Secret for peer name.
-func PeerKubeconfigSecretName(name string) string { return "offload-peer-" + name + "-kubeconfig" }
 
 // ReasonPending is the reason of a condition the agent has yet to evaluate.
 const ReasonPending = "Pending"
@@ -137,7 +105,7 @@ func (o *OutOfBandOptions) Run(ctx context.Context) error {
 		return fmt.Errorf("ForeignCluster %s already stands for cluster ID %s, not %s: run kubectl offload unpeer %s first, or pick another NAME",
 			o.Args.Name, fc.Spec.ClusterID, o.Args.ClusterID, o.Args.Name)
 	}
-	peered, err := o.exists(ctx, PeerKubeconfigSecretName(o.Args.Name))
+	peered, err := o.exists(ctx, peering.PeerKubeconfigSecretName(o.Args.Name))
 	if err != nil {
 		return err
 	}
@@ -186,7 +154,7 @@ func (o *OutOfBandOptions) rollback(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("ForeignCluster %s is still being removed after %s: kubectl offload unpeer %s finishes the job", o.Args.Name, rollbackTimeout, o.Args.Name)
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerTokenSecretName(o.Args.Name), Namespace: o.namespace}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName(o.Args.Name), Namespace: o.namespace}}
 	if err := o.client.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing Secret %s: %w", secret.Name, err)
 	}
@@ -195,15 +163,14 @@ func (o *OutOfBandOptions) rollback(ctx context.Context) error {
 
 // checkInstalled reads this cluster's identity and refuses to peer with itself.
 func (o *OutOfBandOptions) checkInstalled(ctx context.Context) error {
-	var cm corev1.ConfigMap
-	err := o.client.Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: names.IdentityConfigMap}, &cm)
+	id, err := peering.ReadIdentity(ctx, o.client, o.namespace)
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("kubectl-offload is not installed in namespace %s (no ConfigMap %s): run kubectl offload install, or pass -n with its namespace", o.namespace, names.IdentityConfigMap)
+		return fmt.Errorf("kubectl-offload is not installed in namespace %s (no ConfigMap %s): run kubectl offload install, or pass -n with its namespace", o.namespace, offloadv1alpha1.IdentityConfigMap)
 	}
 	if err != nil {
-		return fmt.Errorf("reading the cluster identity: %w", err)
+		return err
 	}
-	if cm.Data["clusterID"] == o.Args.ClusterID {
+	if id.ID == o.Args.ClusterID {
 		return fmt.Errorf("invalid --%s: it is this cluster's own ID; run kubectl offload peer out-of-band on the consumer, with the command peer generate printed on the provider", ClusterIDFlag)
 	}
 	return nil
@@ -224,16 +191,12 @@ func (o *OutOfBandOptions) exists(ctx context.Context, secret string) (bool, err
 // applyTokenSecret creates or updates the token Secret, and tells whether
 // its token changed.
 func (o *OutOfBandOptions) applyTokenSecret(ctx context.Context) (bool, error) {
-	name := PeerTokenSecretName(o.Args.Name)
-	want := corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: o.namespace, Labels: map[string]string{ForeignClusterLabel: o.Args.Name}},
-		Type:       PeerAuthTokenSecretType,
-		Data:       map[string][]byte{PeerTokenKey: []byte(o.Args.AuthToken)},
-	}
+	name := peering.PeerTokenSecretName(o.Args.Name)
+	want := peering.NewPeerTokenSecret(o.namespace, o.Args.Name, o.Args.AuthToken)
 	var got corev1.Secret
-	err := o.client.Get(ctx, client.ObjectKeyFromObject(&want), &got)
+	err := o.client.Get(ctx, client.ObjectKeyFromObject(want), &got)
 	if apierrors.IsNotFound(err) {
-		if err := o.client.Create(ctx, &want); err != nil {
+		if err := o.client.Create(ctx, want); err != nil {
 			return false, fmt.Errorf("creating the token Secret %s: %w", name, err)
 		}
 		return true, nil
@@ -241,11 +204,11 @@ func (o *OutOfBandOptions) applyTokenSecret(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading the token Secret %s: %w", name, err)
 	}
-	if got.Type != PeerAuthTokenSecretType {
+	if got.Type != peering.PeerAuthTokenSecretType {
 		return false, fmt.Errorf("secret %s exists but is not a peering token (type %s): delete it, then run this again", name, got.Type)
 	}
-	sameToken := subtle.ConstantTimeCompare(got.Data[PeerTokenKey], []byte(o.Args.AuthToken)) == 1
-	if sameToken && got.Labels[ForeignClusterLabel] == o.Args.Name {
+	sameToken := subtle.ConstantTimeCompare([]byte(peering.PeerToken(&got)), []byte(o.Args.AuthToken)) == 1
+	if sameToken && got.Labels[peering.ForeignClusterLabel] == o.Args.Name {
 		return false, nil
 	}
 	changed := !sameToken
@@ -253,7 +216,7 @@ func (o *OutOfBandOptions) applyTokenSecret(ctx context.Context) (bool, error) {
 	if got.Labels == nil {
 		got.Labels = map[string]string{}
 	}
-	got.Labels[ForeignClusterLabel] = o.Args.Name
+	got.Labels[peering.ForeignClusterLabel] = o.Args.Name
 	if err := o.client.Update(ctx, &got); err != nil {
 		return false, fmt.Errorf("updating the token Secret %s: %w", name, err)
 	}
@@ -274,8 +237,8 @@ func (o *OutOfBandOptions) applyForeignCluster(ctx context.Context, fc *offloadv
 	fc.Spec.CACertHash = o.Args.CACertHash
 	fc.Spec.OutgoingPeering.Enabled = true
 	if tokenChanged {
-		tok, _ := ParseToken(o.Args.AuthToken) // validated
-		metav1.SetMetaDataAnnotation(&fc.ObjectMeta, TokenIDAnnotation, tok.ID)
+		tok, _ := peering.ParseToken(o.Args.AuthToken) // validated
+		metav1.SetMetaDataAnnotation(&fc.ObjectMeta, peering.TokenIDAnnotation, tok.ID)
 	}
 	if create {
 		if err := o.client.Create(ctx, fc); err != nil {

@@ -16,7 +16,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 
@@ -32,7 +32,7 @@ func (f oobFactory) Namespace() string              { return testNS }
 func (f oobFactory) Client() (client.Client, error) { return f.c, nil }
 
 func consumerIdentity() *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: testNS},
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: testNS},
 		Data: map[string]string{"clusterID": consumerID, "clusterName": "consumer"}}
 }
 
@@ -158,8 +158,8 @@ func TestOutOfBandStoresTheTokenAndTheForeignClusterIdempotently(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: testNS, Name: "offload-peer-provider-token"}, &s); err != nil {
 			t.Fatalf("run %d: the token Secret: %v", run, err)
 		}
-		if s.Type != PeerAuthTokenSecretType || string(s.Data[PeerTokenKey]) != testToken || s.Labels[ForeignClusterLabel] != "provider" {
-			t.Errorf("run %d: token Secret type %s labels %v, want type %s, the token and the label", run, s.Type, s.Labels, PeerAuthTokenSecretType)
+		if s.Type != peering.PeerAuthTokenSecretType || string(s.Data[peering.PeerTokenKey]) != testToken || s.Labels[peering.ForeignClusterLabel] != "provider" {
+			t.Errorf("run %d: token Secret type %s labels %v, want type %s, the token and the label", run, s.Type, s.Labels, peering.PeerAuthTokenSecretType)
 		}
 		var fc offloadv1alpha1.ForeignCluster
 		if err := c.Get(ctx, client.ObjectKey{Name: "provider"}, &fc); err != nil {
@@ -206,13 +206,13 @@ func withVirtualNode(fc *offloadv1alpha1.ForeignCluster, ready metav1.ConditionS
 }
 
 func tokenSecretWith(token string) *corev1.Secret {
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerTokenSecretName("provider"), Namespace: testNS,
-		Labels: map[string]string{ForeignClusterLabel: "provider"}}, Type: PeerAuthTokenSecretType, Data: map[string][]byte{PeerTokenKey: []byte(token)}}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName("provider"), Namespace: testNS,
+		Labels: map[string]string{peering.ForeignClusterLabel: "provider"}}, Type: peering.PeerAuthTokenSecretType, Data: map[string][]byte{peering.PeerTokenKey: []byte(token)}}
 }
 
 func TestOutOfBandWaitReportsEachStep(t *testing.T) {
 	const expired = "token expired: generate a new one on the provider with `kubectl offload peer generate`"
-	kubeconfig := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerKubeconfigSecretName("provider"), Namespace: testNS}, Type: PeerKubeconfigSecretType}
+	kubeconfig := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName("provider"), Namespace: testNS}, Type: peering.PeerKubeconfigSecretType}
 	tests := []struct {
 		name       string
 		objects    []client.Object
@@ -233,7 +233,7 @@ func TestOutOfBandWaitReportsEachStep(t *testing.T) {
 		},
 		{
 			name:       "a refused token fails with the agent's message",
-			objects:    []client.Object{peeredProvider(metav1.ConditionFalse, ReasonTokenExpired, expired), tokenSecretWith(testToken)},
+			objects:    []client.Object{peeredProvider(metav1.ConditionFalse, peering.ReasonTokenExpired, expired), tokenSecretWith(testToken)},
 			wantErr:    expired,
 			wantStderr: " ✗ Authenticated with the provider: " + expired + "\n",
 		},
@@ -266,7 +266,7 @@ func TestOutOfBandWaitReportsEachStep(t *testing.T) {
 
 func TestOutOfBandWithANewTokenRetriesAtOnce(t *testing.T) {
 	c := newFakeClient(consumerIdentity(), tokenSecretWith("old000.0000000000000000"),
-		peeredProvider(metav1.ConditionFalse, ReasonTokenExpired, "token expired"))
+		peeredProvider(metav1.ConditionFalse, peering.ReasonTokenExpired, "token expired"))
 	if _, _, err := runPeer(t, c, outOfBandArgs(testArgs, "--wait=false")...); err != nil {
 		t.Fatal(err)
 	}
@@ -274,14 +274,14 @@ func TestOutOfBandWithANewTokenRetriesAtOnce(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "provider"}, &fc); err != nil {
 		t.Fatal(err)
 	}
-	if got := fc.Annotations[TokenIDAnnotation]; got != "abc123" {
-		t.Errorf("annotation %s = %q, want the new token's ID", TokenIDAnnotation, got)
+	if got := fc.Annotations[peering.TokenIDAnnotation]; got != "abc123" {
+		t.Errorf("annotation %s = %q, want the new token's ID", peering.TokenIDAnnotation, got)
 	}
 	if cond := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated); cond == nil || cond.Status != metav1.ConditionUnknown {
 		t.Errorf("Authenticated = %+v, want Unknown until the agent tries the new token", cond)
 	}
 	var s corev1.Secret
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: PeerTokenSecretName("provider")}, &s); err != nil || string(s.Data[PeerTokenKey]) != testToken {
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: peering.PeerTokenSecretName("provider")}, &s); err != nil || string(s.Data[peering.PeerTokenKey]) != testToken {
 		t.Errorf("the token Secret was not updated (%v)", err)
 	}
 }

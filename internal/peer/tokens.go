@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // The statuses of a token in peer tokens list.
@@ -58,10 +59,10 @@ type TokenInfo struct {
 }
 
 // tokenInfo describes t at now.
-func tokenInfo(t StoredToken, now time.Time) TokenInfo {
-	info := TokenInfo{ID: t.ID, ExpiresAt: t.Expires, Usage: UsageSingle, Status: TokenValid, UsedBy: t.UsedBy}
+func tokenInfo(t peering.StoredToken, now time.Time) TokenInfo {
+	info := TokenInfo{ID: t.ID, ExpiresAt: t.Expires, Usage: peering.UsageSingle, Status: TokenValid, UsedBy: t.UsedBy}
 	if t.Reusable {
-		info.Usage = UsageReusable
+		info.Usage = peering.UsageReusable
 	}
 	if !t.UsedAt.IsZero() {
 		at := t.UsedAt
@@ -122,7 +123,7 @@ func (o *TokensListOptions) Validate() error { return o.Output.Validate() }
 
 // Run lists the token Secrets of the install namespace, oldest expiry first.
 func (o *TokensListOptions) Run(ctx context.Context) error {
-	list, err := o.kube.CoreV1().Secrets(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: TokenIDLabel})
+	list, err := o.kube.CoreV1().Secrets(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
 	if err != nil {
 		return fmt.Errorf("listing the peering tokens in namespace %s: %w", o.namespace, err)
 	}
@@ -130,10 +131,10 @@ func (o *TokensListOptions) Run(ctx context.Context) error {
 	out := TokenList{TypeMeta: tokenListType, Items: []TokenInfo{}}
 	for i := range list.Items {
 		s := &list.Items[i]
-		if s.Type != TokenSecretType {
+		if s.Type != peering.TokenSecretType {
 			continue
 		}
-		t, err := ReadTokenSecret(s)
+		t, err := peering.ReadTokenSecret(s)
 		if err != nil {
 			output.NewSteps(o.ErrOut).Warn("skipping %v", err)
 			continue
@@ -198,9 +199,9 @@ func (o *TokensRevokeOptions) Validate() error {
 func (o *TokensRevokeOptions) Run(ctx context.Context) error {
 	var missing []string
 	for _, id := range o.IDs {
-		name := TokenSecretName(id)
+		name := peering.TokenSecretName(id)
 		s, err := o.kube.CoreV1().Secrets(o.namespace).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && s.Type != TokenSecretType {
+		if err == nil && s.Type != peering.TokenSecretType {
 			err = apierrors.NewNotFound(corev1.Resource("secrets"), name)
 		}
 		if err == nil {

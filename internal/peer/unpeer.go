@@ -21,6 +21,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // DefaultUnpeerTimeout is how long unpeer waits by default.
@@ -176,7 +177,7 @@ func (o *UnpeerOptions) unpeerConsumer(ctx context.Context, steps *output.Steps,
 
 // waitGone waits until the virtual node and the ForeignCluster are gone.
 func (o *UnpeerOptions) waitGone(ctx context.Context, steps *output.Steps) error {
-	node := "offload-" + o.Name
+	node := offloadv1alpha1.VirtualNodeName(o.Name)
 	if err := steps.Run("Virtual node "+node+" removed", func() error {
 		return o.poll(ctx, func(ctx context.Context) (bool, error) {
 			err := o.client.Get(ctx, types.NamespacedName{Name: node}, &corev1.Node{})
@@ -214,12 +215,12 @@ func (o *UnpeerOptions) forceConsumer(ctx context.Context, steps *output.Steps, 
 	// The agent is not doing it: remove the node, its Lease, the Secrets
 	// and the finalizers here.
 	return steps.Run("Removed the peering without the agent", func() error {
-		node := "offload-" + o.Name
+		node := offloadv1alpha1.VirtualNodeName(o.Name)
 		objs := []client.Object{
 			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
 			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease}},
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerKubeconfigSecretName(o.Name), Namespace: o.namespace}},
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerTokenSecretName(o.Name), Namespace: o.namespace}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName(o.Name), Namespace: o.namespace}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName(o.Name), Namespace: o.namespace}},
 		}
 		for _, obj := range objs {
 			if err := o.client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
@@ -256,8 +257,8 @@ func (o *UnpeerOptions) unpeerProvider(ctx context.Context, steps *output.Steps,
 		var objs []client.Object
 		if ns != "" {
 			objs = append(objs,
-				&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: TenantRole, Namespace: ns}},
-				&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: ns}},
+				&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantRole, Namespace: ns}},
+				&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}},
 				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		}
 		for _, obj := range append(objs, t) {

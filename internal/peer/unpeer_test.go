@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // runUnpeer runs kubectl offload unpeer with args against c, polling fast.
@@ -49,7 +50,7 @@ func peeredConsumerObjects() []client.Object {
 		fc,
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "offload-provider"}},
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "offload-provider", Namespace: corev1.NamespaceNodeLease}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PeerKubeconfigSecretName("provider"), Namespace: testNS}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName("provider"), Namespace: testNS}},
 	}
 }
 
@@ -105,8 +106,8 @@ func TestUnpeerOnTheProviderRemovesTheTenant(t *testing.T) {
 		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "consumer"},
 			Spec: offloadv1alpha1.TenantSpec{ClusterID: consumerID, ClusterName: "consumer", TenantNamespace: ns}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: ns}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: TenantRole, Namespace: ns}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantRole, Namespace: ns}},
 		&offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "consumer", Labels: map[string]string{offloadv1alpha1.LabelIncomingOnly: "true"}}},
 	}
 	c := newFakeClient(objs...)

@@ -172,7 +172,7 @@ func foreignCluster(name, id string, outgoing bool, st offloadv1alpha1.ForeignCl
 // virtualNode returns the virtual node of peer with its Ready condition.
 func virtualNode(peer string, ready corev1.ConditionStatus) *corev1.Node {
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: virtualNodeName(peer), Labels: map[string]string{"offload.io/type": "virtual-node"}},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.VirtualNodeName(peer), Labels: map[string]string{"offload.io/type": "virtual-node"}},
 		Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "ProviderReachable"}},
 			Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"),

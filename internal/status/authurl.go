@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // setAuthURL is the advice when no auth URL can be derived from the Service.
@@ -20,14 +20,11 @@ const setAuthURL = "set auth.url with kubectl offload upgrade --set auth.url=htt
 
 // ErrNoLoadBalancerAddress means the auth Service is a LoadBalancer that has
 // no ingress address yet; it usually gets one within minutes.
-var ErrNoLoadBalancerAddress = errors.New("the LoadBalancer service " + names.Auth + " has no address yet")
+var ErrNoLoadBalancerAddress = errors.New("the LoadBalancer service " + offloadv1alpha1.Auth + " has no address yet")
 
 // ErrNoNodeAddress means the auth Service is a NodePort but no node has an
 // InternalIP, as with simulated nodes; auth.url must be set then.
-var ErrNoNodeAddress = errors.New("no node has an InternalIP to reach the node port of service " + names.Auth)
-
-// virtualNodeLabel marks the virtual nodes, whose addresses are not reachable.
-const virtualNodeLabel = "offload.io/type"
+var ErrNoNodeAddress = errors.New("no node has an InternalIP to reach the node port of service " + offloadv1alpha1.Auth)
 
 // AuthURL returns the URL where peers reach this cluster's auth service: the
 // auth.url value when it is set, else an address derived from the
@@ -47,12 +44,12 @@ func authURL(ctx context.Context, kube kubernetes.Interface, namespace string, v
 	if u := stringValue(values, "auth", "url"); u != "" {
 		return u, "", nil
 	}
-	svc, err := kube.CoreV1().Services(namespace).Get(ctx, names.Auth, metav1.GetOptions{})
+	svc, err := kube.CoreV1().Services(namespace).Get(ctx, offloadv1alpha1.Auth, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", "", fmt.Errorf("service %s not found in namespace %s: run kubectl offload install", names.Auth, namespace)
+		return "", "", fmt.Errorf("service %s not found in namespace %s: run kubectl offload install", offloadv1alpha1.Auth, namespace)
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("reading service %s: %w", names.Auth, err)
+		return "", "", fmt.Errorf("reading service %s: %w", offloadv1alpha1.Auth, err)
 	}
 	port, err := authPort(svc)
 	if err != nil {
@@ -61,7 +58,7 @@ func authURL(ctx context.Context, kube kubernetes.Interface, namespace string, v
 	switch svc.Spec.Type {
 	case corev1.ServiceTypeNodePort:
 		if port.NodePort == 0 {
-			return "", svc.Spec.Type, fmt.Errorf("service %s has no node port yet", names.Auth)
+			return "", svc.Spec.Type, fmt.Errorf("service %s has no node port yet", offloadv1alpha1.Auth)
 		}
 		ip, err := firstNodeIP(ctx, kube)
 		if err != nil {
@@ -80,9 +77,9 @@ func authURL(ctx context.Context, kube kubernetes.Interface, namespace string, v
 		}
 		return "", svc.Spec.Type, fmt.Errorf("%w: wait, or %s", ErrNoLoadBalancerAddress, setAuthURL)
 	case corev1.ServiceTypeClusterIP, "":
-		return httpsURL(fmt.Sprintf("%s.%s.svc", names.Auth, namespace), port.Port), corev1.ServiceTypeClusterIP, nil
+		return httpsURL(fmt.Sprintf("%s.%s.svc", offloadv1alpha1.Auth, namespace), port.Port), corev1.ServiceTypeClusterIP, nil
 	}
-	return "", svc.Spec.Type, fmt.Errorf("service %s has type %s, which peers cannot reach: %s", names.Auth, svc.Spec.Type, setAuthURL)
+	return "", svc.Spec.Type, fmt.Errorf("service %s has type %s, which peers cannot reach: %s", offloadv1alpha1.Auth, svc.Spec.Type, setAuthURL)
 }
 
 // authPort returns the port named https, else the only port of svc.
@@ -101,7 +98,7 @@ func authPort(svc *corev1.Service) (corev1.ServicePort, error) {
 // firstNodeIP returns the InternalIP of the first node, by name, that is
 // not a virtual node.
 func firstNodeIP(ctx context.Context, kube kubernetes.Interface) (string, error) {
-	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "!" + virtualNodeLabel})
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "!" + offloadv1alpha1.LabelType})
 	if err != nil {
 		return "", fmt.Errorf("listing nodes for the auth node port: %w", err)
 	}

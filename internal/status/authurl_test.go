@@ -10,12 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 func authService(typ corev1.ServiceType, ingress ...corev1.LoadBalancerIngress) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: names.Auth, Namespace: testNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.Auth, Namespace: testNamespace},
 		Spec: corev1.ServiceSpec{Type: typ, Ports: []corev1.ServicePort{
 			{Name: "metrics", Port: 8080, NodePort: 30080},
 			{Name: "https", Port: 443, NodePort: 31443},
@@ -25,7 +25,7 @@ func authService(typ corev1.ServiceType, ingress ...corev1.LoadBalancerIngress) 
 }
 
 func TestAuthURL(t *testing.T) {
-	virtual := node("a-offload-beta", "10.9.9.9", map[string]string{virtualNodeLabel: "virtual-node"})
+	virtual := node("a-offload-beta", "10.9.9.9", map[string]string{offloadv1alpha1.LabelType: "virtual-node"})
 	tests := []struct {
 		name    string
 		values  map[string]any

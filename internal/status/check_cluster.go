@@ -9,7 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // identityChecker shows the local cluster identity and the installed versions.
@@ -27,23 +28,23 @@ func (identityChecker) Check(ctx context.Context, env *Env) Section {
 	} else if relErr == nil {
 		remedy = "run kubectl offload install"
 	}
-	if dep, err := env.Deployment(ctx, names.ControllerManager); err == nil && dep != nil {
-		agentVersion = dep.Labels[names.VersionLabel]
+	if dep, err := env.Deployment(ctx, offloadv1alpha1.ControllerManager); err == nil && dep != nil {
+		agentVersion = dep.Labels[offloadv1alpha1.VersionLabel]
 	}
 
-	cm, err := env.Kube.CoreV1().ConfigMaps(env.Namespace).Get(ctx, names.IdentityConfigMap, metav1.GetOptions{})
+	cm, err := env.Kube.CoreV1().ConfigMaps(env.Namespace).Get(ctx, offloadv1alpha1.IdentityConfigMap, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		s.Checks = append(s.Checks, fail("identity", "ConfigMap %s not found: %s", names.IdentityConfigMap, remedy))
+		s.Checks = append(s.Checks, fail("identity", "ConfigMap %s not found: %s", offloadv1alpha1.IdentityConfigMap, remedy))
 	case err != nil:
-		s.Checks = append(s.Checks, fail("identity", "reading ConfigMap %s: %v", names.IdentityConfigMap, err))
+		s.Checks = append(s.Checks, fail("identity", "reading ConfigMap %s: %v", offloadv1alpha1.IdentityConfigMap, err))
 	default:
-		id, name = cm.Data["clusterID"], cm.Data["clusterName"]
+		id, name = cm.Data[peering.IdentityClusterIDKey], cm.Data[peering.IdentityClusterNameKey]
 		switch {
 		case id == "":
-			s.Checks = append(s.Checks, fail("identity", "ConfigMap %s has no clusterID: %s", names.IdentityConfigMap, remedy))
+			s.Checks = append(s.Checks, fail("identity", "ConfigMap %s has no clusterID: %s", offloadv1alpha1.IdentityConfigMap, remedy))
 		case name == "":
-			s.Checks = append(s.Checks, fail("identity", "ConfigMap %s has no clusterName: run kubectl offload upgrade --cluster-name NAME", names.IdentityConfigMap))
+			s.Checks = append(s.Checks, fail("identity", "ConfigMap %s has no clusterName: run kubectl offload upgrade --cluster-name NAME", offloadv1alpha1.IdentityConfigMap))
 		default:
 			s.Checks = append(s.Checks, ok("identity", "cluster ID and name are set"))
 		}
@@ -114,7 +115,7 @@ func (endpointsChecker) Check(ctx context.Context, env *Env) Section {
 	case svcType == corev1.ServiceTypeClusterIP:
 		s.Checks = append(s.Checks, warn("authURL", "auth URL is only reachable inside the cluster: use --set auth.service.type=NodePort or LoadBalancer, or set auth.url"))
 	default:
-		s.Checks = append(s.Checks, ok("authURL", "auth URL comes from the %s service %s", svcType, names.Auth))
+		s.Checks = append(s.Checks, ok("authURL", "auth URL comes from the %s service %s", svcType, offloadv1alpha1.Auth))
 	}
 
 	api := stringValue(rel.Values, "apiServer", "url")

@@ -14,12 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 )
 
 // controlPlaneDeployments are the Deployments of the chart.
-var controlPlaneDeployments = []string{names.ControllerManager, names.Auth}
+var controlPlaneDeployments = []string{offloadv1alpha1.ControllerManager, offloadv1alpha1.Auth}
 
 // namespaceChecker checks that the install namespace exists and holds a
 // deployed release.

@@ -10,7 +10,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // collect runs the default checkers against the fixture.
@@ -48,10 +48,10 @@ func TestChecks(t *testing.T) {
 			f.namespace.DeletionTimestamp = &metav1.Time{Time: time.Unix(0, 0)}
 			f.namespace.Finalizers = []string{"kubernetes"}
 		}, "namespace", "namespace", StatusFailed},
-		{"a deployment rolling out is a warning", func(f *fixture) { f.deployments[names.Auth].Generation = 2 },
-			"controlPlane", "deployment/" + names.Auth, StatusWarning},
-		{"a missing deployment fails", func(f *fixture) { delete(f.deployments, names.ControllerManager) },
-			"controlPlane", "deployment/" + names.ControllerManager, StatusFailed},
+		{"a deployment rolling out is a warning", func(f *fixture) { f.deployments[offloadv1alpha1.Auth].Generation = 2 },
+			"controlPlane", "deployment/" + offloadv1alpha1.Auth, StatusWarning},
+		{"a missing deployment fails", func(f *fixture) { delete(f.deployments, offloadv1alpha1.ControllerManager) },
+			"controlPlane", "deployment/" + offloadv1alpha1.ControllerManager, StatusFailed},
 		{"a CRD that is not established fails", func(f *fixture) {
 			f.crds[crd].Status.Conditions[1].Status = apiextensionsv1.ConditionFalse
 		}, "crds", "crd/" + crd, StatusFailed},

@@ -29,7 +29,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 
@@ -80,18 +79,18 @@ func healthy(t *testing.T) *fixture {
 	for _, name := range controlPlaneDeployments {
 		f.deployments[name] = &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Generation: 1,
-				Labels: map[string]string{names.VersionLabel: testVersion}},
+				Labels: map[string]string{offloadv1alpha1.VersionLabel: testVersion}},
 			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1))},
 			Status: appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1,
 				ReadyReplicas: 1, AvailableReplicas: 1},
 		}
 	}
 	f.identity = &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: testNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: testNamespace},
 		Data:       map[string]string{"clusterID": testClusterID, "clusterName": "alpha"},
 	}
 	f.authService = &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: names.Auth, Namespace: testNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.Auth, Namespace: testNamespace},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
 			Ports: []corev1.ServicePort{{Name: "https", Port: 443, NodePort: 31443}}},
 	}
@@ -186,7 +185,7 @@ func (f *fixture) factory(t *testing.T) factory.Factory {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rel := &release.Release{Name: names.ReleaseName, Namespace: testNamespace, Version: 3,
+		rel := &release.Release{Name: offloadv1alpha1.ReleaseName, Namespace: testNamespace, Version: 3,
 			Info: &release.Info{Status: f.releaseStatus}, Chart: ch, Config: f.values}
 		if err := helm.Releases.Create(rel); err != nil {
 			t.Fatal(err)

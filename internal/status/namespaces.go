@@ -81,7 +81,7 @@ func (offloadedNamespacesChecker) Check(ctx context.Context, env *Env) Section {
 	// The virtual nodes of each peer, by cluster ID.
 	nodesOf := map[string][]string{}
 	for _, n := range nodes {
-		id := n.Labels[remoteClusterIDLabel]
+		id := n.Labels[offloadv1alpha1.LabelRemoteClusterID]
 		nodesOf[id] = append(nodesOf[id], n.Name)
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Namespace < list.Items[j].Namespace })

@@ -165,7 +165,7 @@ func (p *peer) detail(env *Env) Section {
 	field("network", "Network", string(st.Network))
 	nodeName := ""
 	if p.outgoing() || p.node != nil {
-		nodeName = virtualNodeName(fc.Name)
+		nodeName = offloadv1alpha1.VirtualNodeName(fc.Name)
 	}
 	field("virtualNode", "Virtual node", nodeName)
 	field("virtualNodeStatus", "Virtual node status", p.nodeState())

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 )
 
 // foreignClusterCRD is the CRD every peer is an object of.
@@ -35,11 +34,6 @@ const none = "-"
 
 // peerColumns are the columns of the peers table.
 var peerColumns = []string{"NAME", "CLUSTER ID", "ROLE", "AUTH", "OUTGOING", "INCOMING", "VIRTUAL NODE", "CREDENTIALS", "LAST SEEN"}
-
-// virtualNodeName returns the name of the virtual node of ForeignCluster
-// name. It is the agent's virtualnode.NodeName, repeated here so that the
-// CLI does not link the virtual kubelet.
-func virtualNodeName(name string) string { return "offload-" + name }
 
 // peer is what the status commands read about one ForeignCluster.
 type peer struct {
@@ -139,7 +133,7 @@ func completePeer(ctx context.Context, env *Env, fc offloadv1alpha1.ForeignClust
 		}
 	}
 	if p.outgoing() {
-		name := virtualNodeName(fc.Name)
+		name := offloadv1alpha1.VirtualNodeName(fc.Name)
 		node, err := env.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -277,9 +271,9 @@ func (p *peer) virtualNodeCheck(env *Env) (Check, bool) {
 	if !p.outgoing() || p.fc.Status.Auth != offloadv1alpha1.PhaseEstablished || p.deleting() {
 		return Check{}, false
 	}
-	node := virtualNodeName(p.fc.Name)
+	node := offloadv1alpha1.VirtualNodeName(p.fc.Name)
 	why := p.reason(offloadv1alpha1.ConditionVirtualNodeReady,
-		fmt.Sprintf("see kubectl logs -n %s deployment/%s", env.Namespace, names.ControllerManager))
+		fmt.Sprintf("see kubectl logs -n %s deployment/%s", env.Namespace, offloadv1alpha1.ControllerManager))
 	switch p.nodeState() {
 	case nodeReady:
 		return ok("virtualNode", "virtual node %s is Ready", node), true
@@ -298,7 +292,7 @@ func (p *peer) credentialChecks(env *Env, now time.Time) []Check {
 	var out []Check
 	name := p.fc.Name
 	if exp := p.fc.Status.CredentialExpiry; exp != nil {
-		logs := fmt.Sprintf("see kubectl logs -n %s deployment/%s", env.Namespace, names.ControllerManager)
+		logs := fmt.Sprintf("see kubectl logs -n %s deployment/%s", env.Namespace, offloadv1alpha1.ControllerManager)
 		left := exp.Sub(now)
 		switch {
 		case left <= 0:

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // Checker produces one section of the report.
@@ -110,7 +110,7 @@ func (e *Env) now() time.Time {
 // installed. Helm is asked once per Env.
 func (e *Env) Release() (*Release, error) {
 	if !e.releaseRead {
-		e.release, e.releaseErr = e.Helm.Release(names.ReleaseName)
+		e.release, e.releaseErr = e.Helm.Release(offloadv1alpha1.ReleaseName)
 		e.releaseRead = true
 	}
 	return e.release, e.releaseErr

@@ -17,9 +17,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -91,11 +91,11 @@ var scenarios = []struct {
 		golden: "control-plane-down",
 		cluster: func(t *testing.T) *fixture {
 			f := healthy(t)
-			auth := f.deployments[names.Auth]
+			auth := f.deployments[offloadv1alpha1.Auth]
 			auth.Spec.Replicas = ptr.To(int32(0))
 			auth.Status = appsv1.DeploymentStatus{ObservedGeneration: 1}
-			f.deployments[names.ControllerManager].Status.AvailableReplicas = 0
-			f.deployments[names.ControllerManager].Status.ReadyReplicas = 0
+			f.deployments[offloadv1alpha1.ControllerManager].Status.AvailableReplicas = 0
+			f.deployments[offloadv1alpha1.ControllerManager].Status.ReadyReplicas = 0
 			return f
 		},
 		wantErr: "2 checks failed: control plane",

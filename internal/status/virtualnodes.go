@@ -15,15 +15,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
-// The labels of a virtual node: virtualNodeLabel (authurl.go) set to
-// virtualNodeLabelValue, and the cluster ID of its peer. They are the
-// agent's virtualnode.TypeLabelValue and RemoteClusterIDLabel, repeated
-// here so that the CLI does not link the virtual kubelet.
-const (
-	virtualNodeLabelValue = "virtual-node"
-	remoteClusterIDLabel  = "offload.io/remote-cluster-id"
-)
-
 // nodeUnknown is the state of a virtual node whose Ready condition is
 // Unknown or missing; nodeReady and nodeNotReady are in peers.go.
 const nodeUnknown = "Unknown"
@@ -58,7 +49,7 @@ type VirtualNode struct {
 
 // readVirtualNodes returns the virtual nodes, sorted by name.
 func readVirtualNodes(ctx context.Context, env *Env) ([]corev1.Node, error) {
-	list, err := env.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: virtualNodeLabel + "=" + virtualNodeLabelValue})
+	list, err := env.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelType + "=" + offloadv1alpha1.TypeVirtualNode})
 	if err != nil {
 		return nil, fmt.Errorf("listing virtual nodes: %w", err)
 	}
@@ -126,7 +117,7 @@ func (virtualNodesChecker) Check(ctx context.Context, env *Env) Section {
 // newVirtualNode returns what the report shows of node, whose peer is
 // named by peers, without its pods.
 func newVirtualNode(node *corev1.Node, peers map[string]string) VirtualNode {
-	id := node.Labels[remoteClusterIDLabel]
+	id := node.Labels[offloadv1alpha1.LabelRemoteClusterID]
 	vn := VirtualNode{
 		Name:      node.Name,
 		Peer:      peers[id],

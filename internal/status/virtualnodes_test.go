@@ -46,7 +46,7 @@ type offloadWorld struct {
 // its Ready condition.
 func offloadNode(name, id string, ready corev1.ConditionStatus, reason, message string) *corev1.Node {
 	n := virtualNode(name, ready)
-	n.Labels[remoteClusterIDLabel] = id
+	n.Labels[offloadv1alpha1.LabelRemoteClusterID] = id
 	n.Status.Conditions[0].Reason, n.Status.Conditions[0].Message = reason, message
 	return n
 }
@@ -84,7 +84,7 @@ func pod(ns, name, node string, phase corev1.PodPhase) *corev1.Pod {
 // virtual nodes are Ready, with namespaces shop and batch offloaded, and a
 // stray virtual node whose ForeignCluster is gone.
 func healthyOffload() *offloadWorld {
-	east, west := virtualNodeName("provider-east"), virtualNodeName("provider-west")
+	east, west := offloadv1alpha1.VirtualNodeName("provider-east"), offloadv1alpha1.VirtualNodeName("provider-west")
 	worker := node("worker-1", "172.18.0.3", nil)
 	worker.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	return &offloadWorld{
@@ -382,7 +382,7 @@ func TestVirtualNodesSection(t *testing.T) {
 
 func TestVirtualNodeWithoutReadyConditionIsUnknown(t *testing.T) {
 	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "offload-new", Labels: map[string]string{remoteClusterIDLabel: idEast},
+		ObjectMeta: metav1.ObjectMeta{Name: "offload-new", Labels: map[string]string{offloadv1alpha1.LabelRemoteClusterID: idEast},
 			CreationTimestamp: metav1.NewTime(testNow.Add(-90 * time.Second))},
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}},
 	}

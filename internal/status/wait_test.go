@@ -12,8 +12,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	k8stesting "k8s.io/client-go/testing"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 )
 
 // runWait executes `kubectl offload status --wait args...` against f,
@@ -30,7 +30,7 @@ func runWait(t *testing.T, f *fixture, args ...string) (stdout, stderr string, e
 
 func TestWaitReturnsOnceTheInstallBecomesHealthy(t *testing.T) {
 	f := healthy(t)
-	auth := f.deployments[names.Auth]
+	auth := f.deployments[offloadv1alpha1.Auth]
 	auth.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 1}
 	fac := f.factory(t)
 	// Every round of checks starts with one read of the default namespace;

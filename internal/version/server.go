@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 )
 
 // ServerVersions asks the cluster for its Kubernetes version and the
@@ -40,24 +40,24 @@ func ServerVersions(ctx context.Context, f factory.Factory) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rel, err := action.NewGet(helm).Run(names.ReleaseName)
+	rel, err := action.NewGet(helm).Run(offloadv1alpha1.ReleaseName)
 	switch {
 	case errors.Is(err, driver.ErrReleaseNotFound):
 		return s, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading the %s release: %w", names.ReleaseName, err)
+		return nil, fmt.Errorf("reading the %s release: %w", offloadv1alpha1.ReleaseName, err)
 	}
 	s.Installed = true
 	if rel.Chart != nil && rel.Chart.Metadata != nil {
 		s.Chart = rel.Chart.Metadata.Version
 	}
-	dep, err := kube.AppsV1().Deployments(f.Namespace()).Get(ctx, names.ControllerManager, metav1.GetOptions{})
+	dep, err := kube.AppsV1().Deployments(f.Namespace()).Get(ctx, offloadv1alpha1.ControllerManager, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return nil, fmt.Errorf("reading deployment %s: %w", names.ControllerManager, err)
+		return nil, fmt.Errorf("reading deployment %s: %w", offloadv1alpha1.ControllerManager, err)
 	default:
-		s.Agent = dep.Labels[names.VersionLabel]
+		s.Agent = dep.Labels[offloadv1alpha1.VersionLabel]
 	}
 	return s, nil
 }

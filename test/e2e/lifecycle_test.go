@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -39,11 +39,11 @@ type heldCredentials struct {
 
 func readHeldCredentials(ctx context.Context, t *testing.T, consumer *framework.Cluster, name string) heldCredentials {
 	t.Helper()
-	s, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.PeerKubeconfigSecretName(name), metav1.GetOptions{})
+	s, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.PeerKubeconfigSecretName(name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("reading the kubeconfig Secret of %s: %v", name, err)
 	}
-	cc, err := clientcmd.NewClientConfigFromBytes(s.Data[peer.PeerKubeconfigKey])
+	cc, err := clientcmd.NewClientConfigFromBytes(s.Data[peering.PeerKubeconfigKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +56,10 @@ func readHeldCredentials(ctx context.Context, t *testing.T, consumer *framework.
 		t.Fatal(err)
 	}
 	h := heldCredentials{config: cfg, namespace: ns, secretVersion: s.ResourceVersion}
-	if h.expiry, err = time.Parse(time.RFC3339, string(s.Data[peer.PeerExpirationKey])); err != nil {
+	if h.expiry, err = time.Parse(time.RFC3339, string(s.Data[peering.PeerExpirationKey])); err != nil {
 		t.Fatalf("the kubeconfig Secret has no expiration: %v", err)
 	}
-	if h.issued, err = time.Parse(time.RFC3339, string(s.Data[peer.PeerIssuedKey])); err != nil {
+	if h.issued, err = time.Parse(time.RFC3339, string(s.Data[peering.PeerIssuedKey])); err != nil {
 		t.Fatalf("the kubeconfig Secret has no issue time: %v", err)
 	}
 	// Compare tokens without logging them.
@@ -234,14 +234,14 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 	for _, o := range []client.Object{
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peer.PeerKubeconfigSecretName(a.Name), Namespace: installNS}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peer.PeerTokenSecretName(a.Name), Namespace: installNS}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName(a.Name), Namespace: installNS}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName(a.Name), Namespace: installNS}},
 	} {
 		if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
 			t.Errorf("%T %s is left on the consumer (err=%v)", o, o.GetName(), err)
 		}
 	}
-	if _, err := provider.Kube.CoreV1().ServiceAccounts(tenant.Spec.TenantNamespace).Get(ctx, peer.ConsumerServiceAccount, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := provider.Kube.CoreV1().ServiceAccounts(tenant.Spec.TenantNamespace).Get(ctx, offloadv1alpha1.ConsumerServiceAccount, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the consumer's ServiceAccount is left on the provider (err=%v)", err)
 	}
 

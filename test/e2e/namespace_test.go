@@ -15,8 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -61,7 +59,7 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 	start := time.Now()
 	mustOffload(t, consumer, "namespace", "demo", "--timeout", "2m")
 	t.Logf("namespace demo offloaded, twin namespace Ready: %s", time.Since(start).Round(time.Millisecond))
-	twin := names.TwinNamespace("demo", consumer.Name, identity(ctx, t, consumer)["clusterID"])
+	twin := offloadv1alpha1.TwinNamespace("demo", consumer.Name, identity(ctx, t, consumer)["clusterID"])
 	var no offloadv1alpha1.NamespaceOffloading
 	if err := cc.Get(ctx, client.ObjectKey{Namespace: "demo", Name: offloadv1alpha1.NamespaceOffloadingName}, &no); err != nil {
 		t.Fatal(err)
@@ -84,7 +82,7 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 	var bindings rbacv1.RoleBindingList
 	if err := pc.List(ctx, &bindings, client.InNamespace(twin)); err != nil || len(bindings.Items) != 1 ||
 		bindings.Items[0].RoleRef.Name != "offload-remote-workloads" || len(bindings.Items[0].Subjects) != 1 ||
-		bindings.Items[0].Subjects[0].Name != peer.ConsumerServiceAccount {
+		bindings.Items[0].Subjects[0].Name != offloadv1alpha1.ConsumerServiceAccount {
 		t.Errorf("twin namespace %s: RoleBindings %+v (err=%v), want one for the consumer", twin, bindings.Items, err)
 	}
 	if err := cc.Get(ctx, client.ObjectKey{Name: "demo"}, &ns); err != nil || ns.Labels[offloadv1alpha1.LabelOffloaded] != "true" {

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -95,7 +94,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	consumerID := identity(ctx, t, consumer)["clusterID"]
 	createNamespace(ctx, t, cc, "work")
 	mustOffload(t, consumer, "namespace", "work", "--pod-offloading-strategy", "Remote", "--timeout", "2m")
-	twin := names.TwinNamespace("work", consumer.Name, consumerID)
+	twin := offloadv1alpha1.TwinNamespace("work", consumer.Name, consumerID)
 	if !regexp.MustCompile(`^work-consumer-[0-9a-f]{6}$`).MatchString(twin) {
 		t.Errorf("twin namespace %q does not read NS-<consumer>-<hash6>", twin)
 	}
@@ -273,7 +272,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 // until that many are Ready.
 func scaleAgent(ctx context.Context, t *testing.T, c *framework.Cluster, replicas int32) {
 	t.Helper()
-	deploy := names.ControllerManager
+	deploy := offloadv1alpha1.ControllerManager
 	scale, err := c.Kube.AppsV1().Deployments(installNS).GetScale(ctx, deploy, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

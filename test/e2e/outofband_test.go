@@ -16,6 +16,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -153,10 +154,10 @@ func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
 	if !meta.IsStatusConditionTrue(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated) {
 		t.Errorf("ForeignCluster %s is not Authenticated: %+v", a.Name, fc.Status)
 	}
-	if _, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.PeerKubeconfigSecretName(a.Name), metav1.GetOptions{}); err != nil {
+	if _, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.PeerKubeconfigSecretName(a.Name), metav1.GetOptions{}); err != nil {
 		t.Errorf("no kubeconfig Secret for the peer: %v", err)
 	}
-	if _, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.PeerTokenSecretName(a.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.PeerTokenSecretName(a.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the spent token Secret is still on the consumer (err=%v)", err)
 	}
 	var tenant offloadv1alpha1.Tenant

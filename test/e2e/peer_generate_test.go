@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -33,7 +34,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 	installAgent(t, c)
 	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
 	caCert := waitCASecret(ctx, t, c)
-	wantHash, err := peer.CACertHash(caCert)
+	wantHash, err := peering.CACertHash(caCert)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the printed command does not parse: %v", err)
 	}
-	tok, _ := peer.ParseToken(args.AuthToken)
+	tok, _ := peering.ParseToken(args.AuthToken)
 	if strings.Contains(errOut, tok.Secret) {
 		t.Errorf("the note on stderr contains the token secret")
 	}
@@ -95,7 +96,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 		pc.Name != args.Name || pc.AuthURL != args.AuthURL || pc.ClusterID != args.ClusterID || pc.CACertHash != args.CACertHash {
 		t.Errorf("peer generate -o json = %+v, want the fields of %+v with another, reusable token", pc, args)
 	}
-	tok2, _ := peer.ParseToken(pc.AuthToken)
+	tok2, _ := peering.ParseToken(pc.AuthToken)
 	if s := readToken(ctx, t, c, tok2.ID); !s.Reusable || s.Expires.Sub(pc.ExpiresAt).Abs() > time.Second {
 		t.Errorf("the second token Secret is reusable=%v expiring %s, want reusable expiring %s", s.Reusable, s.Expires, pc.ExpiresAt)
 	}
@@ -118,7 +119,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 
 	// Revoking deletes the Secret; revoking again is an error unless told otherwise.
 	mustOffload(t, c, "peer", "tokens", "revoke", tok.ID)
-	if _, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.TokenSecretName(tok.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.TokenSecretName(tok.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the revoked token's Secret is still there: %v", err)
 	}
 	if _, errOut, err := offload(t, c, "peer", "tokens", "revoke", tok.ID); err == nil {
@@ -152,13 +153,13 @@ func waitCASecret(ctx context.Context, t *testing.T, c *framework.Cluster) []byt
 	return cert
 }
 
-func readToken(ctx context.Context, t *testing.T, c *framework.Cluster, id string) peer.StoredToken {
+func readToken(ctx context.Context, t *testing.T, c *framework.Cluster, id string) peering.StoredToken {
 	t.Helper()
-	s, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, peer.TokenSecretName(id), metav1.GetOptions{})
+	s, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.TokenSecretName(id), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("token Secret for %s: %v", id, err)
 	}
-	st, err := peer.ReadTokenSecret(s)
+	st, err := peering.ReadTokenSecret(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func readToken(ctx context.Context, t *testing.T, c *framework.Cluster, id strin
 // expectTokenSecrets checks the number of token Secrets in the install namespace.
 func expectTokenSecrets(ctx context.Context, t *testing.T, c *framework.Cluster, want int) {
 	t.Helper()
-	list, err := c.Kube.CoreV1().Secrets(installNS).List(ctx, metav1.ListOptions{LabelSelector: peer.TokenIDLabel})
+	list, err := c.Kube.CoreV1().Secrets(installNS).List(ctx, metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -30,7 +30,7 @@ import (
 // pinnedClient trusts only a server whose chain holds the CA with hash pin,
 // the way the consumer's agent connects.
 func pinnedClient(pin string) *http.Client {
-	return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: foreigncluster.PinnedTLSConfig(pin)}}
+	return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: peering.PinnedTLSConfig(pin)}}
 }
 
 // waitAuthReachable waits until the auth service answers through its
@@ -100,14 +100,14 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 
 	// A wrong pin is refused before anything is sent.
 	_, err := pinnedClient("sha256:" + strings.Repeat("0", 64)).Get(cmd.AuthURL + "/healthz")
-	var pinErr *foreigncluster.PinError
+	var pinErr *peering.PinError
 	if !errors.As(err, &pinErr) {
 		t.Errorf("a client pinning another CA: %v, want a pin mismatch", err)
 	}
 
-	var resp peer.PeerResponse
+	var resp peering.PeerResponse
 	start := time.Now()
-	code := post(t, hc, cmd.AuthURL+peer.PeerPath, "", peer.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &resp)
+	code := post(t, hc, cmd.AuthURL+peering.PeerPath, "", peering.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &resp)
 	if code != http.StatusOK {
 		t.Fatalf("POST /v1/peer: %d %+v", code, resp)
 	}
@@ -115,8 +115,8 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 
 	// The single-use token is spent.
 	var failure map[string]string
-	if code := post(t, hc, cmd.AuthURL+peer.PeerPath, "", peer.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &failure); code != http.StatusUnauthorized || failure["reason"] != peer.ReasonTokenUsed {
-		t.Errorf("reusing the token: %d %v, want 401 %s", code, failure, peer.ReasonTokenUsed)
+	if code := post(t, hc, cmd.AuthURL+peering.PeerPath, "", peering.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &failure); code != http.StatusUnauthorized || failure["reason"] != peering.ReasonTokenUsed {
+		t.Errorf("reusing the token: %d %v, want 401 %s", code, failure, peering.ReasonTokenUsed)
 	}
 
 	// The credentials work against the provider API and see the offer the
@@ -174,7 +174,7 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 	})
 
 	// unpeer: the tenant goes, and the old credentials stop working.
-	if code := post(t, hc, cmd.AuthURL+peer.UnpeerPath, resp.Credentials.Token, peer.RefreshRequest{ClusterID: consumerID}, nil); code != http.StatusOK {
+	if code := post(t, hc, cmd.AuthURL+peering.UnpeerPath, resp.Credentials.Token, peering.RefreshRequest{ClusterID: consumerID}, nil); code != http.StatusOK {
 		t.Fatalf("POST /v1/unpeer: %d", code)
 	}
 	revoked := time.Now()
@@ -217,17 +217,17 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 	if err := json.Unmarshal([]byte(mustOffload(t, c, "peer", "generate", "-o", "json")), &cmd); err != nil {
 		t.Fatal(err)
 	}
-	racers := []peer.PeerRequest{
+	racers := []peering.PeerRequest{
 		{Token: cmd.AuthToken, ClusterID: "0f0e0d0c-0b0a-4908-8706-0504030201aa", ClusterName: "racer-a", ProviderClusterID: cmd.ClusterID},
 		{Token: cmd.AuthToken, ClusterID: "0f0e0d0c-0b0a-4908-8706-0504030201bb", ClusterName: "racer-b", ProviderClusterID: cmd.ClusterID},
 	}
 	codes := make([]int, len(racers))
-	answers := make([]peer.PeerResponse, len(racers))
+	answers := make([]peering.PeerResponse, len(racers))
 	var wg sync.WaitGroup
 	for i := range racers {
 		wg.Go(func() {
 			b, _ := json.Marshal(racers[i])
-			r, err := hc.Post(cmd.AuthURL+peer.PeerPath, "application/json", bytes.NewReader(b))
+			r, err := hc.Post(cmd.AuthURL+peering.PeerPath, "application/json", bytes.NewReader(b))
 			if err != nil {
 				return
 			}
@@ -242,7 +242,7 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 		if code == http.StatusOK {
 			winners++
 			// Leave nothing behind.
-			if code := post(t, hc, cmd.AuthURL+peer.UnpeerPath, answers[i].Credentials.Token, peer.RefreshRequest{ClusterID: racers[i].ClusterID}, nil); code != http.StatusOK {
+			if code := post(t, hc, cmd.AuthURL+peering.UnpeerPath, answers[i].Credentials.Token, peering.RefreshRequest{ClusterID: racers[i].ClusterID}, nil); code != http.StatusOK {
 				t.Errorf("POST /v1/unpeer for %s: %d", racers[i].ClusterName, code)
 			}
 		}

@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -77,7 +77,7 @@ func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
 	t.Run("controller-manager takes its namespace and cluster name from the environment", func(t *testing.T) {
 		ns := newNamespace(t, c)
 		identity := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: ns},
+			ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: ns},
 			Data:       map[string]string{"clusterID": "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab", "clusterName": "app-test"},
 		}
 		if err := c.Create(context.Background(), identity); err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // knownCAHash is what
@@ -30,7 +30,7 @@ func TestCACertHashOfAKnownCertificateMatchesOpenSSL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := peer.CACertHash(certPEM)
+	got, err := peering.CACertHash(certPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,14 +44,14 @@ func TestCACertHashOfAKnownCertificateMatchesOpenSSL(t *testing.T) {
 
 func TestCACertHashIsStableAndIgnoresWhatFollowsTheFirstCertificate(t *testing.T) {
 	ca := newTestCA(t)
-	first, err := peer.CACertHash(ca.CertPEM)
+	first, err := peering.CACertHash(ca.CertPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := newTestCA(t)
 	bundle := append(append([]byte{}, ca.CertPEM...), other.CertPEM...)
 	for name, in := range map[string][]byte{"the same PEM again": ca.CertPEM, "a bundle starting with it": bundle} {
-		got, err := peer.CACertHash(in)
+		got, err := peering.CACertHash(in)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -59,7 +59,7 @@ func TestCACertHashIsStableAndIgnoresWhatFollowsTheFirstCertificate(t *testing.T
 			t.Errorf("%s: hash %s, want %s", name, got, first)
 		}
 	}
-	if theirs, _ := peer.CACertHash(other.CertPEM); theirs == first {
+	if theirs, _ := peering.CACertHash(other.CertPEM); theirs == first {
 		t.Error("two different CAs have the same hash")
 	}
 	if want := opensslStyleHash(t, ca.CertPEM); first != want {
@@ -83,7 +83,7 @@ func TestCACertHashRejectsWhatIsNotACertificate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, err := peer.CACertHash(tt.in); err == nil {
+			if got, err := peering.CACertHash(tt.in); err == nil {
 				t.Errorf("CACertHash = %s, want an error", got)
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 
@@ -25,29 +26,29 @@ func TestWriteErrorWritesTheJSONShape(t *testing.T) {
 	}{
 		{
 			name:       "an Error is written as it is",
-			err:        &Error{Reason: "TokenExpired", Message: "the token expired; run kubectl offload peer generate again", Status: http.StatusUnauthorized},
+			err:        &peering.Error{Reason: "TokenExpired", Message: "the token expired; run kubectl offload peer generate again", Status: http.StatusUnauthorized},
 			wantStatus: http.StatusUnauthorized, wantReason: "TokenExpired", wantMsg: "the token expired; run kubectl offload peer generate again",
 		},
 		{
 			name:       "a wrapped Error is found",
-			err:        fmt.Errorf("peering: %w", &Error{Reason: ReasonNotFound, Message: "gone", Status: http.StatusNotFound}),
-			wantStatus: http.StatusNotFound, wantReason: ReasonNotFound, wantMsg: "gone",
+			err:        fmt.Errorf("peering: %w", &peering.Error{Reason: peering.ReasonNotFound, Message: "gone", Status: http.StatusNotFound}),
+			wantStatus: http.StatusNotFound, wantReason: peering.ReasonNotFound, wantMsg: "gone",
 		},
 		{
 			name:       "any other error is an InternalError that does not repeat it",
 			err:        errors.New("token abcdef.0123456789abcdef rejected by the API server"),
-			wantStatus: http.StatusInternalServerError, wantReason: ReasonInternalError, wantMsg: "the auth service failed; see the logs of offload-auth",
+			wantStatus: http.StatusInternalServerError, wantReason: peering.ReasonInternal, wantMsg: "the auth service failed; see the logs of offload-auth",
 		},
 		{
 			name:       "an Error without a status is a 500",
-			err:        &Error{Reason: "Odd", Message: "no status"},
+			err:        &peering.Error{Reason: "Odd", Message: "no status"},
 			wantStatus: http.StatusInternalServerError, wantReason: "Odd", wantMsg: "no status",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			WriteError(rec, tt.err)
+			peering.WriteError(rec, tt.err)
 			if rec.Code != tt.wantStatus {
 				t.Errorf("status %d, want %d", rec.Code, tt.wantStatus)
 			}
@@ -73,9 +74,9 @@ func TestUnknownPathsAndWrongMethodsGetJSONErrors(t *testing.T) {
 		wantStatus   int
 		wantReason   string
 	}{
-		{http.MethodGet, "/nope", http.StatusNotFound, ReasonNotFound},
-		{http.MethodPost, "/v1/unknown", http.StatusNotFound, ReasonNotFound},
-		{http.MethodPost, "/healthz", http.StatusMethodNotAllowed, ReasonMethodNotAllowed},
+		{http.MethodGet, "/nope", http.StatusNotFound, peering.ReasonNotFound},
+		{http.MethodPost, "/v1/unknown", http.StatusNotFound, peering.ReasonNotFound},
+		{http.MethodPost, "/healthz", http.StatusMethodNotAllowed, peering.ReasonMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {

@@ -13,8 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 const (
@@ -81,17 +80,17 @@ func NewPeering(c client.Client, o PeeringOptions) (*Peering, error) {
 
 // Register adds the endpoints to s.
 func (p *Peering) Register(s *Server) {
-	s.Handle(peer.PeerPath, allowMethods(p.handlePeer, http.MethodPost))
-	s.Handle(peer.RefreshPath, allowMethods(p.handleRefresh, http.MethodPost))
-	s.Handle(peer.UnpeerPath, allowMethods(p.handleUnpeer, http.MethodPost))
+	s.Handle(peering.PeerPath, allowMethods(p.handlePeer, http.MethodPost))
+	s.Handle(peering.RefreshPath, allowMethods(p.handleRefresh, http.MethodPost))
+	s.Handle(peering.UnpeerPath, allowMethods(p.handleUnpeer, http.MethodPost))
 }
 
 func (p *Peering) handlePeer(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	var req peer.PeerRequest
+	var req peering.PeerRequest
 	if err := readRequest(w, r, &req, "PeerRequest"); err != nil {
-		WriteError(w, err)
+		peering.WriteError(w, err)
 		return
 	}
 	log := p.opts.Logger.WithValues("consumer", req.ClusterName, "consumerID", req.ClusterID)
@@ -106,14 +105,14 @@ func (p *Peering) handlePeer(w http.ResponseWriter, r *http.Request) {
 
 // peer checks the request and its token, spends a single-use token and
 // provisions the tenant. It adds the token ID to log once it parses.
-func (p *Peering) peer(ctx context.Context, req peer.PeerRequest, log *klog.Logger) (*peer.PeerResponse, error) {
-	self, err := manager.ReadIdentity(ctx, p.client, p.opts.Namespace)
+func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.Logger) (*peering.PeerResponse, error) {
+	self, err := peering.ReadIdentity(ctx, p.client, p.opts.Namespace)
 	if err != nil {
 		return nil, err
 	}
 	if req.ProviderClusterID != self.ID {
-		return nil, &Error{
-			Reason: peer.ReasonWrongCluster,
+		return nil, &peering.Error{
+			Reason: peering.ReasonWrongCluster,
 			Message: fmt.Sprintf("this auth service belongs to cluster %s (%s), not %s: check --cluster-id",
 				self.ID, self.Name, req.ProviderClusterID),
 			Status: http.StatusForbidden,
@@ -122,9 +121,9 @@ func (p *Peering) peer(ctx context.Context, req peer.PeerRequest, log *klog.Logg
 	if err := validateConsumer(req.ClusterID, req.ClusterName, self.ID); err != nil {
 		return nil, err
 	}
-	tok, err := peer.ParseToken(req.Token)
+	tok, err := peering.ParseToken(req.Token)
 	if err != nil {
-		return nil, tokenError(peer.ReasonInvalidToken, err.Error())
+		return nil, tokenError(peering.ReasonInvalidToken, err.Error())
 	}
 	*log = log.WithValues("tokenID", tok.ID)
 	secret, stored, err := p.checkToken(ctx, tok, *log)
@@ -157,40 +156,40 @@ func (p *Peering) peer(ctx context.Context, req peer.PeerRequest, log *klog.Logg
 const invalidTokenMessage = "the peering token is not valid: check --auth-token, or generate a new one on the provider with `kubectl offload peer generate`"
 
 func tokenError(reason, message string) error {
-	return &Error{Reason: reason, Message: message, Status: http.StatusUnauthorized}
+	return &peering.Error{Reason: reason, Message: message, Status: http.StatusUnauthorized}
 }
 
 // checkToken finds tok's Secret and checks that its secret matches, in
 // constant time, then that it has not expired nor been spent.
-func (p *Peering) checkToken(ctx context.Context, tok peer.Token, log klog.Logger) (*corev1.Secret, peer.StoredToken, error) {
+func (p *Peering) checkToken(ctx context.Context, tok peering.Token, log klog.Logger) (*corev1.Secret, peering.StoredToken, error) {
 	var s corev1.Secret
-	err := p.client.Get(ctx, client.ObjectKey{Namespace: p.opts.Namespace, Name: peer.TokenSecretName(tok.ID)}, &s)
+	err := p.client.Get(ctx, client.ObjectKey{Namespace: p.opts.Namespace, Name: peering.TokenSecretName(tok.ID)}, &s)
 	if apierrors.IsNotFound(err) {
-		return nil, peer.StoredToken{}, tokenError(peer.ReasonInvalidToken, invalidTokenMessage)
+		return nil, peering.StoredToken{}, tokenError(peering.ReasonInvalidToken, invalidTokenMessage)
 	}
 	if err != nil {
-		return nil, peer.StoredToken{}, fmt.Errorf("reading the token Secret: %w", err)
+		return nil, peering.StoredToken{}, fmt.Errorf("reading the token Secret: %w", err)
 	}
-	stored, err := peer.ReadTokenSecret(&s)
+	stored, err := peering.ReadTokenSecret(&s)
 	if err != nil {
 		log.Info("Ignoring a broken token Secret", "secret", klog.KObj(&s), "err", err.Error())
-		return nil, peer.StoredToken{}, tokenError(peer.ReasonInvalidToken, invalidTokenMessage)
+		return nil, peering.StoredToken{}, tokenError(peering.ReasonInvalidToken, invalidTokenMessage)
 	}
 	if !stored.Matches(tok) {
-		return nil, peer.StoredToken{}, tokenError(peer.ReasonInvalidToken, invalidTokenMessage)
+		return nil, peering.StoredToken{}, tokenError(peering.ReasonInvalidToken, invalidTokenMessage)
 	}
 	if stored.Expired(p.now()) {
-		return nil, peer.StoredToken{}, tokenError(peer.ReasonTokenExpired,
+		return nil, peering.StoredToken{}, tokenError(peering.ReasonTokenExpired,
 			"token expired: generate a new one on the provider with `kubectl offload peer generate`")
 	}
 	if stored.Spent() {
-		return nil, peer.StoredToken{}, tokenUsed()
+		return nil, peering.StoredToken{}, tokenUsed()
 	}
 	return &s, stored, nil
 }
 
 func tokenUsed() error {
-	return tokenError(peer.ReasonTokenUsed,
+	return tokenError(peering.ReasonTokenUsed,
 		"the peering token was already used and is single-use: generate a new one on the provider with `kubectl offload peer generate`")
 }
 
@@ -201,8 +200,8 @@ func (p *Peering) spend(ctx context.Context, s *corev1.Secret, consumerID string
 	if s.Data == nil {
 		s.Data = map[string][]byte{}
 	}
-	s.Data[peer.UsedAtKey] = []byte(p.now().UTC().Format(time.RFC3339))
-	s.Data[peer.UsedByKey] = []byte(consumerID)
+	s.Data[peering.UsedAtKey] = []byte(p.now().UTC().Format(time.RFC3339))
+	s.Data[peering.UsedByKey] = []byte(consumerID)
 	err := p.client.Update(ctx, s)
 	if apierrors.IsConflict(err) {
 		return tokenUsed()
@@ -213,16 +212,16 @@ func (p *Peering) spend(ctx context.Context, s *corev1.Secret, consumerID string
 	return nil
 }
 
-// fail logs err and writes it. Refusals (an *Error) are logged as
+// fail logs err and writes it. Refusals (an *peering.Error) are logged as
 // information, failures of the service as errors; neither carries a token.
 func (p *Peering) fail(w http.ResponseWriter, log klog.Logger, msg string, err error) {
-	var e *Error
+	var e *peering.Error
 	if errors.As(err, &e) {
 		log.Info(msg, "reason", e.Reason, "status", e.Status)
 	} else {
 		log.Error(err, msg)
 	}
-	WriteError(w, err)
+	peering.WriteError(w, err)
 }
 
 // readRequest reads a JSON body of at most maxRequestBytes into v. Its
@@ -235,7 +234,7 @@ func readRequest(w http.ResponseWriter, r *http.Request, v any, what string) err
 		if errors.As(err, &tooBig) {
 			msg = fmt.Sprintf("the request body is larger than %d bytes", maxRequestBytes)
 		}
-		return &Error{Reason: peer.ReasonMalformedRequest, Message: msg, Status: http.StatusBadRequest}
+		return &peering.Error{Reason: peering.ReasonMalformedRequest, Message: msg, Status: http.StatusBadRequest}
 	}
 	return nil
 }
@@ -243,7 +242,7 @@ func readRequest(w http.ResponseWriter, r *http.Request, v any, what string) err
 func writeJSON(w http.ResponseWriter, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		WriteError(w, err)
+		peering.WriteError(w, err)
 		return
 	}
 	h := w.Header()

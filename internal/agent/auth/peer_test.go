@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t *testing.T) {
@@ -26,12 +26,12 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 	tok := e.newToken(t, time.Now().Add(time.Hour), false)
 	c := newConsumer()
 
-	r := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), c), "")
+	r := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), c), "")
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	resp := r.response(t)
-	ns := TenantNamespace(c.name)
+	ns := offloadv1alpha1.TenantNamespace(c.name)
 	cred := resp.Credentials
 	if resp.ClusterID != e.clusterID || resp.ClusterName != "provider" || cred.TenantNamespace != ns ||
 		cred.APIServerURL != e.cfg.Host || cred.CACert != string(e.cfg.CAData) || cred.Token == "" {
@@ -53,25 +53,25 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 		t.Errorf("tenant credentialExpiry %v, want %v", tenant.Status.CredentialExpiry, cred.ExpirationTimestamp)
 	}
 	var nsObj corev1.Namespace
-	if err := e.admin.Get(ctx, client.ObjectKey{Name: ns}, &nsObj); err != nil || nsObj.Labels[TenantLabel] != c.id {
-		t.Errorf("namespace %s: labels %v, error %v; want %s=%s", ns, nsObj.Labels, err, TenantLabel, c.id)
+	if err := e.admin.Get(ctx, client.ObjectKey{Name: ns}, &nsObj); err != nil || nsObj.Labels[offloadv1alpha1.LabelTenant] != c.id {
+		t.Errorf("namespace %s: labels %v, error %v; want %s=%s", ns, nsObj.Labels, err, offloadv1alpha1.LabelTenant, c.id)
 	}
 	var rb rbacv1.RoleBinding
-	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: TenantRole}, &rb); err != nil {
+	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: offloadv1alpha1.TenantRole}, &rb); err != nil {
 		t.Fatal(err)
 	}
-	if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != TenantRole || len(rb.Subjects) != 1 || rb.Subjects[0].Name != ConsumerServiceAccount {
+	if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != offloadv1alpha1.TenantRole || len(rb.Subjects) != 1 || rb.Subjects[0].Name != offloadv1alpha1.ConsumerServiceAccount {
 		t.Errorf("RoleBinding binds %+v to %+v", rb.RoleRef, rb.Subjects)
 	}
 	var secret corev1.Secret
-	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peer.TokenSecretName(tok.ID)}, &secret); err != nil {
+	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peering.TokenSecretName(tok.ID)}, &secret); err != nil {
 		t.Fatal(err)
 	}
-	if string(secret.Data[peer.UsedByKey]) != c.id || len(secret.Data[peer.UsedAtKey]) == 0 {
-		t.Errorf("the token is not marked used by %s: used-by %q", c.id, secret.Data[peer.UsedByKey])
+	if string(secret.Data[peering.UsedByKey]) != c.id || len(secret.Data[peering.UsedAtKey]) == 0 {
+		t.Errorf("the token is not marked used by %s: used-by %q", c.id, secret.Data[peering.UsedByKey])
 	}
 
-	if got, wantUser := e.reviewToken(t, cred.Token), "system:serviceaccount:"+ns+":"+ConsumerServiceAccount; got != wantUser {
+	if got, wantUser := e.reviewToken(t, cred.Token), "system:serviceaccount:"+ns+":"+offloadv1alpha1.ConsumerServiceAccount; got != wantUser {
 		t.Errorf("the returned token authenticates as %q, want %q", got, wantUser)
 	}
 	// The credentials as the consumer uses them: URL, CA and token.
@@ -87,7 +87,7 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 	}
 
 	other := newConsumer()
-	if r := e.post(t, peer.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), other), ""); r.status != http.StatusOK {
+	if r := e.post(t, peering.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), other), ""); r.status != http.StatusOK {
 		t.Fatalf("peering a second consumer: %d %s", r.status, r.body)
 	}
 	const group = "offload.io"
@@ -101,7 +101,7 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 		{"it may not create ResourceOffers", "create", group, "resourceoffers", ns, false},
 		{"it may not read Secrets in its tenant namespace", "get", "", "secrets", ns, false},
 		{"it may not create RemoteNamespaces in another namespace", "create", group, "remotenamespaces", e.namespace, false},
-		{"it may not touch another tenant's namespace", "create", group, "remotenamespaces", TenantNamespace(other.name), false},
+		{"it may not touch another tenant's namespace", "create", group, "remotenamespaces", offloadv1alpha1.TenantNamespace(other.name), false},
 		{"it may not list nodes", "list", "", "nodes", "", false},
 		{"it may not list Secrets cluster-wide", "list", "", "secrets", "", false},
 		{"it may not create namespaces", "create", "", "namespaces", "", false},
@@ -114,8 +114,8 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 		})
 	}
 
-	again := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), newConsumer()), "")
-	again.wantError(t, http.StatusUnauthorized, peer.ReasonTokenUsed)
+	again := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), newConsumer()), "")
+	again.wantError(t, http.StatusUnauthorized, peering.ReasonTokenUsed)
 	if !strings.Contains(e.logs.String(), tok.ID) {
 		t.Errorf("the logs never name token %s:\n%s", tok.ID, e.logs.String())
 	}
@@ -128,10 +128,10 @@ func TestPeeringRefusesBadRequestsAndLeavesNothingBehind(t *testing.T) {
 	spent := func() string {
 		tok := e.newToken(t, time.Now().Add(time.Hour), false)
 		var s corev1.Secret
-		if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peer.TokenSecretName(tok.ID)}, &s); err != nil {
+		if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peering.TokenSecretName(tok.ID)}, &s); err != nil {
 			t.Fatal(err)
 		}
-		s.Data[peer.UsedAtKey], s.Data[peer.UsedByKey] = []byte(time.Now().UTC().Format(time.RFC3339)), []byte("someone")
+		s.Data[peering.UsedAtKey], s.Data[peering.UsedByKey] = []byte(time.Now().UTC().Format(time.RFC3339)), []byte("someone")
 		if err := e.admin.Update(ctx, &s); err != nil {
 			t.Fatal(err)
 		}
@@ -150,35 +150,35 @@ func TestPeeringRefusesBadRequestsAndLeavesNothingBehind(t *testing.T) {
 		wantStatus int
 		wantReason string
 	}{
-		{"a body that is not JSON is malformed", func(consumer) any { return "{not json" }, http.StatusBadRequest, peer.ReasonMalformedRequest},
+		{"a body that is not JSON is malformed", func(consumer) any { return "{not json" }, http.StatusBadRequest, peering.ReasonMalformedRequest},
 		{"a consumer name that is not DNS-1123 is malformed", func(c consumer) any {
 			r := e.peerRequest(valid(), c)
 			r.ClusterName = "Not_A_Name"
 			return r
-		}, http.StatusBadRequest, peer.ReasonMalformedRequest},
+		}, http.StatusBadRequest, peering.ReasonMalformedRequest},
 		{"a request for another provider is refused", func(c consumer) any {
 			r := e.peerRequest(valid(), c)
 			r.ProviderClusterID = "someone-else"
 			return r
-		}, http.StatusForbidden, peer.ReasonWrongCluster},
-		{"a malformed token is invalid", func(c consumer) any { return e.peerRequest("not-a-token", c) }, http.StatusUnauthorized, peer.ReasonInvalidToken},
-		{"an unknown token is invalid", func(c consumer) any { return e.peerRequest(unknown(), c) }, http.StatusUnauthorized, peer.ReasonInvalidToken},
-		{"a token with a wrong secret is invalid", func(c consumer) any { return e.peerRequest(wrongSecret(), c) }, http.StatusUnauthorized, peer.ReasonInvalidToken},
+		}, http.StatusForbidden, peering.ReasonWrongCluster},
+		{"a malformed token is invalid", func(c consumer) any { return e.peerRequest("not-a-token", c) }, http.StatusUnauthorized, peering.ReasonInvalidToken},
+		{"an unknown token is invalid", func(c consumer) any { return e.peerRequest(unknown(), c) }, http.StatusUnauthorized, peering.ReasonInvalidToken},
+		{"a token with a wrong secret is invalid", func(c consumer) any { return e.peerRequest(wrongSecret(), c) }, http.StatusUnauthorized, peering.ReasonInvalidToken},
 		{"an expired token is refused", func(c consumer) any {
 			return e.peerRequest(e.newToken(t, time.Now().Add(-time.Minute), false).String(), c)
-		}, http.StatusUnauthorized, peer.ReasonTokenExpired},
-		{"a used single-use token is refused", func(c consumer) any { return e.peerRequest(spent(), c) }, http.StatusUnauthorized, peer.ReasonTokenUsed},
+		}, http.StatusUnauthorized, peering.ReasonTokenExpired},
+		{"a used single-use token is refused", func(c consumer) any { return e.peerRequest(spent(), c) }, http.StatusUnauthorized, peering.ReasonTokenUsed},
 	}
 	messages := map[string]string{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newConsumer()
 			body := tt.body(c)
-			r := e.post(t, peer.PeerPath, body, "")
+			r := e.post(t, peering.PeerPath, body, "")
 			got := r.wantError(t, tt.wantStatus, tt.wantReason)
 			messages[tt.name] = got.Message
-			if req, ok := body.(peer.PeerRequest); ok {
-				if tok, err := peer.ParseToken(req.Token); err == nil && strings.Contains(string(r.body), tok.Secret) {
+			if req, ok := body.(peering.PeerRequest); ok {
+				if tok, err := peering.ParseToken(req.Token); err == nil && strings.Contains(string(r.body), tok.Secret) {
 					t.Errorf("the error body repeats the token secret: %s", r.body)
 				}
 			}
@@ -196,18 +196,18 @@ func TestPeeringRefusesBadRequestsAndLeavesNothingBehind(t *testing.T) {
 func TestPeeringAsANameAnotherClusterUsesConflictsWithoutSpendingTheToken(t *testing.T) {
 	e := newPeeringEnv(t)
 	first := newConsumer()
-	if r := e.post(t, peer.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), first), ""); r.status != http.StatusOK {
+	if r := e.post(t, peering.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), first), ""); r.status != http.StatusOK {
 		t.Fatalf("first peering: %d %s", r.status, r.body)
 	}
 	tok := e.newToken(t, time.Now().Add(time.Hour), false)
 	impostor := consumer{id: newConsumer().id, name: first.name}
-	e.post(t, peer.PeerPath, e.peerRequest(tok.String(), impostor), "").wantError(t, http.StatusConflict, peer.ReasonTenantConflict)
+	e.post(t, peering.PeerPath, e.peerRequest(tok.String(), impostor), "").wantError(t, http.StatusConflict, peering.ReasonTenantConflict)
 
 	var tenant offloadv1alpha1.Tenant
 	if err := e.admin.Get(context.Background(), client.ObjectKey{Name: first.name}, &tenant); err != nil || tenant.Spec.ClusterID != first.id {
 		t.Errorf("the first consumer's tenant changed: %+v, %v", tenant.Spec, err)
 	}
-	if r := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), newConsumer()), ""); r.status != http.StatusOK {
+	if r := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), newConsumer()), ""); r.status != http.StatusOK {
 		t.Errorf("the token was spent by the refused request: %d %s", r.status, r.body)
 	}
 }
@@ -216,15 +216,15 @@ func TestAFailedPeeringDeletesTheTenantItCreated(t *testing.T) {
 	e := newPeeringEnv(t)
 	c := newConsumer()
 	// A namespace of that name that is not the consumer's makes the second step fail.
-	mustCreate(t, e.admin, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: TenantNamespace(c.name)}})
-	e.post(t, peer.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), c), "").
-		wantError(t, http.StatusConflict, peer.ReasonTenantConflict)
+	mustCreate(t, e.admin, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantNamespace(c.name)}})
+	e.post(t, peering.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), c), "").
+		wantError(t, http.StatusConflict, peering.ReasonTenantConflict)
 	err := e.admin.Get(context.Background(), client.ObjectKey{Name: c.name}, &offloadv1alpha1.Tenant{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the tenant created before the failure is still there: %v", err)
 	}
 	var sa corev1.ServiceAccount
-	if err := e.admin.Get(context.Background(), client.ObjectKey{Namespace: TenantNamespace(c.name), Name: ConsumerServiceAccount}, &sa); !apierrors.IsNotFound(err) {
+	if err := e.admin.Get(context.Background(), client.ObjectKey{Namespace: offloadv1alpha1.TenantNamespace(c.name), Name: offloadv1alpha1.ConsumerServiceAccount}, &sa); !apierrors.IsNotFound(err) {
 		t.Errorf("a ServiceAccount was created in a namespace that is not the tenant's: %v", err)
 	}
 }
@@ -235,7 +235,7 @@ func TestAReusableTokenPeersTheSameConsumerTwiceIdempotently(t *testing.T) {
 	c := newConsumer()
 	var tokens []string
 	for i := 0; i < 2; i++ {
-		r := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), c), "")
+		r := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), c), "")
 		if r.status != http.StatusOK {
 			t.Fatalf("peering #%d: %d %s", i+1, r.status, r.body)
 		}
@@ -259,7 +259,7 @@ func TestAReusableTokenPeersTheSameConsumerTwiceIdempotently(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d tenants for the consumer, want 1", n)
 	}
-	if r := e.post(t, peer.PeerPath, e.peerRequest(tok.String(), newConsumer()), ""); r.status != http.StatusOK {
+	if r := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), newConsumer()), ""); r.status != http.StatusOK {
 		t.Errorf("a reusable token peers another consumer: %d %s", r.status, r.body)
 	}
 }
@@ -276,7 +276,7 @@ func TestConcurrentRequestsWithOneSingleUseTokenPeerExactlyOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			replies[i] = e.post(t, peer.PeerPath, e.peerRequest(tok.String(), consumers[i]), "")
+			replies[i] = e.post(t, peering.PeerPath, e.peerRequest(tok.String(), consumers[i]), "")
 		}()
 	}
 	wg.Wait()
@@ -286,7 +286,7 @@ func TestConcurrentRequestsWithOneSingleUseTokenPeerExactlyOnce(t *testing.T) {
 			ok++
 			continue
 		}
-		r.wantError(t, http.StatusUnauthorized, peer.ReasonTokenUsed)
+		r.wantError(t, http.StatusUnauthorized, peering.ReasonTokenUsed)
 		e.assertNothingFor(t, consumers[i])
 	}
 	if ok != 1 {

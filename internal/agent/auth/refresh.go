@@ -12,14 +12,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 const unauthorizedMessage = "the credentials are not valid for this provider: peer again with a token from `kubectl offload peer generate`"
 
 func unauthorized() error {
-	return &Error{Reason: peer.ReasonUnauthorized, Message: unauthorizedMessage, Status: http.StatusUnauthorized}
+	return &peering.Error{Reason: peering.ReasonUnauthorized, Message: unauthorizedMessage, Status: http.StatusUnauthorized}
 }
 
 func (p *Peering) handleRefresh(w http.ResponseWriter, r *http.Request) {
@@ -32,7 +31,7 @@ func (p *Peering) handleRefresh(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log = log.WithValues("consumer", t.Spec.ClusterName, "consumerID", t.Spec.ClusterID)
-	self, err := manager.ReadIdentity(ctx, p.client, p.opts.Namespace)
+	self, err := peering.ReadIdentity(ctx, p.client, p.opts.Namespace)
 	if err != nil {
 		p.fail(w, log, "Refreshing credentials", err)
 		return
@@ -68,7 +67,7 @@ func (p *Peering) handleUnpeer(w http.ResponseWriter, r *http.Request) {
 // token belongs to, as a TokenReview says, provided the Tenant has the
 // cluster ID of the body. Any mismatch is the same Unauthorized.
 func (p *Peering) authenticate(ctx context.Context, w http.ResponseWriter, r *http.Request) (*offloadv1alpha1.Tenant, error) {
-	var req peer.RefreshRequest
+	var req peering.RefreshRequest
 	if err := readRequest(w, r, &req, "RefreshRequest"); err != nil {
 		return nil, err
 	}
@@ -97,7 +96,7 @@ func (p *Peering) authenticate(ctx context.Context, w http.ResponseWriter, r *ht
 	if err != nil {
 		return nil, fmt.Errorf("reading tenant %s: %w", name, err)
 	}
-	if t.Spec.ClusterID != req.ClusterID || t.Spec.TenantNamespace != TenantNamespace(name) || t.DeletionTimestamp != nil {
+	if t.Spec.ClusterID != req.ClusterID || t.Spec.TenantNamespace != offloadv1alpha1.TenantNamespace(name) || t.DeletionTimestamp != nil {
 		p.opts.Logger.Info("A tenant token came with another cluster ID", "tenant", klog.KObj(&t), "consumerID", req.ClusterID)
 		return nil, unauthorized()
 	}

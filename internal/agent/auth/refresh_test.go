@@ -15,14 +15,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // peered peers a new consumer and returns it with its credentials.
-func (e *peeringEnv) peered(t *testing.T) (consumer, peer.Credentials) {
+func (e *peeringEnv) peered(t *testing.T) (consumer, peering.Credentials) {
 	t.Helper()
 	c := newConsumer()
-	r := e.post(t, peer.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), c), "")
+	r := e.post(t, peering.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), c), "")
 	if r.status != http.StatusOK {
 		t.Fatalf("peering: %d %s", r.status, r.body)
 	}
@@ -34,7 +34,7 @@ func TestRefreshWithTheCurrentTokenIssuesANewWorkingToken(t *testing.T) {
 	c, cred := e.peered(t)
 	time.Sleep(1100 * time.Millisecond) // so the new token's expiry differs
 
-	r := e.post(t, peer.RefreshPath, peer.RefreshRequest{ClusterID: c.id}, cred.Token)
+	r := e.post(t, peering.RefreshPath, peering.RefreshRequest{ClusterID: c.id}, cred.Token)
 	if r.status != http.StatusOK {
 		t.Fatalf("refresh: %d %s", r.status, r.body)
 	}
@@ -43,7 +43,7 @@ func TestRefreshWithTheCurrentTokenIssuesANewWorkingToken(t *testing.T) {
 	if fresh.Token == "" || fresh.Token == cred.Token || resp.ClusterID != e.clusterID || fresh.TenantNamespace != cred.TenantNamespace {
 		t.Errorf("refresh returned %+v, want a new token for namespace %s", resp, cred.TenantNamespace)
 	}
-	if want := "system:serviceaccount:" + cred.TenantNamespace + ":" + ConsumerServiceAccount; e.reviewToken(t, fresh.Token) != want {
+	if want := "system:serviceaccount:" + cred.TenantNamespace + ":" + offloadv1alpha1.ConsumerServiceAccount; e.reviewToken(t, fresh.Token) != want {
 		t.Errorf("the refreshed token does not authenticate as %s", want)
 	}
 	var tenant offloadv1alpha1.Tenant
@@ -59,7 +59,7 @@ func TestRefreshAndUnpeerRefuseWhatIsNotTheTenantsToken(t *testing.T) {
 	e := newPeeringEnv(t)
 	c, cred := e.peered(t)
 	other, otherCred := e.peered(t)
-	for _, path := range []string{peer.RefreshPath, peer.UnpeerPath} {
+	for _, path := range []string{peering.RefreshPath, peering.UnpeerPath} {
 		for _, tt := range []struct {
 			name   string
 			body   any
@@ -67,11 +67,11 @@ func TestRefreshAndUnpeerRefuseWhatIsNotTheTenantsToken(t *testing.T) {
 			want   int
 			reason string
 		}{
-			{"no Authorization header", peer.RefreshRequest{ClusterID: c.id}, "", http.StatusUnauthorized, peer.ReasonUnauthorized},
-			{"a garbage token", peer.RefreshRequest{ClusterID: c.id}, "garbage", http.StatusUnauthorized, peer.ReasonUnauthorized},
-			{"another tenant's token", peer.RefreshRequest{ClusterID: c.id}, otherCred.Token, http.StatusUnauthorized, peer.ReasonUnauthorized},
-			{"the token with another cluster ID", peer.RefreshRequest{ClusterID: other.id}, cred.Token, http.StatusUnauthorized, peer.ReasonUnauthorized},
-			{"a body that is not JSON", "{", cred.Token, http.StatusBadRequest, peer.ReasonMalformedRequest},
+			{"no Authorization header", peering.RefreshRequest{ClusterID: c.id}, "", http.StatusUnauthorized, peering.ReasonUnauthorized},
+			{"a garbage token", peering.RefreshRequest{ClusterID: c.id}, "garbage", http.StatusUnauthorized, peering.ReasonUnauthorized},
+			{"another tenant's token", peering.RefreshRequest{ClusterID: c.id}, otherCred.Token, http.StatusUnauthorized, peering.ReasonUnauthorized},
+			{"the token with another cluster ID", peering.RefreshRequest{ClusterID: other.id}, cred.Token, http.StatusUnauthorized, peering.ReasonUnauthorized},
+			{"a body that is not JSON", "{", cred.Token, http.StatusBadRequest, peering.ReasonMalformedRequest},
 		} {
 			t.Run(path+" with "+tt.name, func(t *testing.T) {
 				r := e.post(t, path, tt.body, tt.bearer)
@@ -83,14 +83,14 @@ func TestRefreshAndUnpeerRefuseWhatIsNotTheTenantsToken(t *testing.T) {
 		}
 	}
 	// A ServiceAccount token that authenticates, but is no tenant's.
-	intruder := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: e.namespace}}
+	intruder := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: e.namespace}}
 	mustCreate(t, e.admin, intruder)
 	tr := &authenticationv1.TokenRequest{}
 	if err := e.admin.SubResource("token").Create(context.Background(), intruder, tr); err != nil {
 		t.Fatal(err)
 	}
 	e.remember(tr.Status.Token)
-	e.post(t, peer.RefreshPath, peer.RefreshRequest{ClusterID: c.id}, tr.Status.Token).wantError(t, http.StatusUnauthorized, peer.ReasonUnauthorized)
+	e.post(t, peering.RefreshPath, peering.RefreshRequest{ClusterID: c.id}, tr.Status.Token).wantError(t, http.StatusUnauthorized, peering.ReasonUnauthorized)
 	for _, n := range []string{c.name, other.name} {
 		if err := e.admin.Get(context.Background(), client.ObjectKey{Name: n}, &offloadv1alpha1.Tenant{}); err != nil {
 			t.Errorf("tenant %s after refused requests: %v", n, err)
@@ -102,13 +102,13 @@ func TestUnpeerDeletesTheTenantAndRevokesItsTokensAtOnce(t *testing.T) {
 	e := newPeeringEnv(t)
 	ctx := context.Background()
 	c, cred := e.peered(t)
-	r := e.post(t, peer.RefreshPath, peer.RefreshRequest{ClusterID: c.id}, cred.Token)
+	r := e.post(t, peering.RefreshPath, peering.RefreshRequest{ClusterID: c.id}, cred.Token)
 	if r.status != http.StatusOK {
 		t.Fatalf("refresh: %d %s", r.status, r.body)
 	}
 	refreshed := r.response(t).Credentials.Token
 
-	r = e.post(t, peer.UnpeerPath, peer.RefreshRequest{ClusterID: c.id}, cred.Token)
+	r = e.post(t, peering.UnpeerPath, peering.RefreshRequest{ClusterID: c.id}, cred.Token)
 	if r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != "{}" {
 		t.Fatalf("unpeer: %d %s, want 200 {}", r.status, r.body)
 	}
@@ -120,7 +120,7 @@ func TestUnpeerDeletesTheTenantAndRevokesItsTokensAtOnce(t *testing.T) {
 		t.Error("the tenant namespace is not being deleted")
 	}
 	var sa corev1.ServiceAccount
-	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: cred.TenantNamespace, Name: ConsumerServiceAccount}, &sa); !apierrors.IsNotFound(err) {
+	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: cred.TenantNamespace, Name: offloadv1alpha1.ConsumerServiceAccount}, &sa); !apierrors.IsNotFound(err) {
 		t.Errorf("the consumer's ServiceAccount is still there: %v", err)
 	}
 	// kube-apiserver caches successful token authentications for 10s, so
@@ -134,6 +134,6 @@ func TestUnpeerDeletesTheTenantAndRevokesItsTokensAtOnce(t *testing.T) {
 		}
 	}
 	// The credentials are gone, so a repeated unpeer or refresh is refused.
-	e.post(t, peer.UnpeerPath, peer.RefreshRequest{ClusterID: c.id}, cred.Token).wantError(t, http.StatusUnauthorized, peer.ReasonUnauthorized)
-	e.post(t, peer.RefreshPath, peer.RefreshRequest{ClusterID: c.id}, refreshed).wantError(t, http.StatusUnauthorized, peer.ReasonUnauthorized)
+	e.post(t, peering.UnpeerPath, peering.RefreshRequest{ClusterID: c.id}, cred.Token).wantError(t, http.StatusUnauthorized, peering.ReasonUnauthorized)
+	e.post(t, peering.RefreshPath, peering.RefreshRequest{ClusterID: c.id}, refreshed).wantError(t, http.StatusUnauthorized, peering.ReasonUnauthorized)
 }

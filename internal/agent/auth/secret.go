@@ -11,19 +11,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 const (
 	// CASecretName is the Secret, in the agent's namespace, that holds the
 	// auth CA. The auth service creates it on its first start and reuses it
 	// afterwards.
-	CASecretName = names.AuthCASecret
+	CASecretName = offloadv1alpha1.AuthCASecret
 	// CASecretType is the type of the CA Secret. It is not kubernetes.io/tls
 	// because that type requires tls.crt and tls.key.
 	CASecretType corev1.SecretType = "offload.io/auth-ca"
 	// CACertKey is the key of the PEM CA certificate in the CA Secret.
-	CACertKey = names.AuthCACertKey
+	CACertKey = offloadv1alpha1.AuthCACertKey
 	// CAKeyKey is the key of the PEM CA private key in the CA Secret.
 	CAKeyKey = "ca.key"
 )

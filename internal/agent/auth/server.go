@@ -1,7 +1,7 @@
 // Package auth is the peering authentication service of offload-agent: an
 // HTTPS server whose certificate comes from a CA the agent manages itself
 // (Secret offload-auth-ca), plus a plain-HTTP health server for the kubelet's
-// probes. Consumers pin that CA by the hash peer.CACertHash returns.
+// probes. Consumers pin that CA by the hash peering.CACertHash returns.
 package auth
 
 import (
@@ -18,8 +18,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // caLoadTimeout bounds reading or creating the CA Secret at start, so an
@@ -80,7 +80,7 @@ func (o Options) Validate() error {
 // for: the auth Service's in-cluster names, the extra TLSSANs, and
 // localhost.
 func (o Options) Hosts() []string {
-	svc := names.Auth
+	svc := offloadv1alpha1.Auth
 	hosts := []string{
 		svc,
 		svc + "." + o.Namespace,
@@ -149,7 +149,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading the auth CA: %w", err)
 	}
-	hash, err := peer.CACertHash(ca.CertPEM)
+	hash, err := peering.CACertHash(ca.CertPEM)
 	if err != nil {
 		return err
 	}

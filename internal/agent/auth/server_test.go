@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -81,7 +82,7 @@ func TestAuthServerAnswersUnknownPathsWithAJSONNotFound(t *testing.T) {
 		t.Errorf("POST /v1/nope = %d %s, want 404 application/json", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	got := decodeBody(t, string(body))
-	if len(got) != 2 || got["reason"] != ReasonNotFound || !strings.Contains(got["message"], "/v1/nope") {
+	if len(got) != 2 || got["reason"] != peering.ReasonNotFound || !strings.Contains(got["message"], "/v1/nope") {
 		t.Errorf("body %s, want {\"reason\":\"NotFound\",\"message\":\"... /v1/nope\"}", body)
 	}
 }

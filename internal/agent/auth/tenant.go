@@ -17,34 +17,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
-const (
-	// TenantNamespacePrefix starts the name of every tenant namespace:
-	// offload-tenant-<consumer name>.
-	TenantNamespacePrefix = "offload-tenant-"
-	// TenantLabel labels a tenant namespace with its consumer's cluster ID.
-	TenantLabel = "offload.io/tenant"
-	// ConsumerServiceAccount is the ServiceAccount of a consumer in its
-	// tenant namespace; its tokens are the consumer's credentials.
-	ConsumerServiceAccount = peer.ConsumerServiceAccount
-	// TenantRole is the ClusterRole a consumer's ServiceAccount is bound to,
-	// by a RoleBinding of the same name in its tenant namespace only.
-	TenantRole = peer.TenantRole
-	// cleanupTimeout bounds the deletions that undo a failed peering.
-	cleanupTimeout = 30 * time.Second
-)
-
-// TenantNamespace returns the tenant namespace of the consumer named name.
-func TenantNamespace(consumerName string) string { return TenantNamespacePrefix + consumerName }
+// cleanupTimeout bounds the deletions that undo a failed peering.
+const cleanupTimeout = 30 * time.Second
 
 // validateConsumer checks a consumer's cluster ID and name before anything
 // is created for it.
 func validateConsumer(id, name, selfID string) error {
 	bad := func(format string, args ...any) error {
-		return &Error{Reason: peer.ReasonMalformedRequest, Message: fmt.Sprintf(format, args...), Status: http.StatusBadRequest}
+		return &peering.Error{Reason: peering.ReasonMalformedRequest, Message: fmt.Sprintf(format, args...), Status: http.StatusBadRequest}
 	}
 	if id == "" || name == "" {
 		return bad("the request needs the consumer's clusterID and clusterName: upgrade kubectl-offload on the consumer")
@@ -55,9 +38,9 @@ func validateConsumer(id, name, selfID string) error {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 		return bad("the consumer clusterName %q is not a DNS-1123 label: %s", name, errs[0])
 	}
-	if ns := TenantNamespace(name); len(ns) > validation.DNS1123LabelMaxLength {
+	if ns := offloadv1alpha1.TenantNamespace(name); len(ns) > validation.DNS1123LabelMaxLength {
 		return bad("the consumer clusterName %q is too long: at most %d characters", name,
-			validation.DNS1123LabelMaxLength-len(TenantNamespacePrefix))
+			validation.DNS1123LabelMaxLength-len(offloadv1alpha1.TenantNamespacePrefix))
 	}
 	if id == selfID {
 		return bad("a cluster cannot peer with itself: run the peer command on another cluster")
@@ -66,7 +49,7 @@ func validateConsumer(id, name, selfID string) error {
 }
 
 func tenantConflict(format string, args ...any) error {
-	return &Error{Reason: peer.ReasonTenantConflict, Message: fmt.Sprintf(format, args...), Status: http.StatusConflict}
+	return &peering.Error{Reason: peering.ReasonTenantConflict, Message: fmt.Sprintf(format, args...), Status: http.StatusConflict}
 }
 
 // checkTenantFree refuses, before the token is spent, a consumer name that
@@ -87,7 +70,7 @@ func verifyTenant(t *offloadv1alpha1.Tenant, id, name string) error {
 	if t.Spec.ClusterID != id {
 		return tenantConflict("another cluster named %s is already peered with this provider: unpeer it first, or peer from a cluster with another name", name)
 	}
-	if t.DeletionTimestamp != nil || t.Spec.TenantNamespace != TenantNamespace(name) {
+	if t.DeletionTimestamp != nil || t.Spec.TenantNamespace != offloadv1alpha1.TenantNamespace(name) {
 		return tenantConflict("the tenant %s is being removed: retry in a minute", name)
 	}
 	return nil
@@ -126,17 +109,17 @@ func (p *Peering) provision(ctx context.Context, id, name string, log klog.Logge
 		return verify()
 	}
 
-	ns := TenantNamespace(name)
+	ns := offloadv1alpha1.TenantNamespace(name)
 	t := &offloadv1alpha1.Tenant{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{TenantLabel: id}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{offloadv1alpha1.LabelTenant: id}},
 		Spec:       offloadv1alpha1.TenantSpec{ClusterID: id, ClusterName: name, TenantNamespace: ns},
 	}
 	if err := step(t, func() error { return verifyTenant(t, id, name) }); err != nil {
 		return nil, nil, err
 	}
-	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{TenantLabel: id}}}
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{offloadv1alpha1.LabelTenant: id}}}
 	if err := step(nsObj, func() error {
-		if nsObj.Labels[TenantLabel] != id {
+		if nsObj.Labels[offloadv1alpha1.LabelTenant] != id {
 			return tenantConflict("namespace %s exists and does not belong to this consumer: delete it on the provider, or peer from a cluster with another name", ns)
 		}
 		if nsObj.DeletionTimestamp != nil {
@@ -146,19 +129,19 @@ func (p *Peering) provision(ctx context.Context, id, name string, log klog.Logge
 	}); err != nil {
 		return nil, nil, err
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: ns}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}}
 	if err := step(sa, func() error { return nil }); err != nil {
 		return nil, nil, err
 	}
-	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: ConsumerServiceAccount, Namespace: ns}
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}
 	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: TenantRole, Namespace: ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: TenantRole},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantRole, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: offloadv1alpha1.TenantRole},
 		Subjects:   []rbacv1.Subject{subject},
 	}
 	if err := step(rb, func() error {
-		if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != TenantRole || len(rb.Subjects) != 1 || rb.Subjects[0] != subject {
-			return fmt.Errorf("RoleBinding %s/%s grants something else than ClusterRole %s to %s", ns, TenantRole, TenantRole, ConsumerServiceAccount)
+		if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != offloadv1alpha1.TenantRole || len(rb.Subjects) != 1 || rb.Subjects[0] != subject {
+			return fmt.Errorf("RoleBinding %s/%s grants something else than ClusterRole %s to %s", ns, offloadv1alpha1.TenantRole, offloadv1alpha1.TenantRole, offloadv1alpha1.ConsumerServiceAccount)
 		}
 		return nil
 	}); err != nil {
@@ -193,14 +176,14 @@ func (p *Peering) deleteIfExists(ctx context.Context, o client.Object) error {
 
 // issue mints a new token of the tenant's ServiceAccount, records its
 // expiry in the Tenant's status and returns the credentials.
-func (p *Peering) issue(ctx context.Context, t *offloadv1alpha1.Tenant, self manager.Identity) (*peer.PeerResponse, error) {
+func (p *Peering) issue(ctx context.Context, t *offloadv1alpha1.Tenant, self peering.Identity) (*peering.PeerResponse, error) {
 	caCert, err := p.apiServerCA(ctx)
 	if err != nil {
 		return nil, err
 	}
 	secs := int64(p.opts.CredentialExpiration / time.Second)
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: t.Spec.TenantNamespace}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: t.Spec.TenantNamespace}}
 	if err := p.client.SubResource("token").Create(ctx, sa, tr); err != nil {
 		return nil, fmt.Errorf("requesting a token for ServiceAccount %s: %w", klog.KObj(sa), err)
 	}
@@ -210,10 +193,10 @@ func (p *Peering) issue(ctx context.Context, t *offloadv1alpha1.Tenant, self man
 	if err := p.client.Status().Patch(ctx, t, patch); err != nil {
 		return nil, fmt.Errorf("recording the credential expiry of tenant %s: %w", t.Name, err)
 	}
-	return &peer.PeerResponse{
+	return &peering.PeerResponse{
 		ClusterID:   self.ID,
 		ClusterName: self.Name,
-		Credentials: peer.Credentials{
+		Credentials: peering.Credentials{
 			APIServerURL:        p.opts.APIServerURL,
 			CACert:              string(caCert),
 			Token:               tr.Status.Token,
@@ -249,8 +232,8 @@ func (p *Peering) teardown(ctx context.Context, t *offloadv1alpha1.Tenant) error
 	// milliseconds, while the API server keeps accepting a token it has
 	// already validated for up to 10 s after its ServiceAccount is gone.
 	for _, o := range []client.Object{
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: TenantRole, Namespace: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: ns}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantRole, Namespace: ns}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: t.Name}},
 	} {
@@ -265,9 +248,9 @@ func (p *Peering) teardown(ctx context.Context, t *offloadv1alpha1.Tenant) error
 // user name, system:serviceaccount:offload-tenant-<name>:offload-consumer.
 func consumerFromUsername(username string) (string, bool) {
 	parts := strings.Split(username, ":")
-	if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" || parts[3] != ConsumerServiceAccount {
+	if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" || parts[3] != offloadv1alpha1.ConsumerServiceAccount {
 		return "", false
 	}
-	name, ok := strings.CutPrefix(parts[2], TenantNamespacePrefix)
+	name, ok := strings.CutPrefix(parts[2], offloadv1alpha1.TenantNamespacePrefix)
 	return name, ok && name != ""
 }

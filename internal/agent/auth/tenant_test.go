@@ -26,8 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -65,7 +64,7 @@ func newPeeringEnv(t *testing.T) *peeringEnv {
 	ns := newNamespace(t, admin)
 	e := &peeringEnv{cfg: cfg, admin: admin, namespace: ns, clusterID: string(uuid.NewUUID()), logs: &syncBuffer{}}
 	mustCreate(t, admin, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: ns},
 		Data:       map[string]string{"clusterID": e.clusterID, "clusterName": "provider"},
 	})
 	authClient := newClient(t, e.authSAConfig(t))
@@ -133,7 +132,7 @@ func installClusterObjects(t *testing.T, c client.Client) {
 	clusterObjects.Do(func() {
 		// The rules of charts/offload/templates/rbac-auth.yaml.
 		mustCreate(t, c, &rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: TenantRole},
+			ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantRole},
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"offload.io"}, Resources: []string{"remotenamespaces"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 				{APIGroups: []string{"offload.io"}, Resources: []string{"resourceoffers"}, Verbs: []string{"get", "list", "watch"}},
@@ -148,7 +147,7 @@ func installClusterObjects(t *testing.T, c client.Client) {
 				{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "create", "delete"}},
 				{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 				{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "create", "delete"}},
-				{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"bind"}, ResourceNames: []string{TenantRole}},
+				{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"bind"}, ResourceNames: []string{offloadv1alpha1.TenantRole}},
 				{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 			},
 		})
@@ -194,14 +193,14 @@ func mustCreate(t *testing.T, c client.Client, o client.Object) {
 }
 
 // newToken stores a peering token in the install namespace.
-func (e *peeringEnv) newToken(t *testing.T, expires time.Time, reusable bool) peer.Token {
+func (e *peeringEnv) newToken(t *testing.T, expires time.Time, reusable bool) peering.Token {
 	t.Helper()
-	tok, err := peer.GenerateToken()
+	tok, err := peering.GenerateToken()
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.remember(tok.Secret)
-	mustCreate(t, e.admin, peer.NewTokenSecret(e.namespace, tok, expires, reusable))
+	mustCreate(t, e.admin, peering.NewTokenSecret(e.namespace, tok, expires, reusable))
 	return tok
 }
 
@@ -212,8 +211,8 @@ func newConsumer() consumer {
 	return consumer{id: string(uuid.NewUUID()), name: "consumer-" + rand.String(6)}
 }
 
-func (e *peeringEnv) peerRequest(tok string, c consumer) peer.PeerRequest {
-	return peer.PeerRequest{Token: tok, ClusterID: c.id, ClusterName: c.name, ProviderClusterID: e.clusterID}
+func (e *peeringEnv) peerRequest(tok string, c consumer) peering.PeerRequest {
+	return peering.PeerRequest{Token: tok, ClusterID: c.id, ClusterName: c.name, ProviderClusterID: e.clusterID}
 }
 
 type reply struct {
@@ -252,24 +251,24 @@ func (e *peeringEnv) post(t *testing.T, path string, body any, bearer string) re
 		t.Fatal(err)
 	}
 	r := reply{status: resp.StatusCode, body: out}
-	if r.status == http.StatusOK && path != peer.UnpeerPath {
+	if r.status == http.StatusOK && path != peering.UnpeerPath {
 		e.remember(r.response(t).Credentials.Token)
 	}
 	return r
 }
 
-func (r reply) response(t *testing.T) peer.PeerResponse {
+func (r reply) response(t *testing.T) peering.PeerResponse {
 	t.Helper()
-	var resp peer.PeerResponse
+	var resp peering.PeerResponse
 	if err := json.Unmarshal(r.body, &resp); err != nil {
 		t.Fatalf("body %s is not a PeerResponse: %v", r.body, err)
 	}
 	return resp
 }
 
-func (r reply) error(t *testing.T) Error {
+func (r reply) error(t *testing.T) peering.Error {
 	t.Helper()
-	var e Error
+	var e peering.Error
 	if err := json.Unmarshal(r.body, &e); err != nil || e.Reason == "" {
 		t.Fatalf("body %s is not an auth Error: %v", r.body, err)
 	}
@@ -277,7 +276,7 @@ func (r reply) error(t *testing.T) Error {
 }
 
 // wantError checks the status and reason of a refusal.
-func (r reply) wantError(t *testing.T, status int, reason string) Error {
+func (r reply) wantError(t *testing.T, status int, reason string) peering.Error {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("status %d (%s), want %d %s", r.status, r.body, status, reason)
@@ -307,9 +306,9 @@ func (e *peeringEnv) reviewToken(t *testing.T, token string) string {
 // resource in namespace ("" for cluster-wide).
 func (e *peeringEnv) can(t *testing.T, c consumer, verb, group, resource, namespace string) bool {
 	t.Helper()
-	ns := TenantNamespace(c.name)
+	ns := offloadv1alpha1.TenantNamespace(c.name)
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User:               "system:serviceaccount:" + ns + ":" + ConsumerServiceAccount,
+		User:               "system:serviceaccount:" + ns + ":" + offloadv1alpha1.ConsumerServiceAccount,
 		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Namespace: namespace},
 	}}
@@ -326,8 +325,8 @@ func (e *peeringEnv) assertNothingFor(t *testing.T, c consumer) {
 	ctx := context.Background()
 	for _, o := range []client.Object{
 		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: c.name}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: TenantNamespace(c.name)}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: TenantNamespace(c.name)}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantNamespace(c.name)}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: offloadv1alpha1.TenantNamespace(c.name)}},
 	} {
 		err := e.admin.Get(ctx, client.ObjectKeyFromObject(o), o)
 		if err == nil && o.GetDeletionTimestamp() == nil {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // newCA returns an auth CA and its pin.
@@ -22,7 +22,7 @@ func newCA(t *testing.T) (*auth.CA, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hash, err := peer.CACertHash(ca.CertPEM)
+	hash, err := peering.CACertHash(ca.CertPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +83,11 @@ func TestThePinnedClientTrustsOnlyTheServerThePinnedCASigned(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv, requests := tlsServer(t, tt.cert, ok)
-			c := newAuthClient(srv.URL, pin, 5*time.Second)
-			_, err := c.Peer(context.Background(), peer.PeerRequest{Token: "abc123.0123456789abcdef"})
-			var pinErr *PinError
+			c := peering.NewClient(srv.URL, pin, 5*time.Second)
+			_, err := c.Peer(context.Background(), peering.PeerRequest{Token: "abc123.0123456789abcdef"})
+			var pinErr *peering.PinError
 			if tt.wantErr == "" {
-				var authErr *AuthError
+				var authErr *peering.Error
 				if !errors.As(err, &authErr) || authErr.Status != http.StatusTeapot {
 					t.Fatalf("Peer = %v, want the server's answer", err)
 				}
@@ -111,8 +111,8 @@ func TestThePinnedClientDoesNotFollowRedirects(t *testing.T) {
 	srv, requests := tlsServer(t, servingCert(t, ca), func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
 	})
-	_, err := newAuthClient(srv.URL, pin, 5*time.Second).Peer(context.Background(), peer.PeerRequest{Token: "abc123.0123456789abcdef"})
-	var authErr *AuthError
+	_, err := peering.NewClient(srv.URL, pin, 5*time.Second).Peer(context.Background(), peering.PeerRequest{Token: "abc123.0123456789abcdef"})
+	var authErr *peering.Error
 	if !errors.As(err, &authErr) || authErr.Status != http.StatusTemporaryRedirect {
 		t.Fatalf("Peer = %v, want the redirect as an error", err)
 	}

@@ -16,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -27,8 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // Reasons of the Authenticated condition set by the agent itself; the auth
@@ -103,7 +100,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, fmt.Errorf("adding finalizer %s: %w", offloadv1alpha1.FinalizerUnpeer, err)
 		}
 	}
-	kubeconfig, err := r.getSecret(ctx, peer.PeerKubeconfigSecretName(fc.Name))
+	kubeconfig, err := r.getSecret(ctx, peering.PeerKubeconfigSecretName(fc.Name))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -112,7 +109,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err != nil || !res.IsZero() {
 			return res, err
 		}
-		if kubeconfig, err = r.getSecret(ctx, peer.PeerKubeconfigSecretName(fc.Name)); err != nil || kubeconfig == nil {
+		if kubeconfig, err = r.getSecret(ctx, peering.PeerKubeconfigSecretName(fc.Name)); err != nil || kubeconfig == nil {
 			return ctrl.Result{}, errors.Join(err, errors.New("the kubeconfig Secret vanished right after it was written"))
 		}
 	}
@@ -130,27 +127,27 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 		return ctrl.Result{}, r.setFailed(ctx, fc, ReasonInvalidSpec,
 			"spec.authURL and spec.caCertHash are required for outgoing peering: run kubectl offload peer out-of-band with the command peer generate printed")
 	}
-	tokenSecret, err := r.getSecret(ctx, peer.PeerTokenSecretName(fc.Name))
+	tokenSecret, err := r.getSecret(ctx, peering.PeerTokenSecretName(fc.Name))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if tokenSecret == nil || len(tokenSecret.Data[peer.PeerTokenKey]) == 0 {
+	if tokenSecret == nil || len(tokenSecret.Data[peering.PeerTokenKey]) == 0 {
 		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, ReasonTokenMissing, fmt.Sprintf(
 			"no peering token in Secret %s: generate one on the provider with `kubectl offload peer generate` and run the command it prints here",
-			peer.PeerTokenSecretName(fc.Name)))
+			peering.PeerTokenSecretName(fc.Name)))
 	}
-	identity, err := r.identity(ctx)
+	identity, err := peering.ReadIdentity(ctx, r.Reader, r.Namespace)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	resp, err := r.authClient(fc).Peer(ctx, peer.PeerRequest{
-		Token:             string(tokenSecret.Data[peer.PeerTokenKey]),
-		ClusterID:         identity.Data["clusterID"],
-		ClusterName:       identity.Data["clusterName"],
+	resp, err := r.authClient(fc).Peer(ctx, peering.PeerRequest{
+		Token:             peering.PeerToken(tokenSecret),
+		ClusterID:         identity.ID,
+		ClusterName:       identity.Name,
 		ProviderClusterID: fc.Spec.ClusterID,
 	})
-	var pinErr *PinError
-	var authErr *AuthError
+	var pinErr *peering.PinError
+	var authErr *peering.Error
 	switch {
 	case errors.As(err, &pinErr):
 		logger.Info("The auth server's CA does not match the pin", "foreignCluster", klog.KObj(fc), "authURL", fc.Spec.AuthURL, "reason", pinErr.Reason)
@@ -174,7 +171,7 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 			fmt.Sprintf("cannot reach the auth service at %s: %v; retrying; check that --auth-url is reachable from this cluster", fc.Spec.AuthURL, err)), err)
 	}
 	if resp.ClusterID != "" && resp.ClusterID != fc.Spec.ClusterID {
-		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, peer.ReasonWrongCluster, fmt.Sprintf(
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, peering.ReasonWrongCluster, fmt.Sprintf(
 			"the auth service answered as cluster %s, not %s: check --cluster-id", resp.ClusterID, fc.Spec.ClusterID))
 	}
 	secret, err := r.kubeconfigSecret(fc, resp.Credentials)
@@ -195,19 +192,17 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 // authenticated finishes a peering whose kubeconfig Secret exists: it
 // deletes the spent token, fills spec.apiServerURL and sets the status.
 func (r *Reconciler) authenticated(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, kubeconfig *corev1.Secret) error {
-	tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: peer.PeerTokenSecretName(fc.Name)}}
+	tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: peering.PeerTokenSecretName(fc.Name)}}
 	if err := r.Client.Delete(ctx, tokenSecret); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting the spent token Secret %s: %w", tokenSecret.Name, err)
 	}
 	status := fc.Status.DeepCopy()
 	if fc.Spec.APIServerURL == "" {
-		cfg, err := clientcmd.Load(kubeconfig.Data[peer.PeerKubeconfigKey])
+		cfg, _, err := peering.TenantConfig(fc.Name, kubeconfig.Data[peering.PeerKubeconfigKey])
 		if err != nil {
-			return fmt.Errorf("reading Secret %s: %w", kubeconfig.Name, err)
+			return err
 		}
-		for _, c := range cfg.Clusters {
-			fc.Spec.APIServerURL = c.Server
-		}
+		fc.Spec.APIServerURL = cfg.Host
 		if err := r.Client.Update(ctx, fc); err != nil {
 			return fmt.Errorf("setting spec.apiServerURL: %w", err)
 		}
@@ -221,7 +216,7 @@ func (r *Reconciler) authenticated(ctx context.Context, fc *offloadv1alpha1.Fore
 		})
 		fc.Status.Auth = offloadv1alpha1.PhaseEstablished
 	}
-	if expiry, _, err := credentialTimes(kubeconfig); err == nil {
+	if expiry, _, err := peering.CredentialTimes(kubeconfig); err == nil {
 		fc.Status.CredentialExpiry = &metav1.Time{Time: expiry}
 	}
 	switch fc.Status.Role {
@@ -263,27 +258,10 @@ func (r *Reconciler) setFailed(ctx context.Context, fc *offloadv1alpha1.ForeignC
 }
 
 // kubeconfigSecret builds the Secret holding creds, owned by fc.
-func (r *Reconciler) kubeconfigSecret(fc *offloadv1alpha1.ForeignCluster, creds peer.Credentials) (*corev1.Secret, error) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[fc.Name] = &clientcmdapi.Cluster{Server: creds.APIServerURL, CertificateAuthorityData: []byte(creds.CACert)}
-	cfg.AuthInfos[fc.Name] = &clientcmdapi.AuthInfo{Token: creds.Token}
-	cfg.Contexts[fc.Name] = &clientcmdapi.Context{Cluster: fc.Name, AuthInfo: fc.Name, Namespace: creds.TenantNamespace}
-	cfg.CurrentContext = fc.Name
-	data, err := clientcmd.Write(*cfg)
+func (r *Reconciler) kubeconfigSecret(fc *offloadv1alpha1.ForeignCluster, creds peering.Credentials) (*corev1.Secret, error) {
+	s, err := peering.NewKubeconfigSecret(r.Namespace, fc.Name, creds, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("writing the kubeconfig: %w", err)
-	}
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: peer.PeerKubeconfigSecretName(fc.Name), Namespace: r.Namespace,
-			Labels: map[string]string{peer.ForeignClusterLabel: fc.Name},
-		},
-		Type: peer.PeerKubeconfigSecretType,
-		Data: map[string][]byte{
-			peer.PeerKubeconfigKey: data,
-			peer.PeerExpirationKey: []byte(creds.ExpirationTimestamp.UTC().Format(time.RFC3339)),
-			peer.PeerIssuedKey:     []byte(time.Now().UTC().Format(time.RFC3339)),
-		},
+		return nil, err
 	}
 	if err := controllerutil.SetOwnerReference(fc, s, r.Client.Scheme()); err != nil {
 		return nil, fmt.Errorf("owning the kubeconfig Secret: %w", err)
@@ -302,17 +280,4 @@ func (r *Reconciler) getSecret(ctx context.Context, name string) (*corev1.Secret
 		return nil, fmt.Errorf("reading Secret %s: %w", name, err)
 	}
 	return &s, nil
-}
-
-// identity reads this cluster's identity ConfigMap.
-func (r *Reconciler) identity(ctx context.Context) (*corev1.ConfigMap, error) {
-	var cm corev1.ConfigMap
-	key := types.NamespacedName{Namespace: r.Namespace, Name: names.IdentityConfigMap}
-	if err := r.Reader.Get(ctx, key, &cm); err != nil {
-		return nil, fmt.Errorf("reading the cluster identity ConfigMap %s: %w", key, err)
-	}
-	if cm.Data["clusterID"] == "" {
-		return nil, fmt.Errorf("the cluster identity ConfigMap %s has no clusterID: run kubectl offload upgrade to restore it", key)
-	}
-	return &cm, nil
 }

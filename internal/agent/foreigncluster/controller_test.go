@@ -25,9 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 
@@ -51,8 +49,8 @@ type consumerEnv struct {
 	r          *Reconciler
 
 	mu       sync.Mutex
-	requests []peer.PeerRequest
-	answer   func(w http.ResponseWriter, req peer.PeerRequest, providerID string)
+	requests []peering.PeerRequest
+	answer   func(w http.ResponseWriter, req peering.PeerRequest, providerID string)
 }
 
 func newConsumerEnv(t *testing.T) *consumerEnv {
@@ -61,15 +59,15 @@ func newConsumerEnv(t *testing.T) *consumerEnv {
 	installCRDs(t, c)
 	e := &consumerEnv{c: c, namespace: newNamespace(t, c), consumerID: string(uuid.NewUUID()), providerID: string(uuid.NewUUID())}
 	mustCreate(t, c, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: e.namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: e.namespace},
 		Data:       map[string]string{"clusterID": e.consumerID, "clusterName": "consumer"},
 	})
 	e.answer = grantCredentials
 	ca, pin := newCA(t)
 	e.pin = pin
 	srv, _ := tlsServer(t, servingCert(t, ca), func(w http.ResponseWriter, r *http.Request) {
-		var req peer.PeerRequest
-		if r.URL.Path != peer.PeerPath || json.NewDecoder(r.Body).Decode(&req) != nil {
+		var req peering.PeerRequest
+		if r.URL.Path != peering.PeerPath || json.NewDecoder(r.Body).Decode(&req) != nil {
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return
 		}
@@ -84,16 +82,16 @@ func newConsumerEnv(t *testing.T) *consumerEnv {
 	return e
 }
 
-func grantCredentials(w http.ResponseWriter, _ peer.PeerRequest, providerID string) {
+func grantCredentials(w http.ResponseWriter, _ peering.PeerRequest, providerID string) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(peer.PeerResponse{ClusterID: providerID, ClusterName: "provider", Credentials: peer.Credentials{
+	_ = json.NewEncoder(w).Encode(peering.PeerResponse{ClusterID: providerID, ClusterName: "provider", Credentials: peering.Credentials{
 		APIServerURL: providerAPIURL, CACert: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", Token: tenantSAToken,
 		ExpirationTimestamp: time.Now().Add(time.Hour), TenantNamespace: "tenant-consumer",
 	}})
 }
 
-func refuseExpired(w http.ResponseWriter, _ peer.PeerRequest, _ string) {
-	auth.WriteError(w, &auth.Error{Reason: peer.ReasonTokenExpired, Message: tokenExpired, Status: http.StatusUnauthorized})
+func refuseExpired(w http.ResponseWriter, _ peering.PeerRequest, _ string) {
+	peering.WriteError(w, &peering.Error{Reason: peering.ReasonTokenExpired, Message: tokenExpired, Status: http.StatusUnauthorized})
 }
 
 func (e *consumerEnv) requestCount() int {
@@ -108,9 +106,9 @@ func (e *consumerEnv) peerWith(t *testing.T, pin string) string {
 	t.Helper()
 	name := "provider-" + rand.String(6)
 	mustCreate(t, e.c, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: peer.PeerTokenSecretName(name), Namespace: e.namespace, Labels: map[string]string{peer.ForeignClusterLabel: name}},
-		Type:       peer.PeerAuthTokenSecretType,
-		Data:       map[string][]byte{peer.PeerTokenKey: []byte(testToken)},
+		ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName(name), Namespace: e.namespace, Labels: map[string]string{peering.ForeignClusterLabel: name}},
+		Type:       peering.PeerAuthTokenSecretType,
+		Data:       map[string][]byte{peering.PeerTokenKey: []byte(testToken)},
 	})
 	mustCreate(t, e.c, &offloadv1alpha1.ForeignCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -166,20 +164,20 @@ func TestAnAcceptedTokenBecomesAKubeconfigSecretAndIsDeleted(t *testing.T) {
 		t.Fatalf("Reconcile: %v", err)
 	}
 
-	if got := e.requests[0]; got != (peer.PeerRequest{Token: testToken, ClusterID: e.consumerID, ClusterName: "consumer", ProviderClusterID: e.providerID}) {
+	if got := e.requests[0]; got != (peering.PeerRequest{Token: testToken, ClusterID: e.consumerID, ClusterName: "consumer", ProviderClusterID: e.providerID}) {
 		t.Errorf("the provider got %+v", got)
 	}
-	s := e.secret(t, peer.PeerKubeconfigSecretName(name))
+	s := e.secret(t, peering.PeerKubeconfigSecretName(name))
 	if s == nil {
 		t.Fatal("no kubeconfig Secret")
 	}
-	if s.Type != peer.PeerKubeconfigSecretType || s.Labels[peer.ForeignClusterLabel] != name || len(s.OwnerReferences) != 1 {
+	if s.Type != peering.PeerKubeconfigSecretType || s.Labels[peering.ForeignClusterLabel] != name || len(s.OwnerReferences) != 1 {
 		t.Errorf("kubeconfig Secret type %s, labels %v, owners %v", s.Type, s.Labels, s.OwnerReferences)
 	}
-	if _, err := time.Parse(time.RFC3339, string(s.Data[peer.PeerExpirationKey])); err != nil {
+	if _, err := time.Parse(time.RFC3339, string(s.Data[peering.PeerExpirationKey])); err != nil {
 		t.Errorf("expiration: %v", err)
 	}
-	cfg, err := clientcmd.Load(s.Data[peer.PeerKubeconfigKey])
+	cfg, err := clientcmd.Load(s.Data[peering.PeerKubeconfigKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +185,7 @@ func TestAnAcceptedTokenBecomesAKubeconfigSecretAndIsDeleted(t *testing.T) {
 	if cfg.Clusters[kctx.Cluster].Server != providerAPIURL || cfg.AuthInfos[kctx.AuthInfo].Token != tenantSAToken || kctx.Namespace != "tenant-consumer" {
 		t.Errorf("the kubeconfig does not hold the credentials: %+v", cfg)
 	}
-	if e.secret(t, peer.PeerTokenSecretName(name)) != nil {
+	if e.secret(t, peering.PeerTokenSecretName(name)) != nil {
 		t.Error("the spent token Secret still exists")
 	}
 	fc := e.foreignCluster(t, name)
@@ -222,16 +220,16 @@ func TestARefusedTokenSetsTheProvidersReasonAndIsNotRetriedAtOnce(t *testing.T) 
 	}
 	fc := e.foreignCluster(t, name)
 	c := authenticated(t, fc)
-	if c.Status != metav1.ConditionFalse || c.Reason != peer.ReasonTokenExpired || c.Message != tokenExpired {
+	if c.Status != metav1.ConditionFalse || c.Reason != peering.ReasonTokenExpired || c.Message != tokenExpired {
 		t.Errorf("Authenticated = %+v, want False with the provider's reason and message", c)
 	}
 	if fc.Status.Auth != offloadv1alpha1.PhaseFailed {
 		t.Errorf("status.auth = %s, want Failed", fc.Status.Auth)
 	}
-	if e.secret(t, peer.PeerKubeconfigSecretName(name)) != nil {
+	if e.secret(t, peering.PeerKubeconfigSecretName(name)) != nil {
 		t.Error("a kubeconfig Secret exists")
 	}
-	if e.secret(t, peer.PeerTokenSecretName(name)) == nil {
+	if e.secret(t, peering.PeerTokenSecretName(name)) == nil {
 		t.Error("the token Secret was deleted")
 	}
 }
@@ -253,7 +251,7 @@ func TestAnAuthServerWithAnotherCAGetsNoTokenAndIsReportedAsAPinMismatch(t *test
 	if strings.Contains(c.Message, testSecret) {
 		t.Error("the message contains the token")
 	}
-	if e.secret(t, peer.PeerKubeconfigSecretName(name)) != nil {
+	if e.secret(t, peering.PeerKubeconfigSecretName(name)) != nil {
 		t.Error("a kubeconfig Secret exists")
 	}
 }

@@ -15,8 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // renewedToken is the token the fake provider issues on /v1/refresh.
@@ -26,7 +25,7 @@ const renewedToken = "renewed-tenant-sa-token"
 type providerCall struct {
 	path   string
 	bearer string
-	body   peer.RefreshRequest
+	body   peering.RefreshRequest
 }
 
 // fakeProvider is a provider's auth service over TLS, signed by the CA that
@@ -48,8 +47,8 @@ func newFakeProvider(t *testing.T, providerID string) *fakeProvider {
 	ca, pin := newCA(t)
 	p := &fakeProvider{pin: pin, refresh: refuse(http.StatusNotImplemented), unpeer: unpeered}
 	p.srv, _ = tlsServer(t, servingCert(t, ca), func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == peer.PeerPath {
-			var req peer.PeerRequest
+		if r.URL.Path == peering.PeerPath {
+			var req peering.PeerRequest
 			if json.NewDecoder(r.Body).Decode(&req) != nil {
 				http.Error(w, "bad request", http.StatusBadRequest)
 				return
@@ -64,7 +63,7 @@ func newFakeProvider(t *testing.T, providerID string) *fakeProvider {
 		}
 		p.mu.Lock()
 		p.calls = append(p.calls, call)
-		answer := map[string]http.HandlerFunc{peer.RefreshPath: p.refresh, peer.UnpeerPath: p.unpeer}[r.URL.Path]
+		answer := map[string]http.HandlerFunc{peering.RefreshPath: p.refresh, peering.UnpeerPath: p.unpeer}[r.URL.Path]
 		p.mu.Unlock()
 		if answer == nil {
 			http.NotFound(w, r)
@@ -104,7 +103,7 @@ func (p *fakeProvider) callsTo(path string) []providerCall {
 func renew(expiry time.Time) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(peer.PeerResponse{Credentials: peer.Credentials{
+		_ = json.NewEncoder(w).Encode(peering.PeerResponse{Credentials: peering.Credentials{
 			APIServerURL: providerAPIURL, CACert: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", Token: renewedToken,
 			ExpirationTimestamp: expiry, TenantNamespace: "tenant-consumer",
 		}})
@@ -114,7 +113,7 @@ func renew(expiry time.Time) http.HandlerFunc {
 // refuse answers with an auth service error of status.
 func refuse(status int) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
-		auth.WriteError(w, &auth.Error{Reason: peer.ReasonUnauthorized, Message: "the credentials are not valid", Status: status})
+		peering.WriteError(w, &peering.Error{Reason: peering.ReasonUnauthorized, Message: "the credentials are not valid", Status: status})
 	}
 }
 
@@ -136,13 +135,13 @@ func newPeeredEnv(t *testing.T, issued, expiry time.Time) (*consumerEnv, *fakePr
 	if c := authenticated(t, e.foreignCluster(t, name)); c.Status != metav1.ConditionTrue {
 		t.Fatalf("Authenticated = %+v, want True", c)
 	}
-	s := e.secret(t, peer.PeerKubeconfigSecretName(name))
-	s.Data[peer.PeerIssuedKey] = []byte(issued.UTC().Format(time.RFC3339))
-	s.Data[peer.PeerExpirationKey] = []byte(expiry.UTC().Format(time.RFC3339))
+	s := e.secret(t, peering.PeerKubeconfigSecretName(name))
+	s.Data[peering.PeerIssuedKey] = []byte(issued.UTC().Format(time.RFC3339))
+	s.Data[peering.PeerExpirationKey] = []byte(expiry.UTC().Format(time.RFC3339))
 	if err := e.c.Update(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(p.callsTo(peer.RefreshPath)); n != 0 {
+	if n := len(p.callsTo(peering.RefreshPath)); n != 0 {
 		t.Fatalf("the provider got %d refresh calls while peering", n)
 	}
 	return e, p, name
@@ -151,7 +150,7 @@ func newPeeredEnv(t *testing.T, issued, expiry time.Time) (*consumerEnv, *fakePr
 // kubeconfigToken returns the token of the kubeconfig Secret s.
 func kubeconfigToken(t *testing.T, s *corev1.Secret) string {
 	t.Helper()
-	cfg, err := clientcmd.Load(s.Data[peer.PeerKubeconfigKey])
+	cfg, err := clientcmd.Load(s.Data[peering.PeerKubeconfigKey])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // Reasons of Authenticated=False once the credentials could not be renewed.
@@ -44,20 +43,6 @@ const (
 	maxRefreshRetry = time.Minute
 )
 
-// credentialTimes returns when the credentials of a kubeconfig Secret
-// expire and when they were issued (the Secret's creation when not recorded).
-func credentialTimes(s *corev1.Secret) (expiry, issued time.Time, err error) {
-	expiry, err = time.Parse(time.RFC3339, string(s.Data[peer.PeerExpirationKey]))
-	if err != nil {
-		return time.Time{}, time.Time{}, fmt.Errorf("secret %s has no valid %q: %w", s.Name, peer.PeerExpirationKey, err)
-	}
-	issued, err = time.Parse(time.RFC3339, string(s.Data[peer.PeerIssuedKey]))
-	if err != nil || issued.After(expiry) {
-		issued = s.CreationTimestamp.Time
-	}
-	return expiry, issued, nil
-}
-
 // refreshTime is when credentials issued at issued and expiring at expiry
 // are renewed.
 func refreshTime(issued, expiry time.Time) time.Time {
@@ -74,25 +59,11 @@ func retryDelay(expiry, now time.Time) time.Duration {
 	return min(max(expiry.Sub(now)/10, minRefreshRetry), maxRefreshRetry)
 }
 
-// bearerToken returns the token of the kubeconfig in Secret s.
-func bearerToken(s *corev1.Secret) (string, error) {
-	cfg, err := clientcmd.Load(s.Data[peer.PeerKubeconfigKey])
-	if err != nil {
-		return "", fmt.Errorf("reading Secret %s: %w", s.Name, err)
-	}
-	for _, a := range cfg.AuthInfos {
-		if a.Token != "" {
-			return a.Token, nil
-		}
-	}
-	return "", fmt.Errorf("secret %s holds no token", s.Name)
-}
-
 // rotate renews the credentials through the provider's /v1/refresh once
 // two thirds of their lifetime has passed, and asks to be called again
 // when the next renewal is due.
 func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offloadv1alpha1.ForeignCluster, kubeconfig *corev1.Secret) (ctrl.Result, error) {
-	expiry, issued, err := credentialTimes(kubeconfig)
+	expiry, issued, err := peering.CredentialTimes(kubeconfig)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -100,16 +71,16 @@ func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offload
 	if due := refreshTime(issued, expiry); now.Before(due) {
 		return ctrl.Result{RequeueAfter: due.Sub(now)}, nil
 	}
-	token, err := bearerToken(kubeconfig)
+	token, err := peering.BearerToken(kubeconfig)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	identity, err := r.identity(ctx)
+	identity, err := peering.ReadIdentity(ctx, r.Reader, r.Namespace)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	resp, err := r.authClient(fc).Refresh(ctx, token, identity.Data["clusterID"])
-	var authErr *AuthError
+	resp, err := r.authClient(fc).Refresh(ctx, token, identity.ID)
+	var authErr *peering.Error
 	switch {
 	case errors.As(err, &authErr) && authErr.Status == http.StatusUnauthorized:
 		logger.Info("The provider refused to renew the credentials", "foreignCluster", klog.KObj(fc), "reason", authErr.Reason)
@@ -159,10 +130,10 @@ func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offload
 }
 
 // authClient returns a client of the auth service of fc.
-func (r *Reconciler) authClient(fc *offloadv1alpha1.ForeignCluster) *authClient {
+func (r *Reconciler) authClient(fc *offloadv1alpha1.ForeignCluster) *peering.Client {
 	timeout := r.HTTPClientTimeout
 	if timeout <= 0 {
 		timeout = DefaultHTTPClientTimeout
 	}
-	return newAuthClient(fc.Spec.AuthURL, fc.Spec.CACertHash, timeout)
+	return peering.NewClient(fc.Spec.AuthURL, fc.Spec.CACertHash, timeout)
 }

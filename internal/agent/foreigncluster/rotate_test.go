@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 func TestCredentialsAreNotRenewedBeforeTwoThirdsOfTheirLifetime(t *testing.T) {
@@ -25,13 +25,13 @@ func TestCredentialsAreNotRenewedBeforeTwoThirdsOfTheirLifetime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	if n := len(p.callsTo(peer.RefreshPath)); n != 0 {
+	if n := len(p.callsTo(peering.RefreshPath)); n != 0 {
 		t.Errorf("the provider got %d refresh calls, want none before the renewal is due", n)
 	}
 	if res.RequeueAfter < due.Sub(after) || res.RequeueAfter > due.Sub(before) {
 		t.Errorf("Reconcile = %+v, want a requeue when the renewal is due, in %v", res, due.Sub(before))
 	}
-	if got := kubeconfigToken(t, e.secret(t, peer.PeerKubeconfigSecretName(name))); got != tenantSAToken {
+	if got := kubeconfigToken(t, e.secret(t, peering.PeerKubeconfigSecretName(name))); got != tenantSAToken {
 		t.Errorf("the kubeconfig holds token %q, want the one issued at peering", got)
 	}
 	fc := e.foreignCluster(t, name)
@@ -45,7 +45,7 @@ func TestDueCredentialsAreRenewedWithTheCurrentTokenAndStoredInTheSameSecret(t *
 	e, p, name := newPeeredEnv(t, now.Add(-50*time.Minute), now.Add(10*time.Minute))
 	renewedExpiry := now.Add(2 * time.Hour)
 	p.answerRefresh(renew(renewedExpiry))
-	old := e.secret(t, peer.PeerKubeconfigSecretName(name))
+	old := e.secret(t, peering.PeerKubeconfigSecretName(name))
 
 	before := time.Now()
 	res, err := e.reconcile(t, name)
@@ -54,26 +54,26 @@ func TestDueCredentialsAreRenewedWithTheCurrentTokenAndStoredInTheSameSecret(t *
 		t.Fatalf("Reconcile: %v", err)
 	}
 
-	calls := p.callsTo(peer.RefreshPath)
+	calls := p.callsTo(peering.RefreshPath)
 	if len(calls) != 1 {
 		t.Fatalf("the provider got %d refresh calls, want 1", len(calls))
 	}
-	if want := (providerCall{path: peer.RefreshPath, bearer: tenantSAToken, body: peer.RefreshRequest{ClusterID: e.consumerID}}); calls[0] != want {
+	if want := (providerCall{path: peering.RefreshPath, bearer: tenantSAToken, body: peering.RefreshRequest{ClusterID: e.consumerID}}); calls[0] != want {
 		t.Errorf("the provider got %+v, want %+v", calls[0], want)
 	}
-	s := e.secret(t, peer.PeerKubeconfigSecretName(name))
-	if s.UID != old.UID || s.Type != old.Type || s.Labels[peer.ForeignClusterLabel] != name || len(s.OwnerReferences) != 1 {
+	s := e.secret(t, peering.PeerKubeconfigSecretName(name))
+	if s.UID != old.UID || s.Type != old.Type || s.Labels[peering.ForeignClusterLabel] != name || len(s.OwnerReferences) != 1 {
 		t.Errorf("the kubeconfig Secret was replaced or lost its type, label or owner: %+v", s.ObjectMeta)
 	}
 	if got := kubeconfigToken(t, s); got != renewedToken {
 		t.Errorf("the kubeconfig holds token %q, want the renewed one", got)
 	}
-	if got, want := string(s.Data[peer.PeerExpirationKey]), renewedExpiry.UTC().Format(time.RFC3339); got != want {
-		t.Errorf("%s = %s, want %s", peer.PeerExpirationKey, got, want)
+	if got, want := string(s.Data[peering.PeerExpirationKey]), renewedExpiry.UTC().Format(time.RFC3339); got != want {
+		t.Errorf("%s = %s, want %s", peering.PeerExpirationKey, got, want)
 	}
-	issued, err := time.Parse(time.RFC3339, string(s.Data[peer.PeerIssuedKey]))
+	issued, err := time.Parse(time.RFC3339, string(s.Data[peering.PeerIssuedKey]))
 	if err != nil || issued.Before(before.Truncate(time.Second)) || issued.After(after) {
-		t.Errorf("%s = %s, want the time of the renewal", peer.PeerIssuedKey, s.Data[peer.PeerIssuedKey])
+		t.Errorf("%s = %s, want the time of the renewal", peering.PeerIssuedKey, s.Data[peering.PeerIssuedKey])
 	}
 
 	fc := e.foreignCluster(t, name)
@@ -92,7 +92,7 @@ func TestDueCredentialsAreRenewedWithTheCurrentTokenAndStoredInTheSameSecret(t *
 	if _, err := e.reconcile(t, name); err != nil {
 		t.Fatalf("second Reconcile: %v", err)
 	}
-	if n := len(p.callsTo(peer.RefreshPath)); n != 1 {
+	if n := len(p.callsTo(peering.RefreshPath)); n != 1 {
 		t.Errorf("the provider got %d refresh calls, want 1: renewed credentials are not due", n)
 	}
 }
@@ -110,7 +110,7 @@ func TestARefusedRenewalSetsCredentialsRefusedAndSaysToPeerAgain(t *testing.T) {
 	if res.RequeueAfter <= 0 || res.RequeueAfter > maxRefreshRetry {
 		t.Errorf("Reconcile = %+v, want a retry within %v", res, maxRefreshRetry)
 	}
-	if n := len(p.callsTo(peer.RefreshPath)); n != 1 {
+	if n := len(p.callsTo(peering.RefreshPath)); n != 1 {
 		t.Errorf("the provider got %d refresh calls, want 1", n)
 	}
 	fc := e.foreignCluster(t, name)
@@ -125,7 +125,7 @@ func TestARefusedRenewalSetsCredentialsRefusedAndSaysToPeerAgain(t *testing.T) {
 		t.Errorf("status.auth = %s, want Failed", fc.Status.Auth)
 	}
 	assertNoTokens(t, fc)
-	if got := kubeconfigToken(t, e.secret(t, peer.PeerKubeconfigSecretName(name))); got != tenantSAToken {
+	if got := kubeconfigToken(t, e.secret(t, peering.PeerKubeconfigSecretName(name))); got != tenantSAToken {
 		t.Errorf("the kubeconfig holds token %q, want the current one, still valid until %v", got, expiry)
 	}
 
@@ -183,7 +183,7 @@ func TestAFailedRenewalIsRetriedSoonWithoutChangingTheCondition(t *testing.T) {
 				t.Errorf("status.auth = %s, want Established", fc.Status.Auth)
 			}
 			assertNoTokens(t, fc)
-			if got := kubeconfigToken(t, e.secret(t, peer.PeerKubeconfigSecretName(name))); got != tenantSAToken {
+			if got := kubeconfigToken(t, e.secret(t, peering.PeerKubeconfigSecretName(name))); got != tenantSAToken {
 				t.Errorf("the kubeconfig holds token %q, want the current one", got)
 			}
 		})
@@ -243,31 +243,31 @@ func TestCredentialTimesReadsTheSecretAndFallsBackToItsCreation(t *testing.T) {
 	}{
 		{
 			name:       "both times are read",
-			data:       map[string]string{peer.PeerExpirationKey: "2025-03-01T13:00:00Z", peer.PeerIssuedKey: "2025-03-01T12:00:00Z"},
+			data:       map[string]string{peering.PeerExpirationKey: "2025-03-01T13:00:00Z", peering.PeerIssuedKey: "2025-03-01T12:00:00Z"},
 			wantIssued: issued,
 		},
 		{
 			name:       "other time zones are read",
-			data:       map[string]string{peer.PeerExpirationKey: "2025-03-01T14:00:00+01:00", peer.PeerIssuedKey: "2025-03-01T13:00:00+01:00"},
+			data:       map[string]string{peering.PeerExpirationKey: "2025-03-01T14:00:00+01:00", peering.PeerIssuedKey: "2025-03-01T13:00:00+01:00"},
 			wantIssued: issued,
 		},
 		{
 			name:       "a missing issue time is the Secret's creation",
-			data:       map[string]string{peer.PeerExpirationKey: "2025-03-01T13:00:00Z"},
+			data:       map[string]string{peering.PeerExpirationKey: "2025-03-01T13:00:00Z"},
 			wantIssued: created,
 		},
 		{
 			name:       "a malformed issue time is the Secret's creation",
-			data:       map[string]string{peer.PeerExpirationKey: "2025-03-01T13:00:00Z", peer.PeerIssuedKey: "yesterday"},
+			data:       map[string]string{peering.PeerExpirationKey: "2025-03-01T13:00:00Z", peering.PeerIssuedKey: "yesterday"},
 			wantIssued: created,
 		},
 		{
 			name:       "an issue time after the expiry is the Secret's creation",
-			data:       map[string]string{peer.PeerExpirationKey: "2025-03-01T13:00:00Z", peer.PeerIssuedKey: "2025-03-01T14:00:00Z"},
+			data:       map[string]string{peering.PeerExpirationKey: "2025-03-01T13:00:00Z", peering.PeerIssuedKey: "2025-03-01T14:00:00Z"},
 			wantIssued: created,
 		},
-		{name: "a missing expiry is an error", data: map[string]string{peer.PeerIssuedKey: "2025-03-01T12:00:00Z"}, wantErr: true},
-		{name: "a malformed expiry is an error", data: map[string]string{peer.PeerExpirationKey: "1h"}, wantErr: true},
+		{name: "a missing expiry is an error", data: map[string]string{peering.PeerIssuedKey: "2025-03-01T12:00:00Z"}, wantErr: true},
+		{name: "a malformed expiry is an error", data: map[string]string{peering.PeerExpirationKey: "1h"}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -275,10 +275,10 @@ func TestCredentialTimesReadsTheSecretAndFallsBackToItsCreation(t *testing.T) {
 			for k, v := range tt.data {
 				s.Data[k] = []byte(v)
 			}
-			gotExpiry, gotIssued, err := credentialTimes(s)
+			gotExpiry, gotIssued, err := peering.CredentialTimes(s)
 			if tt.wantErr {
-				if err == nil || !strings.Contains(err.Error(), peer.PeerExpirationKey) {
-					t.Errorf("credentialTimes = %v, %v, %v, want an error naming %q", gotExpiry, gotIssued, err, peer.PeerExpirationKey)
+				if err == nil || !strings.Contains(err.Error(), peering.PeerExpirationKey) {
+					t.Errorf("credentialTimes = %v, %v, %v, want an error naming %q", gotExpiry, gotIssued, err, peering.PeerExpirationKey)
 				}
 				return
 			}

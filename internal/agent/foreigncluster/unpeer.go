@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // unpeerRetryInterval is how often the agent retries a provider that could
@@ -35,7 +35,7 @@ func (r *Reconciler) unpeer(ctx context.Context, logger klog.Logger, fc *offload
 	if !controllerutil.ContainsFinalizer(fc, offloadv1alpha1.FinalizerUnpeer) {
 		return ctrl.Result{}, nil
 	}
-	kubeconfig, err := r.getSecret(ctx, peer.PeerKubeconfigSecretName(fc.Name))
+	kubeconfig, err := r.getSecret(ctx, peering.PeerKubeconfigSecretName(fc.Name))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -48,7 +48,7 @@ func (r *Reconciler) unpeer(ctx context.Context, logger klog.Logger, fc *offload
 		}
 		logger.Info("The provider removed this cluster's tenant", "foreignCluster", klog.KObj(fc))
 	}
-	for _, name := range []string{peer.PeerKubeconfigSecretName(fc.Name), peer.PeerTokenSecretName(fc.Name)} {
+	for _, name := range []string{peering.PeerKubeconfigSecretName(fc.Name), peering.PeerTokenSecretName(fc.Name)} {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: name}}
 		if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("deleting Secret %s: %w", name, err)
@@ -64,19 +64,19 @@ func (r *Reconciler) unpeer(ctx context.Context, logger klog.Logger, fc *offload
 // releaseTenant calls the provider's /v1/unpeer. A provider that no longer
 // accepts the credentials has nothing left for this cluster to remove.
 func (r *Reconciler) releaseTenant(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, kubeconfig *corev1.Secret) error {
-	token, err := bearerToken(kubeconfig)
+	token, err := peering.BearerToken(kubeconfig)
 	if err != nil {
 		return err
 	}
-	identity, err := r.identity(ctx)
+	identity, err := peering.ReadIdentity(ctx, r.Reader, r.Namespace)
 	if err != nil {
 		return err
 	}
-	err = r.authClient(fc).Unpeer(ctx, token, identity.Data["clusterID"])
-	var authErr *AuthError
+	err = r.authClient(fc).Unpeer(ctx, token, identity.ID)
+	var authErr *peering.Error
 	if errors.As(err, &authErr) && authErr.Status == http.StatusUnauthorized {
 		log := ctrl.LoggerFrom(ctx)
-		if expiry, _, terr := credentialTimes(kubeconfig); terr == nil && time.Now().After(expiry) {
+		if expiry, _, terr := peering.CredentialTimes(kubeconfig); terr == nil && time.Now().After(expiry) {
 			log.Info("The credentials expired: the provider keeps this cluster's tenant until it is removed there with kubectl offload unpeer",
 				"foreignCluster", klog.KObj(fc), "expiration", expiry)
 		}

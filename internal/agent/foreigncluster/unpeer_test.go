@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // newFreshlyPeeredEnv returns a peered consumer whose credentials are
@@ -51,7 +51,7 @@ func (e *consumerEnv) forceUnpeer(t *testing.T, name string) {
 // ForeignCluster name is gone, or goes within a few seconds.
 func (e *consumerEnv) assertUnpeered(t *testing.T, name string) {
 	t.Helper()
-	for _, s := range []string{peer.PeerKubeconfigSecretName(name), peer.PeerTokenSecretName(name)} {
+	for _, s := range []string{peering.PeerKubeconfigSecretName(name), peering.PeerTokenSecretName(name)} {
 		if e.secret(t, s) != nil {
 			t.Errorf("Secret %s still exists", s)
 		}
@@ -70,7 +70,7 @@ func TestPeeringAddsTheUnpeerFinalizerBeforeTheTokenIsSpent(t *testing.T) {
 	name := e.peerWith(t, e.pin)
 	finalizerOnPeering := false
 	e.mu.Lock()
-	e.answer = func(w http.ResponseWriter, req peer.PeerRequest, providerID string) {
+	e.answer = func(w http.ResponseWriter, req peering.PeerRequest, providerID string) {
 		var fc offloadv1alpha1.ForeignCluster
 		err := e.c.Get(context.Background(), types.NamespacedName{Name: name}, &fc)
 		e.mu.Lock()
@@ -131,11 +131,11 @@ func TestDeletingAPeeredClusterRemovesItsTenantOnTheProvider(t *testing.T) {
 			if _, err := e.reconcile(t, name); err != nil {
 				t.Fatalf("Reconcile: %v", err)
 			}
-			calls := p.callsTo(peer.UnpeerPath)
+			calls := p.callsTo(peering.UnpeerPath)
 			if len(calls) != 1 {
 				t.Fatalf("the provider got %d unpeer calls, want 1", len(calls))
 			}
-			if want := (providerCall{path: peer.UnpeerPath, bearer: tenantSAToken, body: peer.RefreshRequest{ClusterID: e.consumerID}}); calls[0] != want {
+			if want := (providerCall{path: peering.UnpeerPath, bearer: tenantSAToken, body: peering.RefreshRequest{ClusterID: e.consumerID}}); calls[0] != want {
 				t.Errorf("the provider got %+v, want %+v", calls[0], want)
 			}
 			e.assertUnpeered(t, name)
@@ -173,16 +173,16 @@ func TestAProviderThatCannotUnpeerKeepsTheForeignClusterUntilTheUnpeerIsForced(t
 				t.Errorf("Unpeered = %+v, want False %s with the --force hint", c, ReasonUnpeerFailed)
 			}
 			assertNoTokens(t, fc)
-			if e.secret(t, peer.PeerKubeconfigSecretName(name)) == nil {
+			if e.secret(t, peering.PeerKubeconfigSecretName(name)) == nil {
 				t.Error("the kubeconfig Secret was deleted: the agent cannot retry")
 			}
 
-			calls := len(p.callsTo(peer.UnpeerPath))
+			calls := len(p.callsTo(peering.UnpeerPath))
 			e.forceUnpeer(t, name)
 			if _, err := e.reconcile(t, name); err != nil {
 				t.Fatalf("Reconcile after --force: %v", err)
 			}
-			if n := len(p.callsTo(peer.UnpeerPath)); n != calls {
+			if n := len(p.callsTo(peering.UnpeerPath)); n != calls {
 				t.Errorf("the provider got %d more unpeer calls after --force, want none", n-calls)
 			}
 			e.assertUnpeered(t, name)
@@ -198,7 +198,7 @@ func TestAForcedUnpeerCallsNoProvider(t *testing.T) {
 	if _, err := e.reconcile(t, name); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	if n := len(p.callsTo(peer.UnpeerPath)); n != 0 {
+	if n := len(p.callsTo(peering.UnpeerPath)); n != 0 {
 		t.Errorf("the provider got %d unpeer calls, want none", n)
 	}
 	e.assertUnpeered(t, name)
@@ -211,7 +211,7 @@ func TestAClusterDeletedBeforeItAuthenticatedLeavesNoTokenBehind(t *testing.T) {
 	if _, err := e.reconcile(t, name); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	if e.secret(t, peer.PeerTokenSecretName(name)) == nil {
+	if e.secret(t, peering.PeerTokenSecretName(name)) == nil {
 		t.Fatal("the token Secret is gone before the deletion")
 	}
 	e.deleteForeignCluster(t, name)

@@ -17,13 +17,13 @@ import (
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 
 // LeaderElectionID is the name of the Lease, in the agent's namespace, that
 // the controller-manager replicas compete for.
-const LeaderElectionID = names.ControllerManager
+const LeaderElectionID = offloadv1alpha1.ControllerManager
 
 // Options configure the controller-manager.
 type Options struct {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -69,7 +69,7 @@ func TestControllerManagerFailsWithoutTheClusterIdentity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := Run(ctx, cfg, o)
-	if err == nil || !strings.Contains(err.Error(), names.IdentityConfigMap) {
+	if err == nil || !strings.Contains(err.Error(), offloadv1alpha1.IdentityConfigMap) {
 		t.Fatalf("Run returned %v, want an error naming the identity ConfigMap", err)
 	}
 	if ctx.Err() != nil {
@@ -136,7 +136,7 @@ func testOptions(t *testing.T, namespace string) Options {
 func createIdentity(t *testing.T, c client.Client, namespace string) {
 	t.Helper()
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: namespace},
 		Data:       map[string]string{"clusterID": "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab", "clusterName": "test"},
 	}
 	if err := c.Create(context.Background(), cm); err != nil {

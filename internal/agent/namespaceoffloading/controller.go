@@ -29,9 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 const (
@@ -86,7 +84,7 @@ type Reconciler struct {
 	Namespace string
 
 	mu        sync.Mutex
-	identity  *manager.Identity
+	identity  *peering.Identity
 	providers map[string]*provider
 
 	// skipNameValidation lets tests start the controller more than once
@@ -103,7 +101,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Reader = mgr.GetAPIReader()
 	}
 	virtual := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetLabels()[virtualnode.TypeLabel] == virtualnode.TypeLabelValue
+		return o.GetLabels()[offloadv1alpha1.LabelType] == offloadv1alpha1.TypeVirtualNode
 	}))
 	all := handler.EnqueueRequestsFromMapFunc(r.all)
 	err := ctrl.NewControllerManagedBy(mgr).
@@ -265,18 +263,18 @@ func (r *Reconciler) label(ctx context.Context, ns string, offloaded bool) error
 }
 
 // consumer returns this cluster's identity, read once.
-func (r *Reconciler) consumer(ctx context.Context) (manager.Identity, error) {
+func (r *Reconciler) consumer(ctx context.Context) (peering.Identity, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.identity != nil {
 		return *r.identity, nil
 	}
-	id, err := manager.ReadIdentity(ctx, r.Reader, r.Namespace)
+	id, err := peering.ReadIdentity(ctx, r.Reader, r.Namespace)
 	if err != nil {
-		return manager.Identity{}, err
+		return peering.Identity{}, err
 	}
 	if id.Name == "" {
-		return manager.Identity{}, fmt.Errorf("the cluster identity ConfigMap %s/%s has no clusterName: run kubectl offload upgrade to restore it", r.Namespace, names.IdentityConfigMap)
+		return peering.Identity{}, fmt.Errorf("the cluster identity ConfigMap %s/%s has no clusterName: run kubectl offload upgrade to restore it", r.Namespace, offloadv1alpha1.IdentityConfigMap)
 	}
 	r.identity = &id
 	return id, nil

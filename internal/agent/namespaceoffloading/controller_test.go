@@ -13,8 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 func TestAnOffloadedNamespaceGetsARemoteNamespaceAndIsReadyOnceTheProviderServesIt(t *testing.T) {
@@ -26,7 +25,7 @@ func TestAnOffloadedNamespaceGetsARemoteNamespaceAndIsReadyOnceTheProviderServes
 	if res := e.reconcile(); res.RequeueAfter < minPendingRequeue || res.RequeueAfter > time.Second {
 		t.Errorf("requeue after %s, want about %s while new and not Ready", res.RequeueAfter, minPendingRequeue)
 	}
-	twin := names.TwinNamespace(e.ns, e.id.Name, e.id.ID)
+	twin := offloadv1alpha1.TwinNamespace(e.ns, e.id.Name, e.id.ID)
 	rn := e.remote(p)
 	if rn == nil {
 		t.Fatalf("no RemoteNamespace %s in tenant namespace %s", e.ns, p.tenant)
@@ -162,11 +161,11 @@ func TestAnUnreachableProviderKeepsItsLastKnownPhase(t *testing.T) {
 		t.Fatal(err)
 	}
 	var secret corev1.Secret
-	key := types.NamespacedName{Namespace: e.install, Name: peer.PeerKubeconfigSecretName(p.fc.Name)}
+	key := types.NamespacedName{Namespace: e.install, Name: peering.PeerKubeconfigSecretName(p.fc.Name)}
 	if err := e.c.Get(context.Background(), key, &secret); err != nil {
 		t.Fatal(err)
 	}
-	secret.Data[peer.PeerKubeconfigKey] = data
+	secret.Data[peering.PeerKubeconfigKey] = data
 	if err := e.c.Update(context.Background(), &secret); err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -51,7 +49,7 @@ func newEnv(t *testing.T) *env {
 	framework.InstallCRDs(t, c)
 	e := &env{t: t, c: c, install: framework.NewNamespace(t, c, "install")}
 	e.id.ID, e.id.Name = string(uuid.NewUUID()), "consumer-"+rand.String(5)
-	e.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: e.install},
+	e.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: e.install},
 		Data: map[string]string{"clusterID": e.id.ID, "clusterName": e.id.Name}})
 	e.r = &Reconciler{Client: c, Reader: c, Namespace: e.install}
 	e.ns = framework.NewNamespace(t, c, "shop")
@@ -82,9 +80,9 @@ func (e *env) addPeer(nodeLabels map[string]string) *testPeer {
 		e.t.Fatal(err)
 	}
 	e.create(&corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: peer.PeerKubeconfigSecretName(name), Namespace: e.install},
-		Type:       peer.PeerKubeconfigSecretType,
-		Data:       map[string][]byte{peer.PeerKubeconfigKey: data},
+		ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName(name), Namespace: e.install},
+		Type:       peering.PeerKubeconfigSecretType,
+		Data:       map[string][]byte{peering.PeerKubeconfigKey: data},
 	})
 	p.fc = &offloadv1alpha1.ForeignCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -98,9 +96,9 @@ func (e *env) addPeer(nodeLabels map[string]string) *testPeer {
 	if err := e.c.Status().Update(ctx, p.fc); err != nil {
 		e.t.Fatal(err)
 	}
-	l := map[string]string{virtualnode.TypeLabel: virtualnode.TypeLabelValue, virtualnode.RemoteClusterIDLabel: p.fc.Spec.ClusterID}
+	l := map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode, offloadv1alpha1.LabelRemoteClusterID: p.fc.Spec.ClusterID}
 	maps.Copy(l, nodeLabels)
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: virtualnode.NodeName(name), Labels: l}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.VirtualNodeName(name), Labels: l}}
 	e.create(node)
 	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), node) })
 	return p

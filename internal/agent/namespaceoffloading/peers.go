@@ -12,7 +12,6 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 )
 
 // choice is what a NamespaceOffloading makes of one peer.
@@ -64,12 +63,12 @@ func (r *Reconciler) peers(ctx context.Context, sel *corev1.NodeSelector) ([]can
 			c.choice = selected
 		default:
 			var node corev1.Node
-			err := r.Client.Get(ctx, types.NamespacedName{Name: virtualnode.NodeName(fc.Name)}, &node)
+			err := r.Client.Get(ctx, types.NamespacedName{Name: offloadv1alpha1.VirtualNodeName(fc.Name)}, &node)
 			switch {
 			case apierrors.IsNotFound(err):
-				c.choice, c.why = onHold, fmt.Sprintf("peer %s has no virtual node %s yet to match the cluster selector against", fc.Name, virtualnode.NodeName(fc.Name))
+				c.choice, c.why = onHold, fmt.Sprintf("peer %s has no virtual node %s yet to match the cluster selector against", fc.Name, offloadv1alpha1.VirtualNodeName(fc.Name))
 			case err != nil:
-				return nil, fmt.Errorf("reading virtual node %s: %w", virtualnode.NodeName(fc.Name), err)
+				return nil, fmt.Errorf("reading virtual node %s: %w", offloadv1alpha1.VirtualNodeName(fc.Name), err)
 			case matches(sel, &node):
 				c.choice = selected
 			default:

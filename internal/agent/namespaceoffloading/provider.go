@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // providerTimeout bounds every request to a provider, so that one that
@@ -40,14 +40,14 @@ type provider struct {
 // it). It returns errNoCredentials when there is no Secret.
 func (r *Reconciler) provider(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) (*provider, error) {
 	var secret corev1.Secret
-	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: peer.PeerKubeconfigSecretName(fc.Name)}, &secret)
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: peering.PeerKubeconfigSecretName(fc.Name)}, &secret)
 	if apierrors.IsNotFound(err) {
 		return nil, errNoCredentials
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the kubeconfig Secret of peer %s: %w", fc.Name, err)
 	}
-	kubeconfig := secret.Data[peer.PeerKubeconfigKey]
+	kubeconfig := secret.Data[peering.PeerKubeconfigKey]
 	if len(kubeconfig) == 0 {
 		return nil, errNoCredentials
 	}
@@ -76,7 +76,7 @@ func (r *Reconciler) provider(ctx context.Context, fc *offloadv1alpha1.ForeignCl
 // the tenant namespace. The client
 // knows only RemoteNamespaces, so it needs no discovery.
 func newProvider(name string, kubeconfig []byte, scheme *runtime.Scheme) (*provider, error) {
-	cfg, namespace, err := peer.TenantConfig(name, kubeconfig)
+	cfg, namespace, err := peering.TenantConfig(name, kubeconfig)
 	if err != nil {
 		return nil, err
 	}

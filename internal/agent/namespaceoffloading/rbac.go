@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // ReflectionRole is the ClusterRole, from the chart, that lets the
@@ -32,7 +32,7 @@ func (r *Reconciler) grant(ctx context.Context, ns string, granted bool) error {
 		}},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ReflectionRole},
 		Subjects: []rbacv1.Subject{{
-			Kind: rbacv1.ServiceAccountKind, Name: names.ControllerManager, Namespace: r.Namespace,
+			Kind: rbacv1.ServiceAccountKind, Name: offloadv1alpha1.ControllerManager, Namespace: r.Namespace,
 		}},
 	}
 	if !granted {

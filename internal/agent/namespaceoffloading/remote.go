@@ -15,9 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 type entry = offloadv1alpha1.RemoteNamespaceStatus
@@ -25,9 +23,9 @@ type entry = offloadv1alpha1.RemoteNamespaceStatus
 // request is the RemoteNamespace spec that no asks every provider for:
 // twin namespace NS-<consumer>-<hash6> (DefaultName, also when unset) or NS
 // (EnforceSameName).
-func request(no *offloadv1alpha1.NamespaceOffloading, id manager.Identity) offloadv1alpha1.RemoteNamespaceSpec {
+func request(no *offloadv1alpha1.NamespaceOffloading, id peering.Identity) offloadv1alpha1.RemoteNamespaceSpec {
 	spec := offloadv1alpha1.RemoteNamespaceSpec{ConsumerClusterID: id.ID, SourceNamespace: no.Namespace,
-		TargetNamespace: names.TwinNamespace(no.Namespace, id.Name, id.ID), MappingStrategy: offloadv1alpha1.DefaultName}
+		TargetNamespace: offloadv1alpha1.TwinNamespace(no.Namespace, id.Name, id.ID), MappingStrategy: offloadv1alpha1.DefaultName}
 	if no.Spec.NamespaceMappingStrategy == offloadv1alpha1.EnforceSameName {
 		spec.TargetNamespace, spec.MappingStrategy = no.Namespace, offloadv1alpha1.EnforceSameName
 	}
@@ -38,7 +36,7 @@ func request(no *offloadv1alpha1.NamespaceOffloading, id manager.Identity) offlo
 // request from deselected ones, and returns the new status entries, by
 // peer name. Entries of peers on hold are kept as they were; entries of
 // peers that have no ForeignCluster any more are dropped.
-func (r *Reconciler) sync(ctx context.Context, no *offloadv1alpha1.NamespaceOffloading, id manager.Identity, peers []candidate) []entry {
+func (r *Reconciler) sync(ctx context.Context, no *offloadv1alpha1.NamespaceOffloading, id peering.Identity, peers []candidate) []entry {
 	want := request(no, id)
 	prev := byClusterID(no.Status.RemoteNamespaces)
 	seen := map[string]bool{}
@@ -86,7 +84,7 @@ func (r *Reconciler) ensure(ctx context.Context, fc *offloadv1alpha1.ForeignClus
 	}
 	p, err := r.provider(ctx, fc)
 	if errors.Is(err, errNoCredentials) {
-		e.Message = fmt.Sprintf("waiting for the credentials of peer %s (Secret %s/%s)", fc.Name, r.Namespace, peer.PeerKubeconfigSecretName(fc.Name))
+		e.Message = fmt.Sprintf("waiting for the credentials of peer %s (Secret %s/%s)", fc.Name, r.Namespace, peering.PeerKubeconfigSecretName(fc.Name))
 		return e
 	}
 	if err == nil {

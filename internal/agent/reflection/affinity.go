@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -92,8 +93,8 @@ func newVirtualNode(local *corev1.Pod, o Origin) virtualNode {
 		return virtualNode{name: local.Spec.NodeName, labels: o.VirtualNodeLabels, exact: true}
 	}
 	labels := map[string]string{
-		VirtualNodeTypeLabel:    VirtualNodeTypeValue,
-		virtualKubeletTypeLabel: "virtual-kubelet",
+		offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode,
+		virtualKubeletTypeLabel:   "virtual-kubelet",
 	}
 	if local.Spec.NodeName != "" {
 		labels[corev1.LabelHostname] = local.Spec.NodeName
@@ -109,7 +110,7 @@ func (n virtualNode) matches(term corev1.NodeSelectorTerm) bool {
 			continue
 		}
 		value, present := n.labels[e.Key]
-		if !present && !n.exact && e.Key != VirtualNodeTypeLabel && e.Key != virtualKubeletTypeLabel {
+		if !present && !n.exact && e.Key != offloadv1alpha1.LabelType && e.Key != virtualKubeletTypeLabel {
 			continue // unknown without the node's labels: assume satisfied
 		}
 		if !requirementHolds(e.Operator, e.Values, value, present) {

@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 )
 
 func req(key string, op corev1.NodeSelectorOperator, values ...string) corev1.NodeSelectorRequirement {
@@ -22,10 +22,10 @@ func term(rs ...corev1.NodeSelectorRequirement) corev1.NodeSelectorTerm {
 }
 
 var (
-	isVirtual   = req(virtualnode.TypeLabel, corev1.NodeSelectorOpIn, virtualnode.TypeLabelValue)
-	notVirtual  = req(virtualnode.TypeLabel, corev1.NodeSelectorOpNotIn, virtualnode.TypeLabelValue)
-	onProvider  = req(virtualnode.RemoteClusterIDLabel, corev1.NodeSelectorOpIn, providerID)
-	onOther     = req(virtualnode.RemoteClusterIDLabel, corev1.NodeSelectorOpIn, "other-provider")
+	isVirtual   = req(offloadv1alpha1.LabelType, corev1.NodeSelectorOpIn, offloadv1alpha1.TypeVirtualNode)
+	notVirtual  = req(offloadv1alpha1.LabelType, corev1.NodeSelectorOpNotIn, offloadv1alpha1.TypeVirtualNode)
+	onProvider  = req(offloadv1alpha1.LabelRemoteClusterID, corev1.NodeSelectorOpIn, providerID)
+	onOther     = req(offloadv1alpha1.LabelRemoteClusterID, corev1.NodeSelectorOpIn, "other-provider")
 	inZoneA     = req(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, "a")
 	withSSD     = req("disktype", corev1.NodeSelectorOpIn, "ssd")
 	onHostVN    = req(corev1.LabelHostname, corev1.NodeSelectorOpIn, vnName)
@@ -154,7 +154,7 @@ func TestRemotePodPodAffinity(t *testing.T) {
 	}
 	local.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
-			{LabelSelector: sel, TopologyKey: virtualnode.RemoteClusterIDLabel},
+			{LabelSelector: sel, TopologyKey: offloadv1alpha1.LabelRemoteClusterID},
 		},
 		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{
 			{Weight: 7, PodAffinityTerm: corev1.PodAffinityTerm{LabelSelector: sel, TopologyKey: corev1.LabelHostname, Namespaces: []string{"shop"}}},
@@ -186,10 +186,10 @@ func TestRemotePodPodAffinity(t *testing.T) {
 // checks the invariants of every translation that succeeds.
 func TestRemotePodNeverKeepsVirtualNodePlacement(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	keys := []string{virtualnode.TypeLabel, virtualnode.RemoteClusterIDLabel, virtualnode.TaintKey, "offload.io/x",
+	keys := []string{offloadv1alpha1.LabelType, offloadv1alpha1.LabelRemoteClusterID, offloadv1alpha1.TaintVirtualNode, "offload.io/x",
 		corev1.LabelHostname, "type", "disktype", corev1.LabelTopologyZone, corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady, ""}
 	ops := []corev1.NodeSelectorOperator{corev1.NodeSelectorOpIn, corev1.NodeSelectorOpNotIn, corev1.NodeSelectorOpExists, corev1.NodeSelectorOpDoesNotExist}
-	values := []string{virtualnode.TypeLabelValue, providerID, vnName, "virtual-kubelet", "ssd", "a"}
+	values := []string{offloadv1alpha1.TypeVirtualNode, providerID, vnName, "virtual-kubelet", "ssd", "a"}
 	pick := func(s []string) string { return s[rng.Intn(len(s))] }
 	randTerm := func() corev1.NodeSelectorTerm {
 		var t corev1.NodeSelectorTerm

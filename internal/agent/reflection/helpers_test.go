@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 )
 
 const (
@@ -29,11 +29,11 @@ func origin() reflection.Origin {
 
 func vnLabels() map[string]string {
 	return map[string]string{
-		virtualnode.TypeLabel:            virtualnode.TypeLabelValue,
-		virtualnode.RemoteClusterIDLabel: providerID,
-		"kubernetes.io/role":             "agent",
-		"type":                           "virtual-kubelet",
-		corev1.LabelHostname:             vnName,
+		offloadv1alpha1.LabelType:            offloadv1alpha1.TypeVirtualNode,
+		offloadv1alpha1.LabelRemoteClusterID: providerID,
+		"kubernetes.io/role":                 "agent",
+		"type":                               "virtual-kubelet",
+		corev1.LabelHostname:                 vnName,
 	}
 }
 
@@ -84,7 +84,7 @@ func offloadedPod() *corev1.Pod {
 			ReadinessGates:                []corev1.PodReadinessGate{{ConditionType: "example.com/lb-ready"}},
 			SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), FSGroup: ptr.To[int64](2000)},
 			Tolerations: []corev1.Toleration{
-				{Key: virtualnode.TaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+				{Key: offloadv1alpha1.TaintVirtualNode, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 				{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "shop", Effect: corev1.TaintEffectNoSchedule},
@@ -92,8 +92,8 @@ func offloadedPod() *corev1.Pod {
 			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 					MatchExpressions: []corev1.NodeSelectorRequirement{
-						{Key: virtualnode.TypeLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{virtualnode.TypeLabelValue}},
-						{Key: virtualnode.RemoteClusterIDLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{providerID}},
+						{Key: offloadv1alpha1.LabelType, Operator: corev1.NodeSelectorOpIn, Values: []string{offloadv1alpha1.TypeVirtualNode}},
+						{Key: offloadv1alpha1.LabelRemoteClusterID, Operator: corev1.NodeSelectorOpIn, Values: []string{providerID}},
 					},
 				}}},
 			}},

@@ -11,13 +11,12 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 )
 
 func TestVirtualNodeKeysMatchTheVirtualNodePackage(t *testing.T) {
-	if reflection.VirtualNodeTypeLabel != virtualnode.TypeLabel ||
-		reflection.VirtualNodeTypeValue != virtualnode.TypeLabelValue ||
-		reflection.VirtualNodeTaintKey != virtualnode.TaintKey {
+	if offloadv1alpha1.LabelType != offloadv1alpha1.LabelType ||
+		offloadv1alpha1.TypeVirtualNode != offloadv1alpha1.TypeVirtualNode ||
+		offloadv1alpha1.TaintVirtualNode != offloadv1alpha1.TaintVirtualNode {
 		t.Fatal("the virtual-node keys of reflection and virtualnode have drifted apart")
 	}
 }
@@ -113,7 +112,7 @@ func TestRemotePodSpec(t *testing.T) {
 		name: "node selector keys about virtual nodes are dropped",
 		mutate: func(p *corev1.Pod) {
 			p.Spec.NodeSelector = map[string]string{
-				virtualnode.TypeLabel: virtualnode.TypeLabelValue, "type": "virtual-kubelet",
+				offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode, "type": "virtual-kubelet",
 				corev1.LabelHostname: vnName, "disktype": "ssd",
 			}
 		},
@@ -123,7 +122,7 @@ func TestRemotePodSpec(t *testing.T) {
 	}, {
 		name: "a node selector only about virtual nodes disappears",
 		mutate: func(p *corev1.Pod) {
-			p.Spec.NodeSelector = map[string]string{virtualnode.TypeLabel: virtualnode.TypeLabelValue}
+			p.Spec.NodeSelector = map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}
 		},
 		check: func(t *testing.T, _, r *corev1.Pod) {
 			if r.Spec.NodeSelector != nil {
@@ -172,7 +171,7 @@ func TestRemotePodSpec(t *testing.T) {
 		name: "topology spread over offload.io keys is dropped, over provider keys kept",
 		mutate: func(p *corev1.Pod) {
 			p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{
-				{MaxSkew: 1, TopologyKey: virtualnode.RemoteClusterIDLabel, WhenUnsatisfiable: corev1.ScheduleAnyway},
+				{MaxSkew: 1, TopologyKey: offloadv1alpha1.LabelRemoteClusterID, WhenUnsatisfiable: corev1.ScheduleAnyway},
 				{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule},
 			}
 		},

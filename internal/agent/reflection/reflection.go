@@ -16,16 +16,8 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
-// Keys of the virtual node. They mirror internal/agent/virtualnode, which
-// imports this package and therefore cannot be imported from here; a test
-// keeps both in step.
+// Keys of the virtual-kubelet conventions that virtual nodes also follow.
 const (
-	// VirtualNodeTypeLabel is the label every virtual node carries.
-	VirtualNodeTypeLabel = "offload.io/type"
-	// VirtualNodeTypeValue is the value of VirtualNodeTypeLabel on virtual nodes.
-	VirtualNodeTypeValue = "virtual-node"
-	// VirtualNodeTaintKey is the key of the taint every virtual node carries.
-	VirtualNodeTaintKey = "offload.io/virtual-node"
 	// virtualKubeletTypeLabel is the virtual-kubelet convention label
 	// "type=virtual-kubelet" that virtual nodes also carry.
 	virtualKubeletTypeLabel = "type"
@@ -93,7 +85,7 @@ type NotOffloadableError struct {
 func (e *NotOffloadableError) Error() string {
 	return "pod cannot run on a provider cluster: " + strings.Join(e.Reasons, "; ") +
 		": keep it on local nodes (podOffloadingStrategy Local, or a node affinity on " +
-		VirtualNodeTypeLabel + " NotIn " + VirtualNodeTypeValue + ")"
+		offloadv1alpha1.LabelType + " NotIn " + offloadv1alpha1.TypeVirtualNode + ")"
 }
 
 // Unwrap makes errors.Is(err, ErrNotOffloadable) true.

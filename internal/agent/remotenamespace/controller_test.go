@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
 )
 
 // ready serves a DefaultName request and checks it became Ready.
@@ -49,14 +48,14 @@ func TestADefaultNameRequestGetsANamespaceAQuotaFromTheOfferAndARoleBinding(t *t
 	}
 	if ns.Labels[offloadv1alpha1.LabelOriginClusterID] != e.tenant.Spec.ClusterID ||
 		ns.Labels[offloadv1alpha1.LabelOriginNamespace] != rn.Spec.SourceNamespace ||
-		ns.Labels[auth.TenantLabel] != e.tenant.Spec.ClusterID {
+		ns.Labels[offloadv1alpha1.LabelTenant] != e.tenant.Spec.ClusterID {
 		t.Errorf("twin namespace labels %v, want the consumer's ID, the source namespace and the tenant", ns.Labels)
 	}
 	var rb rbacv1.RoleBinding
 	if err := e.c.Get(context.Background(), key(ns.Name, RoleBindingName), &rb); err != nil {
 		t.Fatalf("no RoleBinding for the consumer: %v", err)
 	}
-	wantSubject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: auth.ConsumerServiceAccount, Namespace: e.tenant.Spec.TenantNamespace}
+	wantSubject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: e.tenant.Spec.TenantNamespace}
 	if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != RemoteWorkloadsRole || len(rb.Subjects) != 1 || rb.Subjects[0] != wantSubject {
 		t.Errorf("RoleBinding binds %+v to %+v, want ClusterRole %s to %+v", rb.RoleRef, rb.Subjects, RemoteWorkloadsRole, wantSubject)
 	}

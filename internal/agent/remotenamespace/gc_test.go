@@ -4,12 +4,11 @@ import (
 	"context"
 	"testing"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
 )
 
 func TestTheTwinNamespacesOfAConsumerWithoutTenantAreDeleted(t *testing.T) {
@@ -50,7 +49,7 @@ func TestTheConsumerMayRunPodsInItsTwinNamespaceOnly(t *testing.T) {
 	e.offer(e.tenant, "4", "8Gi", "110")
 	rn := e.ready(e.tenant)
 	other := otherNamespace(e)
-	user := "system:serviceaccount:" + e.tenant.Spec.TenantNamespace + ":" + auth.ConsumerServiceAccount
+	user := "system:serviceaccount:" + e.tenant.Spec.TenantNamespace + ":" + offloadv1alpha1.ConsumerServiceAccount
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + e.tenant.Spec.TenantNamespace, "system:authenticated"}
 	for _, tc := range []struct {
 		name    string

@@ -18,8 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -55,12 +53,12 @@ func newEnv(t *testing.T) *env {
 func (e *env) newTenant(id string) *offloadv1alpha1.Tenant {
 	e.t.Helper()
 	name := "consumer-" + rand.String(6)
-	ns := auth.TenantNamespace(name)
+	ns := offloadv1alpha1.TenantNamespace(name)
 	tenant := &offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: offloadv1alpha1.TenantSpec{ClusterID: id, ClusterName: name, TenantNamespace: ns}}
 	e.create(tenant)
-	e.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{auth.TenantLabel: id}}})
-	e.create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: auth.ConsumerServiceAccount, Namespace: ns}})
+	e.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{offloadv1alpha1.LabelTenant: id}}})
+	e.create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}})
 	return tenant
 }
 
@@ -87,7 +85,7 @@ func (e *env) request(tenant *offloadv1alpha1.Tenant, source string, strategy of
 	e.t.Helper()
 	target := source
 	if strategy == offloadv1alpha1.DefaultName {
-		target = names.TwinNamespace(source, tenant.Spec.ClusterName, tenant.Spec.ClusterID)
+		target = offloadv1alpha1.TwinNamespace(source, tenant.Spec.ClusterName, tenant.Spec.ClusterID)
 	}
 	rn := &offloadv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Name: source, Namespace: tenant.Spec.TenantNamespace},
 		Spec: offloadv1alpha1.RemoteNamespaceSpec{ConsumerClusterID: tenant.Spec.ClusterID, SourceNamespace: source,

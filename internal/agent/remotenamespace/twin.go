@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
 )
 
 const (
@@ -42,9 +41,9 @@ func refuse(format string, args ...any) error { return &refusal{message: fmt.Spr
 // it lives in, for itself, and asks for a namespace it may have. It
 // returns the tenant, or a *refusal.
 func (r *Reconciler) validate(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace) (*offloadv1alpha1.Tenant, error) {
-	consumer, ok := strings.CutPrefix(rn.Namespace, auth.TenantNamespacePrefix)
+	consumer, ok := strings.CutPrefix(rn.Namespace, offloadv1alpha1.TenantNamespacePrefix)
 	if !ok || consumer == "" {
-		return nil, refuse("namespace %s is not a tenant namespace: RemoteNamespaces are only served in %s<consumer> namespaces", rn.Namespace, auth.TenantNamespacePrefix)
+		return nil, refuse("namespace %s is not a tenant namespace: RemoteNamespaces are only served in %s<consumer> namespaces", rn.Namespace, offloadv1alpha1.TenantNamespacePrefix)
 	}
 	var t offloadv1alpha1.Tenant
 	err := r.Client.Get(ctx, types.NamespacedName{Name: consumer}, &t)
@@ -77,7 +76,7 @@ func (r *Reconciler) validate(ctx context.Context, rn *offloadv1alpha1.RemoteNam
 // Kubernetes namespaces, the install namespace and the tenant namespaces.
 func (r *Reconciler) isSystemNamespace(ns string) bool {
 	return strings.HasPrefix(ns, "kube-") || ns == metav1.NamespaceDefault || ns == r.Namespace ||
-		strings.HasPrefix(ns, auth.TenantNamespacePrefix)
+		strings.HasPrefix(ns, offloadv1alpha1.TenantNamespacePrefix)
 }
 
 // owns says whether namespace ns is the twin namespace rn asks for: made
@@ -126,7 +125,7 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, rn *offloadv1alpha1.Re
 	target := rn.Spec.TargetNamespace
 	want := managedMeta(rn, target, "")
 	want.Labels[offloadv1alpha1.LabelOriginNamespace] = rn.Spec.SourceNamespace
-	want.Labels[auth.TenantLabel] = tenant.Spec.ClusterID
+	want.Labels[offloadv1alpha1.LabelTenant] = tenant.Spec.ClusterID
 	ns, err := r.getNamespace(ctx, target)
 	if err != nil {
 		return nil, err
@@ -266,7 +265,7 @@ func (r *Reconciler) ensureRoleBinding(ctx context.Context, rn *offloadv1alpha1.
 	want := &rbacv1.RoleBinding{
 		ObjectMeta: managedMeta(rn, RoleBindingName, rn.Spec.TargetNamespace),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RemoteWorkloadsRole},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: auth.ConsumerServiceAccount, Namespace: rn.Namespace}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: rn.Namespace}},
 	}
 	var have rbacv1.RoleBinding
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &have)

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // DefaultSharingPercentage is the share of its free resources a provider
@@ -68,7 +68,7 @@ type Reconciler struct {
 	skipNameValidation bool
 
 	mu       sync.Mutex
-	identity *manager.Identity
+	identity *peering.Identity
 }
 
 // SetupWithManager registers the controller with mgr. It reconciles every
@@ -189,7 +189,7 @@ func (r *Reconciler) throttle(ctx context.Context, ns string) time.Duration {
 
 // readIdentity reads this cluster's identity once; its ID never changes, and
 // a renamed cluster is picked up when the agent restarts.
-func (r *Reconciler) readIdentity(ctx context.Context) (manager.Identity, error) {
+func (r *Reconciler) readIdentity(ctx context.Context) (peering.Identity, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.identity != nil {
@@ -199,9 +199,9 @@ func (r *Reconciler) readIdentity(ctx context.Context) (manager.Identity, error)
 	if reader == nil {
 		reader = r.Client
 	}
-	id, err := manager.ReadIdentity(ctx, reader, r.Namespace)
+	id, err := peering.ReadIdentity(ctx, reader, r.Namespace)
 	if err != nil {
-		return manager.Identity{}, err
+		return peering.Identity{}, err
 	}
 	r.identity = &id
 	return id, nil
@@ -231,7 +231,7 @@ func nodeChanged() predicate.Funcs {
 			if !okOld || !okNew {
 				return true
 			}
-			return old.Labels[VirtualNodeLabel] != cur.Labels[VirtualNodeLabel] ||
+			return old.Labels[offloadv1alpha1.LabelType] != cur.Labels[offloadv1alpha1.LabelType] ||
 				old.Spec.Unschedulable != cur.Spec.Unschedulable ||
 				ready(*old) != ready(*cur) ||
 				!sameResources(old.Status.Allocatable, cur.Status.Allocatable)

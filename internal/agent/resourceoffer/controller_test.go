@@ -21,7 +21,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -222,7 +221,7 @@ func startManager(t *testing.T, cfg *rest.Config, namespace string) {
 func createIdentity(t *testing.T, c client.Client, namespace string) {
 	t.Helper()
 	mustCreate(t, c, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: names.IdentityConfigMap, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: namespace},
 		Data:       map[string]string{"clusterID": testClusterID, "clusterName": providerName},
 	})
 }

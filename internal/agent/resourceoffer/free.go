@@ -4,13 +4,10 @@
 package resourceoffer
 
 import (
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
-
-// VirtualNodeLabel marks virtual nodes, whose capacity is borrowed and is
-// never offered on.
-const VirtualNodeLabel = "offload.io/type"
 
 // offered are the resources a ResourceOffer carries.
 var offered = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods}
@@ -24,7 +21,7 @@ func Free(nodes []corev1.Node, pods []corev1.Pod) corev1.ResourceList {
 		total[r] = resource.NewQuantity(0, resource.DecimalSI)
 	}
 	for _, n := range nodes {
-		if n.Labels[VirtualNodeLabel] == "virtual-node" || n.Spec.Unschedulable || !ready(n) {
+		if n.Labels[offloadv1alpha1.LabelType] == "virtual-node" || n.Spec.Unschedulable || !ready(n) {
 			continue
 		}
 		usable[n.Name] = true

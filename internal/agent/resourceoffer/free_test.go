@@ -3,6 +3,7 @@ package resourceoffer
 import (
 	"testing"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,7 +58,7 @@ func TestFreeAndShare(t *testing.T) {
 			nodes: []corev1.Node{
 				node("ready", "2", "2Gi", "10", true, nil),
 				node("down", "8", "8Gi", "10", false, nil),
-				node("virtual", "64", "64Gi", "100", true, map[string]string{VirtualNodeLabel: "virtual-node"}),
+				node("virtual", "64", "64Gi", "100", true, map[string]string{offloadv1alpha1.LabelType: "virtual-node"}),
 			},
 			pods:    []corev1.Pod{pod("virtual", "1", "1Gi", corev1.PodRunning)},
 			percent: 100, cpu: "2", mem: "2Gi", count: "10",

@@ -30,7 +30,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // Reasons of the OutgoingPeering and VirtualNodeReady conditions.
@@ -182,7 +182,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	var secret corev1.Secret
-	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: peer.PeerKubeconfigSecretName(fc.Name)}, &secret)
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: peering.PeerKubeconfigSecretName(fc.Name)}, &secret)
 	if apierrors.IsNotFound(err) {
 		r.stop(fc.Name)
 		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
@@ -190,7 +190,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading the kubeconfig Secret: %w", err)
 	}
-	creds, err := parseCredentials(fc.Name, secret.Data[peer.PeerKubeconfigKey])
+	creds, err := parseCredentials(fc.Name, secret.Data[peering.PeerKubeconfigKey])
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -219,7 +219,7 @@ func (r *Reconciler) start(ctx context.Context, fc *offloadv1alpha1.ForeignClust
 	}
 	r.peers[fc.Name] = run
 	r.mu.Unlock()
-	log.FromContext(ctx).Info("Starting the virtual node", "node", NodeName(fc.Name), "foreignCluster", klog.KObj(fc))
+	log.FromContext(ctx).Info("Starting the virtual node", "node", offloadv1alpha1.VirtualNodeName(fc.Name), "foreignCluster", klog.KObj(fc))
 	var wg sync.WaitGroup
 	wg.Go(func() { r.runPeer(ctx, fc, creds) })
 	wg.Go(func() { r.runPods(ctx, fc, creds) })
@@ -256,7 +256,7 @@ func (r *Reconciler) stopAll() {
 // remove stops the node controller of name and deletes its node and Lease.
 func (r *Reconciler) remove(ctx context.Context, name string) error {
 	r.stop(name)
-	node := NodeName(name)
+	node := offloadv1alpha1.VirtualNodeName(name)
 	if err := r.Kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting virtual node %q: %w", node, err)
 	}

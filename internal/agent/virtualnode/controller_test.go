@@ -21,7 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -35,17 +35,17 @@ func resources(cpu, memory, pods string) corev1.ResourceList {
 	}
 }
 
-// peering is one API server playing both clusters: a tenant namespace with
+// testPeering is one API server playing both clusters: a tenant namespace with
 // the provider's ResourceOffer, a kubeconfig Secret for it and an
 // authenticated ForeignCluster.
-type peering struct {
+type testPeering struct {
 	admin  client.Client
 	fc     *offloadv1alpha1.ForeignCluster
 	offer  *offloadv1alpha1.ResourceOffer
 	tenant string
 }
 
-func newPeering(t *testing.T) *peering {
+func newPeering(t *testing.T) *testPeering {
 	t.Helper()
 	ctx := context.Background()
 	cfg := apiServer(t)
@@ -55,7 +55,7 @@ func newPeering(t *testing.T) *peering {
 	tenant := newNamespace(t, admin)
 	providerName := "provider-" + rand.String(6)
 
-	p := &peering{admin: admin, tenant: tenant}
+	p := &testPeering{admin: admin, tenant: tenant}
 	p.offer = &offloadv1alpha1.ResourceOffer{
 		ObjectMeta: metav1.ObjectMeta{Name: providerName, Namespace: tenant},
 		Spec:       offloadv1alpha1.ResourceOfferSpec{ClusterID: string(uuid.NewUUID()), ClusterName: providerName, Resources: resources("4", "8Gi", "110")},
@@ -79,9 +79,9 @@ func newPeering(t *testing.T) *peering {
 	mustCreate(t, admin, p.fc)
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), p.fc) })
 	mustCreate(t, admin, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: peer.PeerKubeconfigSecretName(p.fc.Name), Namespace: install},
-		Type:       peer.PeerKubeconfigSecretType,
-		Data:       map[string][]byte{peer.PeerKubeconfigKey: data},
+		ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName(p.fc.Name), Namespace: install},
+		Type:       peering.PeerKubeconfigSecretType,
+		Data:       map[string][]byte{peering.PeerKubeconfigKey: data},
 	})
 	meta.SetStatusCondition(&p.fc.Status.Conditions, metav1.Condition{
 		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionTrue, Reason: "Authenticated", Message: "test"})
@@ -124,13 +124,13 @@ func eventually(t *testing.T, what string, cond func(ctx context.Context) bool) 
 	}
 }
 
-func (p *peering) node(ctx context.Context) (*corev1.Node, error) {
+func (p *testPeering) node(ctx context.Context) (*corev1.Node, error) {
 	var n corev1.Node
-	err := p.admin.Get(ctx, client.ObjectKey{Name: NodeName(p.fc.Name)}, &n)
+	err := p.admin.Get(ctx, client.ObjectKey{Name: offloadv1alpha1.VirtualNodeName(p.fc.Name)}, &n)
 	return &n, err
 }
 
-func (p *peering) condition(ctx context.Context, t string) *metav1.Condition {
+func (p *testPeering) condition(ctx context.Context, t string) *metav1.Condition {
 	var fc offloadv1alpha1.ForeignCluster
 	if err := p.admin.Get(ctx, client.ObjectKeyFromObject(p.fc), &fc); err != nil {
 		return nil
@@ -246,7 +246,7 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 	eventually(t, "the virtual node and its Lease are deleted", func(ctx context.Context) bool {
 		_, err := p.node(ctx)
 		var l coordinationv1.Lease
-		leaseErr := p.admin.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: NodeName(p.fc.Name)}, &l)
+		leaseErr := p.admin.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: offloadv1alpha1.VirtualNodeName(p.fc.Name)}, &l)
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(leaseErr)
 	})
 }
@@ -259,7 +259,7 @@ func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 }
 
 // nodeReadyStatus returns the status of the virtual node's Ready condition.
-func nodeReadyStatus(ctx context.Context, p *peering) corev1.ConditionStatus {
+func nodeReadyStatus(ctx context.Context, p *testPeering) corev1.ConditionStatus {
 	n, err := p.node(ctx)
 	if err != nil {
 		return ""

@@ -27,9 +27,9 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/objectreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // Client rates of pod reflection. Every offloaded pod costs a few requests
@@ -64,7 +64,7 @@ func providerConfig(creds *credentials) *rest.Config {
 // node controller, so a provider that cannot be reached makes the node
 // NotReady but never stops the node itself.
 func (r *Reconciler) runPods(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) {
-	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", NodeName(fc.Name))
+	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", offloadv1alpha1.VirtualNodeName(fc.Name))
 	ctx = log.IntoContext(ctx, logger)
 	r.restarting(ctx, "the pod controller stopped", func(ctx context.Context) error { return r.reflectPods(ctx, fc, creds) },
 		func(err error, delay time.Duration) {
@@ -98,7 +98,7 @@ func (r *Reconciler) reflectPods(ctx context.Context, fc *offloadv1alpha1.Foreig
 	if consumer == nil {
 		consumer = r.Kube
 	}
-	name := NodeName(fc.Name)
+	name := offloadv1alpha1.VirtualNodeName(fc.Name)
 	onNode := informers.NewSharedInformerFactoryWithOptions(consumer, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
 	}), informers.WithTransform(crcache.TransformStripManagedFields()))
@@ -216,7 +216,7 @@ func (r *Reconciler) consumerClusterID(ctx context.Context) (string, error) {
 	if r.ClusterID != "" {
 		return r.ClusterID, nil
 	}
-	id, err := manager.ReadIdentity(ctx, r.Reader, r.Namespace)
+	id, err := peering.ReadIdentity(ctx, r.Reader, r.Namespace)
 	if err != nil {
 		return "", err
 	}

@@ -16,19 +16,8 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
-// Labels and taint of every virtual node.
-const (
-	TypeLabel            = "offload.io/type"
-	TypeLabelValue       = "virtual-node"
-	RemoteClusterIDLabel = "offload.io/remote-cluster-id"
-	TaintKey             = "offload.io/virtual-node"
-)
-
 // KubeletVersion is what virtual nodes report as their kubelet version.
 const KubeletVersion = "v1.13.0-virtual-kubelet"
-
-// NodeName is the name of the virtual node backed by ForeignCluster fcName.
-func NodeName(fcName string) string { return "offload-" + fcName }
 
 // offerProvider is the virtual-kubelet NodeProvider of one peer: Ping reads
 // the ResourceOffer with the tenant's credentials, and the node status
@@ -149,21 +138,21 @@ func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, ep endpoint, resources c
 	}
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: NodeName(fc.Name),
+			Name: offloadv1alpha1.VirtualNodeName(fc.Name),
 			Labels: map[string]string{
-				TypeLabel:            TypeLabelValue,
-				RemoteClusterIDLabel: fc.Spec.ClusterID,
-				"kubernetes.io/role": "agent",
-				"type":               "virtual-kubelet",
-				corev1.LabelOSStable: "linux",
-				corev1.LabelHostname: NodeName(fc.Name),
+				offloadv1alpha1.LabelType:            offloadv1alpha1.TypeVirtualNode,
+				offloadv1alpha1.LabelRemoteClusterID: fc.Spec.ClusterID,
+				"kubernetes.io/role":                 "agent",
+				"type":                               "virtual-kubelet",
+				corev1.LabelOSStable:                 "linux",
+				corev1.LabelHostname:                 offloadv1alpha1.VirtualNodeName(fc.Name),
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: offloadv1alpha1.GroupVersion.String(), Kind: "ForeignCluster", Name: fc.Name, UID: fc.UID,
 			}},
 		},
 		Spec: corev1.NodeSpec{
-			Taints: []corev1.Taint{{Key: TaintKey, Value: "true", Effect: corev1.TaintEffectNoExecute}},
+			Taints: []corev1.Taint{{Key: offloadv1alpha1.TaintVirtualNode, Value: "true", Effect: corev1.TaintEffectNoExecute}},
 		},
 		Status: corev1.NodeStatus{
 			Capacity:    resources.DeepCopy(),

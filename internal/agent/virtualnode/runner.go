@@ -23,7 +23,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // lastSeenResolution is how stale status.lastSeen of a ForeignCluster may be.
@@ -35,7 +35,7 @@ const maxRestartDelay = time.Minute
 // runPeer runs the node controller of fc until ctx is cancelled, restarting
 // it with backoff when it fails, for example while the provider is unreachable.
 func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) {
-	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", NodeName(fc.Name))
+	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", offloadv1alpha1.VirtualNodeName(fc.Name))
 	r.restarting(ctx, "the node controller stopped", func(ctx context.Context) error { return r.runNode(ctx, fc, creds) },
 		func(err error, delay time.Duration) {
 			logger.Info("The virtual node controller stopped; restarting it", "error", err.Error(), "after", delay)
@@ -113,7 +113,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 		}
 	}
 	p.observe(offer)
-	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionUnknown, ReasonStarting, "starting virtual node "+NodeName(fc.Name), false); err != nil {
+	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionUnknown, ReasonStarting, "starting virtual node "+offloadv1alpha1.VirtualNodeName(fc.Name), false); err != nil {
 		return err
 	}
 	nc, err := node.NewNodeController(p, newNode(fc, r.endpoint(), offer.Spec.Resources), r.Kube.CoreV1().Nodes(),
@@ -129,7 +129,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 			return err
 		}))
 	if err != nil {
-		return fmt.Errorf("creating the node controller of %q: %w", NodeName(fc.Name), err)
+		return fmt.Errorf("creating the node controller of %q: %w", offloadv1alpha1.VirtualNodeName(fc.Name), err)
 	}
 	defer func() {
 		cancel()
@@ -139,7 +139,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	select {
 	case <-nc.Ready():
 	case <-nc.Done():
-		return fmt.Errorf("registering virtual node %q: %w", NodeName(fc.Name), nc.Err())
+		return fmt.Errorf("registering virtual node %q: %w", offloadv1alpha1.VirtualNodeName(fc.Name), nc.Err())
 	}
 	var unreachable error // what the last ping said
 	r.healthy(ctx, fc, p, offer, &unreachable)
@@ -148,7 +148,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 		case <-ctx.Done():
 			return nil
 		case <-nc.Done():
-			return fmt.Errorf("running virtual node %q: %w", NodeName(fc.Name), errors.Join(nc.Err(), errors.New("the node controller stopped")))
+			return fmt.Errorf("running virtual node %q: %w", offloadv1alpha1.VirtualNodeName(fc.Name), errors.Join(nc.Err(), errors.New("the node controller stopped")))
 		case offer := <-offers:
 			if unreachable == nil {
 				r.healthy(ctx, fc, p, offer, &unreachable)
@@ -187,7 +187,7 @@ func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 		notify(newNode(fc, r.endpoint(), offer.Spec.Resources))
 	}
 	*unreachable = nil
-	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionTrue, ReasonNodeReady, "virtual node "+NodeName(fc.Name)+" is Ready", true); err != nil {
+	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionTrue, ReasonNodeReady, "virtual node "+offloadv1alpha1.VirtualNodeName(fc.Name)+" is Ready", true); err != nil {
 		log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", err.Error())
 	}
 }
@@ -209,7 +209,7 @@ func (c *credentials) key() string {
 
 // parseCredentials reads a kubeconfig whose context namespace is the tenant namespace.
 func parseCredentials(name string, kubeconfig []byte) (*credentials, error) {
-	cfg, namespace, err := peer.TenantConfig(name, kubeconfig)
+	cfg, namespace, err := peering.TenantConfig(name, kubeconfig)
 	if err != nil {
 		return nil, err
 	}

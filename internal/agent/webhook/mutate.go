@@ -14,7 +14,6 @@ import (
 	"k8s.io/klog/v2"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 )
 
 // The node-lifecycle taints that offloaded pods tolerate for
@@ -28,13 +27,13 @@ const (
 
 var (
 	// virtualNodeTaint is the taint every virtual node carries.
-	virtualNodeTaint = corev1.Taint{Key: virtualnode.TaintKey, Value: "true", Effect: corev1.TaintEffectNoExecute}
+	virtualNodeTaint = corev1.Taint{Key: offloadv1alpha1.TaintVirtualNode, Value: "true", Effect: corev1.TaintEffectNoExecute}
 	// onVirtualNode and offVirtualNode select virtual nodes and the others.
 	onVirtualNode = corev1.NodeSelectorRequirement{
-		Key: virtualnode.TypeLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{virtualnode.TypeLabelValue},
+		Key: offloadv1alpha1.LabelType, Operator: corev1.NodeSelectorOpIn, Values: []string{offloadv1alpha1.TypeVirtualNode},
 	}
 	offVirtualNode = corev1.NodeSelectorRequirement{
-		Key: virtualnode.TypeLabel, Operator: corev1.NodeSelectorOpNotIn, Values: []string{virtualnode.TypeLabelValue},
+		Key: offloadv1alpha1.LabelType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{offloadv1alpha1.TypeVirtualNode},
 	}
 )
 
@@ -212,7 +211,7 @@ func tolerateOffloading(pod *corev1.Pod, seconds *int64) {
 	})
 	if !tolerated {
 		pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{
-			Key: virtualnode.TaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute,
+			Key: offloadv1alpha1.TaintVirtualNode, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute,
 		})
 	}
 	for _, key := range []string{TaintNodeUnreachable, TaintNodeNotReady} {

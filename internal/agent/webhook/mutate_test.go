@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 )
 
 func req(key string, op corev1.NodeSelectorOperator, values ...string) corev1.NodeSelectorRequirement {
@@ -28,14 +27,14 @@ func required(terms ...corev1.NodeSelectorTerm) *corev1.Affinity {
 }
 
 var (
-	inVirtual  = req(virtualnode.TypeLabel, corev1.NodeSelectorOpIn, virtualnode.TypeLabelValue)
-	notVirtual = req(virtualnode.TypeLabel, corev1.NodeSelectorOpNotIn, virtualnode.TypeLabelValue)
-	peerA      = req(virtualnode.RemoteClusterIDLabel, corev1.NodeSelectorOpIn, "a")
-	peerB      = req(virtualnode.RemoteClusterIDLabel, corev1.NodeSelectorOpIn, "b")
+	inVirtual  = req(offloadv1alpha1.LabelType, corev1.NodeSelectorOpIn, offloadv1alpha1.TypeVirtualNode)
+	notVirtual = req(offloadv1alpha1.LabelType, corev1.NodeSelectorOpNotIn, offloadv1alpha1.TypeVirtualNode)
+	peerA      = req(offloadv1alpha1.LabelRemoteClusterID, corev1.NodeSelectorOpIn, "a")
+	peerB      = req(offloadv1alpha1.LabelRemoteClusterID, corev1.NodeSelectorOpIn, "b")
 	zoneX      = req("topology.kubernetes.io/zone", corev1.NodeSelectorOpIn, "x")
 	gpu        = req("gpu", corev1.NodeSelectorOpExists)
 
-	virtualToleration = corev1.Toleration{Key: virtualnode.TaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}
+	virtualToleration = corev1.Toleration{Key: offloadv1alpha1.TaintVirtualNode, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}
 )
 
 // lifecycle returns the unreachable and not-ready tolerations for seconds.

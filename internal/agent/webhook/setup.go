@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/names"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // Names of the webhook's objects; the chart creates them with these names.
@@ -27,7 +27,7 @@ const (
 	DefaultConfigurationName = "offload-webhook"
 	// DefaultSecretName is the Secret, in the agent's namespace, that holds
 	// the webhook CA and serving certificate. The CertManager creates it.
-	DefaultSecretName = names.WebhookCertSecret
+	DefaultSecretName = offloadv1alpha1.WebhookCertSecret
 	// DefaultResyncInterval is how often the CertManager checks the Secret,
 	// the files and the caBundle once they are right.
 	DefaultResyncInterval = time.Minute

@@ -1,4 +1,4 @@
-package peer
+package peering
 
 import "time"
 
@@ -10,15 +10,6 @@ const (
 	RefreshPath = "/v1/refresh"
 	// UnpeerPath asks the provider to tear the tenant down.
 	UnpeerPath = "/v1/unpeer"
-)
-
-// Names of a tenant's objects on the provider.
-const (
-	// ConsumerServiceAccount is the consumer's ServiceAccount in its tenant namespace.
-	ConsumerServiceAccount = "offload-consumer"
-	// TenantRole is the ClusterRole, and the RoleBinding in each tenant
-	// namespace, that scope the consumer's identity.
-	TenantRole = "offload-tenant"
 )
 
 // PeerRequest is the body of POST /v1/peer, sent by the consumer's agent.
@@ -62,6 +53,8 @@ type RefreshRequest struct {
 }
 
 // Failure reasons of the auth service, in the JSON error body's "reason".
+// A Reason is the machine-readable half of an Error, so it is part of the
+// peering protocol: keep the values stable.
 const (
 	ReasonMalformedRequest = "MalformedRequest"
 	ReasonInvalidToken     = "InvalidToken"
@@ -69,8 +62,16 @@ const (
 	ReasonTokenUsed        = "TokenUsed"
 	ReasonWrongCluster     = "WrongClusterID"
 	ReasonUnauthorized     = "Unauthorized"
-	ReasonInternal         = "InternalError"
+	// ReasonInternal means the service failed; the message says nothing more.
+	ReasonInternal = "InternalError"
 	// ReasonTenantConflict means the consumer's name is taken on the
 	// provider by another cluster, or its tenant is being removed.
 	ReasonTenantConflict = "TenantConflict"
+	// ReasonNotFound means the request's path is not an endpoint.
+	ReasonNotFound = "NotFound"
+	// ReasonMethodNotAllowed means the endpoint exists but not for the request's method.
+	ReasonMethodNotAllowed = "MethodNotAllowed"
+	// ReasonUnexpectedResponse is set by the client, never by the service:
+	// the answer was not a peering error at all.
+	ReasonUnexpectedResponse = "UnexpectedResponse"
 )

@@ -1,4 +1,4 @@
-package names
+package v1alpha1
 
 import (
 	"regexp"

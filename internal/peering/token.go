@@ -1,7 +1,4 @@
-// Package peer implements out-of-band peering: the peering token and its
-// Secret, the protocol between a consumer's agent and a provider's auth
-// service, and the peer commands of the CLI.
-package peer
+package peering
 
 import (
 	"crypto/rand"
@@ -112,11 +109,11 @@ func NewTokenSecret(namespace string, tok Token, expires time.Time, reusable boo
 			Labels:    map[string]string{TokenIDLabel: tok.ID, "app.kubernetes.io/managed-by": "kubectl-offload"},
 		},
 		Type: TokenSecretType,
-		StringData: map[string]string{
-			TokenIDKey:     tok.ID,
-			TokenSecretKey: tok.Secret,
-			ExpirationKey:  expires.UTC().Format(time.RFC3339),
-			UsageKey:       usage,
+		Data: map[string][]byte{
+			TokenIDKey:     []byte(tok.ID),
+			TokenSecretKey: []byte(tok.Secret),
+			ExpirationKey:  []byte(expires.UTC().Format(time.RFC3339)),
+			UsageKey:       []byte(usage),
 		},
 	}
 }

@@ -1,0 +1,83 @@
+package v1alpha1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// Names of the objects kubectl-offload installs, so that the CLI and the
+// agent agree on them.
+const (
+	// ReleaseName is the Helm release of the offload chart.
+	ReleaseName = "offload"
+	// ChartName is the name of the embedded chart.
+	ChartName = "offload"
+	// IdentityConfigMap holds the cluster identity (ID and name).
+	IdentityConfigMap = "offload-cluster-identity"
+	// ControllerManager is the Deployment running offload-agent controller-manager.
+	ControllerManager = "offload-controller-manager"
+	// Auth is the Deployment and Service running offload-agent auth.
+	Auth = "offload-auth"
+	// AuthCASecret is the Secret, in the install namespace, holding the CA
+	// that the auth service manages; consumers pin it by its hash.
+	AuthCASecret = "offload-auth-ca"
+	// WebhookCertSecret holds the scheduling webhook's CA and serving
+	// certificate, kept by the controller-manager.
+	WebhookCertSecret = "offload-webhook-cert"
+	// AuthCACertKey is the key of the PEM CA certificate in AuthCASecret.
+	AuthCACertKey = "ca.crt"
+	// VersionLabel is the standard label carrying a component's version.
+	VersionLabel = "app.kubernetes.io/version"
+)
+
+// Labels and taint of every virtual node.
+const (
+	// LabelType, set to TypeVirtualNode, marks virtual nodes: their capacity
+	// is borrowed, their addresses are not reachable, and nothing is offered on them.
+	LabelType = "offload.io/type"
+	// TypeVirtualNode is the value of LabelType on virtual nodes.
+	TypeVirtualNode = "virtual-node"
+	// LabelRemoteClusterID is the cluster ID of the provider a virtual node stands for.
+	LabelRemoteClusterID = "offload.io/remote-cluster-id"
+	// TaintVirtualNode is the key of the NoExecute taint every virtual node carries.
+	TaintVirtualNode = "offload.io/virtual-node"
+)
+
+// VirtualNodeName is the name of the virtual node that stands for peer
+// (the name of its ForeignCluster): offload-<peer>.
+func VirtualNodeName(peer string) string { return "offload-" + peer }
+
+// Names of a tenant's objects on the provider.
+const (
+	// TenantNamespacePrefix starts the name of every tenant namespace:
+	// offload-tenant-<consumer name>.
+	TenantNamespacePrefix = "offload-tenant-"
+	// LabelTenant labels a tenant namespace with its consumer's cluster ID.
+	LabelTenant = "offload.io/tenant"
+	// ConsumerServiceAccount is the consumer's ServiceAccount in its tenant
+	// namespace; its tokens are the consumer's credentials.
+	ConsumerServiceAccount = "offload-consumer"
+	// TenantRole is the ClusterRole, and the RoleBinding in each tenant
+	// namespace, that scope the consumer's identity.
+	TenantRole = "offload-tenant"
+)
+
+// TenantNamespace returns the tenant namespace of the consumer named
+// consumerName on a provider.
+func TenantNamespace(consumerName string) string { return TenantNamespacePrefix + consumerName }
+
+// TwinNamespace is the DefaultName of the provider namespace that mirrors
+// consumer namespace ns: NS-<consumer>-<hash6>, where hash6 is the start of
+// the SHA-256 of the consumer's cluster ID and ns, so two consumers with the
+// same name never share one. Long names are cut to fit the 63 characters of
+// a namespace name, keeping the hash.
+func TwinNamespace(ns, consumerName, consumerID string) string {
+	sum := sha256.Sum256([]byte(consumerID + "/" + ns))
+	suffix := "-" + hex.EncodeToString(sum[:])[:6]
+	prefix := ns + "-" + consumerName
+	if limit := 63 - len(suffix); len(prefix) > limit {
+		prefix = strings.TrimRight(prefix[:limit], "-")
+	}
+	return prefix + suffix
+}
