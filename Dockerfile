@@ -40,9 +40,9 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
     go build -trimpath \
       -ldflags "-s -w \
-        -X github.com/kubectl-offload/kubectl-offload/internal/version.Version=${VERSION} \
-        -X github.com/kubectl-offload/kubectl-offload/internal/version.Commit=${COMMIT} \
-        -X github.com/kubectl-offload/kubectl-offload/internal/version.BuildDate=${BUILD_DATE}" \
+        -X github.com/kubectl-offload/kubectl-offload/internal/buildinfo.Version=${VERSION} \
+        -X github.com/kubectl-offload/kubectl-offload/internal/buildinfo.Commit=${COMMIT} \
+        -X github.com/kubectl-offload/kubectl-offload/internal/buildinfo.BuildDate=${BUILD_DATE}" \
       -o /out/offload-agent ./cmd/offload-agent
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -6,9 +6,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS := -s -w \
-	-X $(MODULE)/internal/version.Version=$(VERSION) \
-	-X $(MODULE)/internal/version.Commit=$(COMMIT) \
-	-X $(MODULE)/internal/version.BuildDate=$(BUILD_DATE)
+	-X $(MODULE)/internal/buildinfo.Version=$(VERSION) \
+	-X $(MODULE)/internal/buildinfo.Commit=$(COMMIT) \
+	-X $(MODULE)/internal/buildinfo.BuildDate=$(BUILD_DATE)
 GOLANGCI_LINT_VERSION := v2.15.0
 GORELEASER_VERSION := v2.16.0
 

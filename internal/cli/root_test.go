@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/version"
+	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
 
@@ -19,9 +19,9 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // run executes the CLI like main does, with a fixed build identity.
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	v, c, d := version.Version, version.Commit, version.BuildDate
-	version.Version, version.Commit, version.BuildDate = "v1.2.3", "0123abc", "2026-01-02T03:04:05Z"
-	t.Cleanup(func() { version.Version, version.Commit, version.BuildDate = v, c, d })
+	v, c, d := buildinfo.Version, buildinfo.Commit, buildinfo.BuildDate
+	buildinfo.Version, buildinfo.Commit, buildinfo.BuildDate = "v1.2.3", "0123abc", "2026-01-02T03:04:05Z"
+	t.Cleanup(func() { buildinfo.Version, buildinfo.Commit, buildinfo.BuildDate = v, c, d })
 
 	var out, errOut bytes.Buffer
 	code = Run(context.Background(), genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, args)

@@ -22,9 +22,9 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
+	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
-	"github.com/kubectl-offload/kubectl-offload/internal/version"
 )
 
 // ManagedByLabel marks the objects the CLI creates outside the chart, such as
@@ -66,7 +66,7 @@ func NewOptions(streams genericiooptions.IOStreams) *Options {
 
 // Complete builds the clients from the factory.
 func (o *Options) Complete(f factory.Factory) error {
-	o.version = version.Version
+	o.version = buildinfo.Version
 	o.contextName = f.ContextName()
 	cfg, err := f.RESTConfig()
 	if err != nil {

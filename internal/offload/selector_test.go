@@ -4,17 +4,9 @@ import (
 	"reflect"
 	"testing"
 
-	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
-
-func TestTheVirtualNodeLabelsAreTheAgents(t *testing.T) {
-	if offloadv1alpha1.LabelType != offloadv1alpha1.LabelType || offloadv1alpha1.TypeVirtualNode != offloadv1alpha1.TypeVirtualNode ||
-		offloadv1alpha1.LabelRemoteClusterID != offloadv1alpha1.LabelRemoteClusterID {
-		t.Errorf("the labels of virtual nodes differ from internal/agent/virtualnode's")
-	}
-}
 
 func term(exprs ...corev1.NodeSelectorRequirement) *corev1.NodeSelector {
 	return &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: exprs}}}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
+	"github.com/kubectl-offload/kubectl-offload/internal/exit"
 )
 
 // fieldValues returns the fields of s by name.

@@ -6,7 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
+	"github.com/kubectl-offload/kubectl-offload/internal/exit"
 )
 
 var reportType = metav1.TypeMeta{APIVersion: "offload.io/v1alpha1", Kind: "StatusReport"}

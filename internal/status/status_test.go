@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/exit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

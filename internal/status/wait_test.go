@@ -13,7 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
+	"github.com/kubectl-offload/kubectl-offload/internal/exit"
 )
 
 // runWait executes `kubectl offload status --wait args...` against f,

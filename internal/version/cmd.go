@@ -1,3 +1,5 @@
+// Package version is the version command: the build of the plugin and, when
+// a cluster is reachable, the versions installed there.
 package version
 
 import (
@@ -8,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 )
@@ -76,7 +79,7 @@ func (o *Options) Validate() error {
 // Run prints the report. An unreachable cluster is a warning, not an error:
 // the client version is still useful.
 func (o *Options) Run(ctx context.Context) error {
-	r := Report{TypeMeta: reportType, Client: Get()}
+	r := Report{TypeMeta: reportType, Client: buildinfo.Get()}
 	if !o.ClientOnly {
 		ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		defer cancel()

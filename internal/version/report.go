@@ -5,6 +5,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -15,7 +16,7 @@ var reportType = metav1.TypeMeta{APIVersion: "offload.io/v1alpha1", Kind: "Versi
 type Report struct {
 	metav1.TypeMeta `json:",inline"`
 	// Client is the build of the kubectl-offload binary.
-	Client Info `json:"client"`
+	Client buildinfo.Info `json:"client"`
 	// Server is what the current cluster runs; absent when it was not asked or not reachable.
 	Server *Server `json:"server,omitempty"`
 }

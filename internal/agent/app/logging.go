@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/version"
+	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -38,7 +38,7 @@ func (g *globalOptions) restConfig(component string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the Kubernetes client config (out of the cluster, pass --kubeconfig or set KUBECONFIG): %w", err)
 	}
-	cfg.UserAgent = fmt.Sprintf("offload-agent/%s (%s)", version.Get().Version, component)
+	cfg.UserAgent = fmt.Sprintf("offload-agent/%s (%s)", buildinfo.Get().Version, component)
 	return cfg, nil
 }
 

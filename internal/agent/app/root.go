@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/cli/exit"
-	"github.com/kubectl-offload/kubectl-offload/internal/version"
+	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
+	"github.com/kubectl-offload/kubectl-offload/internal/exit"
 )
 
 // NewRootCmd returns the offload-agent root command.
@@ -39,7 +39,7 @@ debugging, pass --kubeconfig or set KUBECONFIG.`,
 		Short: "Print the agent version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), version.Get())
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), buildinfo.Get())
 			return err
 		},
 	})

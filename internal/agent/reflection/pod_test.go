@@ -13,14 +13,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
 
-func TestVirtualNodeKeysMatchTheVirtualNodePackage(t *testing.T) {
-	if offloadv1alpha1.LabelType != offloadv1alpha1.LabelType ||
-		offloadv1alpha1.TypeVirtualNode != offloadv1alpha1.TypeVirtualNode ||
-		offloadv1alpha1.TaintVirtualNode != offloadv1alpha1.TaintVirtualNode {
-		t.Fatal("the virtual-node keys of reflection and virtualnode have drifted apart")
-	}
-}
-
 func TestRemotePodMetadata(t *testing.T) {
 	local := offloadedPod()
 	local.Labels[offloadv1alpha1.LabelOriginClusterID] = "someone-else"

@@ -1,6 +1,6 @@
-// Package version reports the build information of kubectl-offload and
-// offload-agent, and the versions installed in a cluster.
-package version
+// Package buildinfo holds the build information of kubectl-offload and
+// offload-agent, set at link time. It is a leaf that both binaries import.
+package buildinfo
 
 import (
 	"fmt"
