@@ -17,6 +17,12 @@ const (
 	ConditionReady = "Ready"
 )
 
+// ReasonUnauthorized is the reason of VirtualNodeReady=False when the
+// provider answers the virtual node with 401 Unauthorized, and of
+// Authenticated=False once the consumer's agent confirmed that the provider
+// no longer accepts its credentials.
+const ReasonUnauthorized = "Unauthorized"
+
 // ConditionUnpeered is set on a ForeignCluster being deleted: False while the
 // consumer's agent cannot get the provider to remove its tenant, with the
 // reason in the message.
@@ -33,6 +39,16 @@ const (
 	// AnnotationForceUnpeer, set to "true", makes the agent skip the call to
 	// the provider when the ForeignCluster is deleted (kubectl offload unpeer --force).
 	AnnotationForceUnpeer = "offload.io/force-unpeer"
+	// FinalizerTenant makes the provider's agent revoke a consumer's
+	// credentials and remove its tenant namespace, and everything the
+	// consumer asked for in it, before the Tenant goes.
+	FinalizerTenant = "offload.io/tenant"
+	// FinalizerRemoteNamespace makes the provider's agent delete the twin
+	// namespace before its RemoteNamespace goes.
+	FinalizerRemoteNamespace = "offload.io/remote-namespace"
+	// FinalizerNamespaceOffloading makes the consumer's agent release the
+	// twin namespaces on every provider before a NamespaceOffloading goes.
+	FinalizerNamespaceOffloading = "offload.io/namespace-offloading"
 	// LabelIncomingOnly marks a ForeignCluster the provider's agent created
 	// to record a consumer; it is deleted with the consumer's Tenant.
 	LabelIncomingOnly = "offload.io/incoming-only"

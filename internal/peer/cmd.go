@@ -187,29 +187,34 @@ func newCmdTokensRevoke(f factory.Factory, streams genericiooptions.IOStreams) *
 	return cmd
 }
 
-const unpeerLong = `Remove the peering with NAME.
+const unpeerLong = `End one direction of the peering with NAME.
 
-On a consumer, NAME is the ForeignCluster that peer out-of-band created. The
-agent asks the provider to remove this cluster's tenant, which revokes the
-credentials it holds at once, then deletes the virtual node offload-NAME, its
-Lease and the peer's Secrets, and the ForeignCluster goes.
+A peering has two directions, and unpeer ends exactly one of them:
 
-When the provider cannot be reached the command stops and says why; the agent
-keeps retrying. --force removes the peering on this side only and prints what
-it could not clean up on the provider.
+- outgoing (the default): this cluster consumes NAME's resources through the
+  virtual node offload-NAME. The agent asks NAME to remove this cluster's
+  tenant, which revokes the credentials it holds at once, then deletes the
+  virtual node, its Lease and the peer's Secrets, and the ForeignCluster goes.
+  When NAME cannot be reached the command stops and says why; the agent keeps
+  retrying. --force removes the peering on this side only and prints what it
+  could not clean up on NAME.
 
-On a provider, NAME is a consumer (kubectl get tenants lists them): its
-tenant namespace, ServiceAccount and RoleBinding are deleted, so its
-credentials stop working at once.`
+- incoming (--incoming): NAME consumes this cluster's resources. Its Tenant is
+  deleted; the agent revokes its credentials at once and removes its tenant
+  namespace, with the twin namespaces and the pods NAME offloaded here.
 
-const unpeerExample = `  # On the consumer: remove the peering with the provider named provider
+When NAME is peered both ways, the other direction keeps working. Without
+--incoming, a NAME that only consumes this cluster is refused with the
+command that ends that peering.`
+
+const unpeerExample = `  # On the consumer: stop consuming the provider named provider
   kubectl offload unpeer provider
 
   # The provider is gone for good: clean up this side only
   kubectl offload unpeer provider --force
 
-  # On the provider: revoke the consumer named consumer
-  kubectl offload unpeer consumer`
+  # On the provider: revoke the consumer named consumer and remove its workloads
+  kubectl offload unpeer consumer --incoming`
 
 // NewCmdUnpeer returns the unpeer command.
 func NewCmdUnpeer(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
@@ -219,7 +224,7 @@ func NewCmdUnpeer(f factory.Factory, streams genericiooptions.IOStreams) *cobra.
 func newCmdUnpeer(f factory.Factory, o *UnpeerOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "unpeer NAME",
-		Short:   "Remove the peering with a provider or a consumer and revoke its credentials",
+		Short:   "End one direction of a peering: stop consuming a provider, or with --incoming revoke a consumer",
 		Long:    unpeerLong,
 		Example: unpeerExample,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -232,6 +237,7 @@ func newCmdUnpeer(f factory.Factory, o *UnpeerOptions) *cobra.Command {
 			return o.Run(cmd.Context())
 		},
 	}
+	cmd.Flags().BoolVar(&o.Incoming, "incoming", o.Incoming, "End the incoming peering: NAME stops consuming this cluster's resources, and its workloads here are removed.")
 	cmd.Flags().BoolVar(&o.Force, "force", o.Force, "Remove the peering on this side even when the provider cannot be reached or the agent is not running.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long to wait for each side's cleanup.")
 	return cmd

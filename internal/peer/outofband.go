@@ -224,9 +224,10 @@ func (o *OutOfBandOptions) applyTokenSecret(ctx context.Context) (bool, error) {
 }
 
 // applyForeignCluster creates or updates fc, the ForeignCluster as read
-// (empty when it does not exist). When the token changed, it marks
-// Authenticated Unknown so that --wait does not report the previous
-// token's failure.
+// (empty when it does not exist). When the token changed, it records the
+// token's ID in an annotation: the agent answers that token, and --wait
+// trusts the conditions only once the agent says it acted on it. The CLI
+// never writes the status.
 func (o *OutOfBandOptions) applyForeignCluster(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, tokenChanged bool) error {
 	create := fc.Name == ""
 	before := fc.DeepCopy()
@@ -248,20 +249,6 @@ func (o *OutOfBandOptions) applyForeignCluster(ctx context.Context, fc *offloadv
 		return nil
 	} else if err := o.client.Update(ctx, fc); err != nil {
 		return fmt.Errorf("updating ForeignCluster %s: %w", fc.Name, err)
-	}
-	if !tokenChanged || create {
-		return nil
-	}
-	if c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated); c == nil || c.Status == metav1.ConditionTrue {
-		return nil
-	}
-	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
-		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionUnknown, Reason: ReasonPending,
-		Message: "waiting for the agent to use the new token", ObservedGeneration: fc.Generation,
-	})
-	fc.Status.Auth = offloadv1alpha1.PhasePending
-	if err := o.client.Status().Update(ctx, fc); err != nil {
-		return fmt.Errorf("resetting the status of ForeignCluster %s: %w", fc.Name, err)
 	}
 	return nil
 }
@@ -325,6 +312,10 @@ func (o *OutOfBandOptions) waitCondition(ctx context.Context, condition string) 
 	err := waitForeignCluster(ctx, o.client, o.Args.Name, o.pollInterval, func(fc *offloadv1alpha1.ForeignCluster) (bool, error) {
 		if fc == nil {
 			return false, nil // not in the cache yet
+		}
+		if id := fc.Annotations[peering.TokenIDAnnotation]; id != "" && fc.Annotations[peering.ObservedTokenIDAnnotation] != id {
+			pending = "the agent has not acted on the new token yet"
+			return false, nil // the conditions may be about an earlier token
 		}
 		c := meta.FindStatusCondition(fc.Status.Conditions, condition)
 		switch {

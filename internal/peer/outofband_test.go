@@ -277,8 +277,15 @@ func TestOutOfBandWithANewTokenRetriesAtOnce(t *testing.T) {
 	if got := fc.Annotations[peering.TokenIDAnnotation]; got != "abc123" {
 		t.Errorf("annotation %s = %q, want the new token's ID", peering.TokenIDAnnotation, got)
 	}
-	if cond := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated); cond == nil || cond.Status != metav1.ConditionUnknown {
-		t.Errorf("Authenticated = %+v, want Unknown until the agent tries the new token", cond)
+	// The CLI writes intent, never the status: the old token's failure stays
+	// until the agent answers the new one.
+	if cond := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated); cond == nil || cond.Reason != peering.ReasonTokenExpired {
+		t.Errorf("Authenticated = %+v, want the agent's last word, untouched by the CLI", cond)
+	}
+	// --wait does not report the old token's failure: it waits for the agent.
+	_, _, err := runPeer(t, c, outOfBandArgs(testArgs, "--timeout", "200ms")...)
+	if err == nil || strings.Contains(err.Error(), "token expired") || !strings.Contains(err.Error(), "has not acted on the new token yet") {
+		t.Errorf("out-of-band --wait with a new token = %v, want pending until the agent acts on it", err)
 	}
 	var s corev1.Secret
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: peering.PeerTokenSecretName("provider")}, &s); err != nil || string(s.Data[peering.PeerTokenKey]) != testToken {

@@ -8,7 +8,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +36,9 @@ type UnpeerOptions struct {
 
 	// Name is the peer: a ForeignCluster on a consumer, a Tenant on a provider.
 	Name string
+	// Incoming ends the incoming peering instead of the outgoing one: NAME
+	// consumes this cluster's resources, and its Tenant is removed.
+	Incoming bool
 	// Force removes the peering on this side even when the provider cannot
 	// be reached or the agent is not running.
 	Force bool
@@ -78,16 +80,24 @@ func (o *UnpeerOptions) Validate() error {
 	if o.Timeout <= 0 {
 		return fmt.Errorf("--timeout must be more than 0, got %s", o.Timeout)
 	}
+	if o.Incoming && o.Force {
+		return errors.New("--force applies to the outgoing peering only: kubectl offload unpeer NAME --incoming removes a consumer's tenant on this cluster, which needs no other cluster")
+	}
 	return nil
 }
 
-// Run removes the peering with Name: as a consumer, the ForeignCluster, its
-// virtual node and Secrets, after the provider removed this cluster's
-// tenant; as a provider, the consumer's Tenant, which revokes its
-// credentials. A cluster that is both does both.
+// Run ends one direction of the peering with Name. By default it is the
+// outgoing one, where this cluster consumes Name's resources: the
+// ForeignCluster goes, and with it the virtual node, the Secrets and this
+// cluster's tenant on Name. With Incoming it is the incoming one, where Name
+// consumes this cluster: Name's Tenant goes, which revokes its credentials
+// and removes its workloads here. The other direction is left as it is.
 func (o *UnpeerOptions) Run(ctx context.Context) error {
 	var fc offloadv1alpha1.ForeignCluster
 	fcErr := o.client.Get(ctx, types.NamespacedName{Name: o.Name}, &fc)
+	if meta.IsNoMatchError(fcErr) {
+		return errors.New("the ForeignCluster CRD is missing: kubectl-offload is not installed on this cluster (kubectl offload install)")
+	}
 	if fcErr != nil && !apierrors.IsNotFound(fcErr) {
 		return fmt.Errorf("reading ForeignCluster %s: %w", o.Name, fcErr)
 	}
@@ -96,35 +106,41 @@ func (o *UnpeerOptions) Run(ctx context.Context) error {
 	if tenantErr != nil && !apierrors.IsNotFound(tenantErr) && !meta.IsNoMatchError(tenantErr) {
 		return fmt.Errorf("reading Tenant %s: %w", o.Name, tenantErr)
 	}
-	if meta.IsNoMatchError(fcErr) {
-		return errors.New("the ForeignCluster CRD is missing: kubectl-offload is not installed on this cluster (kubectl offload install)")
-	}
-	// A ForeignCluster the provider's agent made to record a consumer goes
-	// with its Tenant.
-	incomingOnly := fcErr == nil && fc.Labels[offloadv1alpha1.LabelIncomingOnly] == "true"
-	consumer := fcErr == nil && !incomingOnly
-	provider := tenantErr == nil
-	if !consumer && !provider && !incomingOnly {
-		return fmt.Errorf("no peer %q: neither a ForeignCluster nor a Tenant has that name; kubectl get foreignclusters lists the peers", o.Name)
-	}
+	// A ForeignCluster the provider's agent made to record a consumer
+	// stands for the incoming peering only.
+	outgoing := fcErr == nil && fc.Labels[offloadv1alpha1.LabelIncomingOnly] != "true"
+	incoming := tenantErr == nil
 	steps := output.NewSteps(o.ErrOut)
-	if consumer {
-		if err := o.unpeerConsumer(ctx, steps, &fc); err != nil {
-			return err
-		}
-	}
-	if provider {
+	switch {
+	case o.Incoming && !incoming:
+		return fmt.Errorf("%s does not consume this cluster's resources (no Tenant %s; kubectl get tenants lists the consumers)%s", o.Name, o.Name, outgoingHint(outgoing, o.Name))
+	case o.Incoming:
 		if err := o.unpeerProvider(ctx, steps, &tenant); err != nil {
 			return err
 		}
-	}
-	if incomingOnly {
-		if err := o.client.Delete(ctx, &fc); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting ForeignCluster %s: %w", o.Name, err)
+		fmt.Fprintf(o.Out, "unpeered %s (incoming: it no longer consumes this cluster)\n", o.Name)
+	case outgoing:
+		if err := o.unpeerConsumer(ctx, steps, &fc); err != nil {
+			return err
 		}
+		if incoming {
+			steps.Warn("%s still consumes this cluster's resources (incoming peering): kubectl offload unpeer %s --incoming ends that too", o.Name, o.Name)
+		}
+		fmt.Fprintf(o.Out, "unpeered %s (outgoing: this cluster no longer consumes it)\n", o.Name)
+	case incoming:
+		return fmt.Errorf("this cluster does not consume %s's resources; %s consumes this cluster (incoming peering): kubectl offload unpeer %s --incoming ends that, revoking its credentials and removing its workloads here", o.Name, o.Name, o.Name)
+	default:
+		return fmt.Errorf("no peer %q: neither a ForeignCluster nor a Tenant has that name; kubectl get foreignclusters lists the peers", o.Name)
 	}
-	fmt.Fprintf(o.Out, "unpeered %s\n", o.Name)
 	return nil
+}
+
+// outgoingHint points at plain unpeer when name is an outgoing peer.
+func outgoingHint(outgoing bool, name string) string {
+	if !outgoing {
+		return ""
+	}
+	return fmt.Sprintf("; this cluster consumes %s: kubectl offload unpeer %s ends that", name, name)
 }
 
 // unpeerConsumer deletes the ForeignCluster and waits while the agent gets
@@ -172,11 +188,11 @@ func (o *UnpeerOptions) unpeerConsumer(ctx context.Context, steps *output.Steps,
 	if err != nil {
 		return fmt.Errorf("unpeering %s: %w", o.Name, err)
 	}
-	return o.waitGone(ctx, steps)
+	return o.waitGone(ctx, steps, fc.UID)
 }
 
-// waitGone waits until the virtual node and the ForeignCluster are gone.
-func (o *UnpeerOptions) waitGone(ctx context.Context, steps *output.Steps) error {
+// waitGone waits until the virtual node and the ForeignCluster uid are gone.
+func (o *UnpeerOptions) waitGone(ctx context.Context, steps *output.Steps, uid types.UID) error {
 	node := offloadv1alpha1.VirtualNodeName(o.Name)
 	if err := steps.Run("Virtual node "+node+" removed", func() error {
 		return o.poll(ctx, func(ctx context.Context) (bool, error) {
@@ -187,8 +203,10 @@ func (o *UnpeerOptions) waitGone(ctx context.Context, steps *output.Steps) error
 		return fmt.Errorf("unpeering %s: %w", o.Name, err)
 	}
 	if err := steps.Run("ForeignCluster "+o.Name+" deleted", func() error {
+		// When Name also consumes this cluster, the agent records that
+		// incoming peering in a new ForeignCluster of the same name.
 		err := waitForeignCluster(ctx, o.client, o.Name, o.pollInterval, func(fc *offloadv1alpha1.ForeignCluster) (bool, error) {
-			return fc == nil, nil
+			return fc == nil || fc.UID != uid, nil
 		})
 		if err != nil {
 			return fmt.Errorf("is still there after %s (--timeout): kubectl get foreignclusters %s -o yaml shows what holds it", o.Timeout, o.Name)
@@ -210,7 +228,7 @@ func (o *UnpeerOptions) forceConsumer(ctx context.Context, steps *output.Steps, 
 		return fc == nil, nil
 	})
 	if err == nil {
-		return o.waitGone(ctx, steps)
+		return o.waitGone(ctx, steps, fc.UID)
 	}
 	// The agent is not doing it: remove the node, its Lease, the Secrets
 	// and the finalizers here.
@@ -245,31 +263,36 @@ func (o *UnpeerOptions) forceConsumer(ctx context.Context, steps *output.Steps, 
 	})
 }
 
-// unpeerProvider removes the Tenant of consumer Name: its RoleBinding first,
-// which revokes the consumer's credentials at once, then its
-// ServiceAccount, its namespace and the Tenant, like the auth service does
-// on /v1/unpeer.
+// unpeerProvider deletes the Tenant of consumer Name and waits until it and
+// its tenant namespace are gone. The agent's tenant controller does the
+// work: it revokes the consumer's credentials, then deletes the namespace,
+// whose twin namespaces and pods go with it.
 func (o *UnpeerOptions) unpeerProvider(ctx context.Context, steps *output.Steps, t *offloadv1alpha1.Tenant) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	ns := t.Spec.TenantNamespace
-	return steps.Run("Removed the tenant of consumer "+o.Name+" and revoked its credentials", func() error {
-		var objs []client.Object
-		if ns != "" {
-			objs = append(objs,
-				&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantRole, Namespace: ns}},
-				&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}},
-				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		}
-		for _, obj := range append(objs, t) {
-			if err := o.client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err)
-			}
-		}
+	if err := o.client.Delete(ctx, t); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting Tenant %s: %w", o.Name, err)
+	}
+	if err := steps.Run("Revoked the credentials of consumer "+o.Name, func() error {
 		err := o.poll(ctx, func(ctx context.Context) (bool, error) {
-			nsErr := o.client.Get(ctx, types.NamespacedName{Name: ns}, &corev1.Namespace{})
-			tErr := o.client.Get(ctx, types.NamespacedName{Name: t.Name}, &offloadv1alpha1.Tenant{})
-			return (ns == "" || apierrors.IsNotFound(nsErr)) && apierrors.IsNotFound(tErr), nil
+			err := o.client.Get(ctx, types.NamespacedName{Name: t.Name}, &offloadv1alpha1.Tenant{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			return fmt.Errorf("tenant %s is still there after %s (--timeout): is offload-controller-manager running? kubectl offload status shows it", o.Name, o.Timeout)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("unpeering %s: %w", o.Name, err)
+	}
+	ns := t.Spec.TenantNamespace
+	if ns == "" {
+		return nil
+	}
+	return steps.Run("Removed its tenant namespace "+ns+" and its workloads", func() error {
+		err := o.poll(ctx, func(ctx context.Context) (bool, error) {
+			err := o.client.Get(ctx, types.NamespacedName{Name: ns}, &corev1.Namespace{})
+			return apierrors.IsNotFound(err), nil
 		})
 		if err != nil {
 			return fmt.Errorf("namespace %s is still terminating after %s (--timeout): kubectl get namespace %s -o yaml shows what holds it", ns, o.Timeout, ns)

@@ -2,16 +2,17 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -100,27 +101,92 @@ func TestUnpeerForceCleansUpWhenTheAgentDoesNot(t *testing.T) {
 	}
 }
 
-func TestUnpeerOnTheProviderRemovesTheTenant(t *testing.T) {
-	ns := "offload-tenant-consumer"
-	objs := []client.Object{
-		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "consumer"},
-			Spec: offloadv1alpha1.TenantSpec{ClusterID: consumerID, ClusterName: "consumer", TenantNamespace: ns}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantRole, Namespace: ns}},
-		&offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "consumer", Labels: map[string]string{offloadv1alpha1.LabelIncomingOnly: "true"}}},
-	}
+// consumerTenant is the Tenant of consumer name on this cluster, the provider.
+func consumerTenant(name string) *offloadv1alpha1.Tenant {
+	return &offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: offloadv1alpha1.TenantSpec{ClusterID: consumerID, ClusterName: name, TenantNamespace: offloadv1alpha1.TenantNamespace(name)}}
+}
+
+func TestUnpeerRefusesAConsumerWithoutIncomingAndChangesNothing(t *testing.T) {
+	tenant := consumerTenant("consumer")
+	objs := []client.Object{tenant, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant.Spec.TenantNamespace}},
+		&offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "consumer", Labels: map[string]string{offloadv1alpha1.LabelIncomingOnly: "true"}}}}
 	c := newFakeClient(objs...)
-	stdout, stderr, err := runUnpeer(t, c, "consumer")
+	_, _, err := runUnpeer(t, c, "consumer")
+	if err == nil || !strings.Contains(err.Error(), "kubectl offload unpeer consumer --incoming") {
+		t.Fatalf("error %v, want a refusal naming --incoming", err)
+	}
+	for _, o := range objs {
+		if !exists(t, c, o) {
+			t.Errorf("a refused unpeer removed %T %s", o, o.GetName())
+		}
+	}
+	if _, _, err := runUnpeer(t, c, "provider", "--incoming"); err == nil || !strings.Contains(err.Error(), "does not consume this cluster") {
+		t.Errorf("--incoming for a cluster that is no consumer: %v", err)
+	}
+	if _, _, err := runUnpeer(t, c, "consumer", "--incoming", "--force"); err == nil || !strings.Contains(err.Error(), "--force applies to the outgoing peering only") {
+		t.Errorf("--incoming --force: %v", err)
+	}
+}
+
+func TestUnpeerIncomingDeletesTheTenantAndWaitsForTheAgentOnly(t *testing.T) {
+	tenant := consumerTenant("provider")
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant.Spec.TenantNamespace}}
+	outgoing := peeredConsumerObjects()
+	c := newFakeClient(append([]client.Object{tenant, ns}, outgoing...)...)
+	// The agent's tenant controller: once the Tenant is gone, the tenant
+	// namespace goes. The CLI must not delete it itself.
+	agent := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		agent <- wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(tenant), &offloadv1alpha1.Tenant{}); !apierrors.IsNotFound(err) {
+				if err := c.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{}); apierrors.IsNotFound(err) {
+					return false, errors.New("the tenant namespace went before the Tenant: the CLI deleted it")
+				}
+				return false, nil
+			}
+			return true, c.Delete(ctx, ns.DeepCopy())
+		})
+	}()
+	stdout, stderr, err := runUnpeer(t, c, "provider", "--incoming")
+	if err != nil {
+		t.Fatalf("unpeer --incoming: %v\n%s", err, stderr)
+	}
+	if err := <-agent; err != nil {
+		t.Fatal(err)
+	}
+	if exists(t, c, tenant) || exists(t, c, ns) {
+		t.Error("the tenant or its namespace is left")
+	}
+	for _, o := range outgoing {
+		if !exists(t, c, o) {
+			t.Errorf("unpeer --incoming removed %T %s of the outgoing peering", o, o.GetName())
+		}
+	}
+	if !strings.Contains(stdout, "unpeered provider (incoming") {
+		t.Errorf("stdout %q", stdout)
+	}
+}
+
+func TestUnpeerOfAPeerBothWaysEndsTheOutgoingPeeringOnly(t *testing.T) {
+	tenant := consumerTenant("provider")
+	outgoing := peeredConsumerObjects()
+	c := newFakeClient(append([]client.Object{tenant}, outgoing...)...)
+	_, stderr, err := runUnpeer(t, c, "provider", "--force")
 	if err != nil {
 		t.Fatalf("unpeer: %v\n%s", err, stderr)
 	}
-	for _, o := range objs {
+	for _, o := range outgoing {
 		if exists(t, c, o) {
-			t.Errorf("%T %s is left", o, o.GetName())
+			t.Errorf("%T %s of the outgoing peering is left", o, o.GetName())
 		}
 	}
-	if !strings.Contains(stdout, "unpeered consumer") {
-		t.Errorf("stdout %q", stdout)
+	if !exists(t, c, tenant) {
+		t.Error("unpeer without --incoming removed the consumer's Tenant")
+	}
+	if !strings.Contains(stderr, "kubectl offload unpeer provider --incoming") {
+		t.Errorf("stderr %q, want a note that the incoming peering stays", stderr)
 	}
 }

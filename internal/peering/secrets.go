@@ -34,6 +34,11 @@ const (
 	// the token the CLI last stored for it; changing it makes the agent try
 	// the new token at once.
 	TokenIDAnnotation = "offload.io/peer-token-id"
+	// ObservedTokenIDAnnotation on a ForeignCluster is the TokenIDAnnotation
+	// the agent last acted on. The agent sets it after the status that
+	// answers that token, so the CLI trusts the conditions only once it
+	// matches the token it stored.
+	ObservedTokenIDAnnotation = "offload.io/observed-peer-token-id"
 )
 
 // PeerTokenSecretName returns the name of the token Secret for peer name.

@@ -259,6 +259,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 
 	expectWorkloads(ctx, t, consumer, provider, twin, consumerID)
 	expectStrategies(ctx, t, consumer, cc)
+	expectUnpeerEndsOneDirection(ctx, t, consumer, provider, twin, consumerID)
 
 	// unoffload removes the remote pods with the twin namespace.
 	mustOffload(t, consumer, "unoffload", "namespace", "work", "--timeout", "2m")
@@ -266,6 +267,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		_, err := provider.Kube.CoreV1().Namespaces().Get(ctx, twin, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+	expectRevokedConsumerSaysUnauthorized(ctx, t, consumer, provider)
 }
 
 // scaleAgent scales the consumer's controller-manager to replicas and waits

@@ -17,6 +17,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/namespaceoffloading"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/resourceoffer"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/tenant"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/webhook"
 )
@@ -128,6 +129,10 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		func(mgr ctrlmanager.Manager) error {
 			return (&remotenamespace.GarbageCollector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr)
+		},
+		// Provider side: the one owner of a consumer's tenant teardown.
+		func(mgr ctrlmanager.Manager) error {
+			return (&tenant.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 		},
 		// Provider side: each consumer recorded as a ForeignCluster.
 		func(mgr ctrlmanager.Manager) error {

@@ -55,7 +55,7 @@ func (p *Peering) handleUnpeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log = log.WithValues("consumer", t.Spec.ClusterName, "consumerID", t.Spec.ClusterID)
-	if err := p.teardown(ctx, t); err != nil {
+	if err := p.unpeer(ctx, t); err != nil {
 		p.fail(w, log, "Unpeering", err)
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,7 +88,11 @@ func (p *Peering) provision(ctx context.Context, id, name string, log klog.Logge
 		defer cancel()
 		for i := len(created) - 1; i >= 0; i-- {
 			o := created[i]
-			if err := p.deleteIfExists(dctx, o); err != nil {
+			remove := p.deleteIfExists
+			if t, ok := o.(*offloadv1alpha1.Tenant); ok {
+				remove = func(ctx context.Context, _ client.Object) error { return p.unpeer(ctx, t) }
+			}
+			if err := remove(dctx, o); err != nil {
 				log.Error(err, "Undoing a failed peering", "object", klog.KObj(o), "kind", fmt.Sprintf("%T", o))
 			}
 		}
@@ -111,8 +116,12 @@ func (p *Peering) provision(ctx context.Context, id, name string, log klog.Logge
 
 	ns := offloadv1alpha1.TenantNamespace(name)
 	t := &offloadv1alpha1.Tenant{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{offloadv1alpha1.LabelTenant: id}},
-		Spec:       offloadv1alpha1.TenantSpec{ClusterID: id, ClusterName: name, TenantNamespace: ns},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Labels: map[string]string{offloadv1alpha1.LabelTenant: id},
+			// The tenant controller of the controller-manager owns the teardown.
+			Finalizers: []string{offloadv1alpha1.FinalizerTenant},
+		},
+		Spec: offloadv1alpha1.TenantSpec{ClusterID: id, ClusterName: name, TenantNamespace: ns},
 	}
 	if err := step(t, func() error { return verifyTenant(t, id, name) }); err != nil {
 		return nil, nil, err
@@ -223,23 +232,24 @@ func (p *Peering) apiServerCA(ctx context.Context) ([]byte, error) {
 	return []byte(cm.Data["ca.crt"]), nil
 }
 
-// teardown deletes a tenant: the consumer's ServiceAccount first, which
-// revokes every token it had at once, then the tenant namespace, and the
-// Tenant last, so that a failure part-way can be retried.
-func (p *Peering) teardown(ctx context.Context, t *offloadv1alpha1.Tenant) error {
-	ns := t.Spec.TenantNamespace
-	// The RoleBinding goes first: the RBAC authorizer drops it within
-	// milliseconds, while the API server keeps accepting a token it has
-	// already validated for up to 10 s after its ServiceAccount is gone.
-	for _, o := range []client.Object{
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantRole, Namespace: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: t.Name}},
-	} {
-		if err := p.deleteIfExists(ctx, o); err != nil {
-			return err
-		}
+// revocationPoll is how often unpeer looks whether the tenant controller
+// revoked the consumer's credentials.
+const revocationPoll = 50 * time.Millisecond
+
+// unpeer deletes the Tenant t, whose finalizer makes the tenant controller
+// revoke the consumer's credentials and start removing its tenant
+// namespace, and waits until the Tenant is gone, so that the credentials no
+// longer work when the consumer gets the answer.
+func (p *Peering) unpeer(ctx context.Context, t *offloadv1alpha1.Tenant) error {
+	if err := p.deleteIfExists(ctx, t); err != nil {
+		return err
+	}
+	err := wait.PollUntilContextCancel(ctx, revocationPoll, true, func(ctx context.Context) (bool, error) {
+		err := p.client.Get(ctx, client.ObjectKeyFromObject(t), &offloadv1alpha1.Tenant{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the tenant controller of offload-controller-manager to remove Tenant %s: %w", t.Name, err)
 	}
 	return nil
 }

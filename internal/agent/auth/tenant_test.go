@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/tenant"
+
 	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -68,6 +70,8 @@ func newPeeringEnv(t *testing.T) *peeringEnv {
 		Data:       map[string]string{"clusterID": e.clusterID, "clusterName": "provider"},
 	})
 	authClient := newClient(t, e.authSAConfig(t))
+	// The tenant controller of the controller-manager tears Tenants down.
+	framework.StartManager(t, cfg, (&tenant.Reconciler{Client: admin}).SetupWithManager)
 
 	ports := make([]int, 2)
 	for i := range ports {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -70,7 +72,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("foreigncluster").
 		For(&offloadv1alpha1.ForeignCluster{}, builder.WithPredicates(
-			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+			predicate.Or(predicate.GenerationChangedPredicate{}, intentAnnotationChanged, virtualNodeSawUnauthorized))).
 		Complete(r)
 }
 
@@ -107,13 +109,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if kubeconfig == nil {
 		res, err := r.authenticate(ctx, logger, &fc)
 		if err != nil || !res.IsZero() {
-			return res, err
+			return res, errors.Join(err, r.observeToken(ctx, &fc))
 		}
 		if kubeconfig, err = r.getSecret(ctx, peering.PeerKubeconfigSecretName(fc.Name)); err != nil || kubeconfig == nil {
 			return ctrl.Result{}, errors.Join(err, errors.New("the kubeconfig Secret vanished right after it was written"))
 		}
 	}
+	// The virtual node saw a 401, or this controller did before: ask the
+	// provider whether it still accepts the credentials.
+	if unauthorizedReported(&fc) {
+		revoked, err := r.credentialsRevoked(ctx, &fc, kubeconfig)
+		switch {
+		case revoked:
+			logger.Info("The provider no longer accepts the credentials", "foreignCluster", klog.KObj(&fc))
+			return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, &fc, offloadv1alpha1.ReasonUnauthorized, revokedMessage(fc.Name))
+		case err != nil:
+			logger.Info("Cannot check the credentials with the provider", "foreignCluster", klog.KObj(&fc), "error", err.Error())
+			if c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated); c != nil && c.Reason == offloadv1alpha1.ReasonUnauthorized {
+				// No verdict: the refusal stands until the provider accepts the credentials.
+				return ctrl.Result{RequeueAfter: refusedRetryInterval}, nil
+			}
+		}
+	}
 	if err := r.authenticated(ctx, &fc, kubeconfig); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.observeToken(ctx, &fc); err != nil {
 		return ctrl.Result{}, err
 	}
 	return r.rotate(ctx, logger, &fc, kubeconfig)
@@ -280,4 +301,33 @@ func (r *Reconciler) getSecret(ctx context.Context, name string) (*corev1.Secret
 		return nil, fmt.Errorf("reading Secret %s: %w", name, err)
 	}
 	return &s, nil
+}
+
+// observeToken records, once the status answers it, which token the agent
+// acted on (peering.ObservedTokenIDAnnotation), so that peer out-of-band
+// --wait knows the conditions it reads are about the token it stored.
+func (r *Reconciler) observeToken(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) error {
+	id := fc.Annotations[peering.TokenIDAnnotation]
+	if id == "" || fc.Annotations[peering.ObservedTokenIDAnnotation] == id {
+		return nil
+	}
+	patch := client.MergeFrom(fc.DeepCopy())
+	metav1.SetMetaDataAnnotation(&fc.ObjectMeta, peering.ObservedTokenIDAnnotation, id)
+	if err := r.Client.Patch(ctx, fc, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("recording the token the agent acted on: %w", err)
+	}
+	return nil
+}
+
+// intentAnnotationChanged passes annotation changes other than the one the
+// agent writes itself (peering.ObservedTokenIDAnnotation).
+var intentAnnotationChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		intent := func(o client.Object) map[string]string {
+			a := maps.Clone(o.GetAnnotations())
+			delete(a, peering.ObservedTokenIDAnnotation)
+			return a
+		}
+		return !maps.Equal(intent(e.ObjectOld), intent(e.ObjectNew))
+	},
 }

@@ -129,11 +129,15 @@ func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offload
 	return ctrl.Result{RequeueAfter: max(next, minRefreshRetry)}, nil
 }
 
+// httpTimeout bounds a call to a provider.
+func (r *Reconciler) httpTimeout() time.Duration {
+	if r.HTTPClientTimeout <= 0 {
+		return DefaultHTTPClientTimeout
+	}
+	return r.HTTPClientTimeout
+}
+
 // authClient returns a client of the auth service of fc.
 func (r *Reconciler) authClient(fc *offloadv1alpha1.ForeignCluster) *peering.Client {
-	timeout := r.HTTPClientTimeout
-	if timeout <= 0 {
-		timeout = DefaultHTTPClientTimeout
-	}
-	return peering.NewClient(fc.Spec.AuthURL, fc.Spec.CACertHash, timeout)
+	return peering.NewClient(fc.Spec.AuthURL, fc.Spec.CACertHash, r.httpTimeout())
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -37,6 +38,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("incoming").
 		For(&offloadv1alpha1.Tenant{}).
+		// A ForeignCluster deleted to end the outgoing peering with a
+		// cluster that still consumes this one is recreated to record the
+		// incoming peering: unpeer ends one direction only.
+		Watches(&offloadv1alpha1.ForeignCluster{}, &handler.EnqueueRequestForObject{}).
 		Complete(r)
 }
 

@@ -35,10 +35,6 @@ import (
 const (
 	// ControllerName names the controller in logs and metrics.
 	ControllerName = "namespaceoffloading"
-	// Finalizer makes the controller delete the RemoteNamespaces on the
-	// providers, and the label of the namespace, before the
-	// NamespaceOffloading goes.
-	Finalizer = "offload.io/namespace-offloading"
 )
 
 // Reasons of the Ready condition of a NamespaceOffloading.
@@ -145,7 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// The CRD refuses other names; nothing to do should one slip by.
 		return reconcile.Result{}, nil
 	}
-	if controllerutil.AddFinalizer(&no, Finalizer) {
+	if controllerutil.AddFinalizer(&no, offloadv1alpha1.FinalizerNamespaceOffloading) {
 		if err := r.Client.Update(ctx, &no); err != nil {
 			return reconcile.Result{}, fmt.Errorf("adding the finalizer to NamespaceOffloading %s: %w", klog.KObj(&no), err)
 		}
@@ -205,7 +201,7 @@ func backoff(since, now time.Time) time.Duration {
 // still run pods. Unpeering that provider, or removing the finalizer by
 // hand, ends the wait.
 func (r *Reconciler) finalize(ctx context.Context, no *offloadv1alpha1.NamespaceOffloading) (reconcile.Result, error) {
-	if !controllerutil.ContainsFinalizer(no, Finalizer) {
+	if !controllerutil.ContainsFinalizer(no, offloadv1alpha1.FinalizerNamespaceOffloading) {
 		return reconcile.Result{}, nil
 	}
 	log := ctrl.LoggerFrom(ctx)
@@ -228,7 +224,7 @@ func (r *Reconciler) finalize(ctx context.Context, no *offloadv1alpha1.Namespace
 	if err := r.grant(ctx, no.Namespace, false); err != nil {
 		return reconcile.Result{}, err
 	}
-	controllerutil.RemoveFinalizer(no, Finalizer)
+	controllerutil.RemoveFinalizer(no, offloadv1alpha1.FinalizerNamespaceOffloading)
 	if err := r.Client.Update(ctx, no); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}

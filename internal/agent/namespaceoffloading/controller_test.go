@@ -37,8 +37,8 @@ func TestAnOffloadedNamespaceGetsARemoteNamespaceAndIsReadyOnceTheProviderServes
 	if got := e.namespaceLabels()[offloadv1alpha1.LabelOffloaded]; got != "true" {
 		t.Errorf("label %s = %q, want true", offloadv1alpha1.LabelOffloaded, got)
 	}
-	if !controllerutil.ContainsFinalizer(e.get(), Finalizer) {
-		t.Errorf("no finalizer %s", Finalizer)
+	if !controllerutil.ContainsFinalizer(e.get(), offloadv1alpha1.FinalizerNamespaceOffloading) {
+		t.Errorf("no finalizer %s", offloadv1alpha1.FinalizerNamespaceOffloading)
 	}
 	got := e.entry(p)
 	if got == nil || got.Phase != offloadv1alpha1.RemoteNamespacePending || got.RemoteNamespace != twin || got.ClusterName != p.fc.Spec.ClusterName {
@@ -201,7 +201,7 @@ func TestDeletionWaitsForTheProvidersThenReleasesTheNamespace(t *testing.T) {
 		t.Fatalf("RemoteNamespace %+v, want it being deleted", rn)
 	}
 	no := e.get()
-	if no == nil || !controllerutil.ContainsFinalizer(no, Finalizer) {
+	if no == nil || !controllerutil.ContainsFinalizer(no, offloadv1alpha1.FinalizerNamespaceOffloading) {
 		t.Fatal("the NamespaceOffloading went before its RemoteNamespace")
 	}
 	if got := e.entry(p); got == nil || got.Phase != offloadv1alpha1.RemoteNamespaceTerminating {

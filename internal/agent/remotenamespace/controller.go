@@ -36,9 +36,6 @@ import (
 const (
 	// ControllerName names the controller in logs and metrics.
 	ControllerName = "remotenamespace"
-	// Finalizer makes the controller delete the twin namespace before its
-	// RemoteNamespace goes.
-	Finalizer = "offload.io/remote-namespace"
 	// AnnotationRemoteNamespace, on a twin namespace and on the objects the
 	// controller puts in it, names the RemoteNamespace they serve as
 	// <tenant namespace>/<name>.
@@ -137,7 +134,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if controllerutil.AddFinalizer(&rn, Finalizer) {
+	if controllerutil.AddFinalizer(&rn, offloadv1alpha1.FinalizerRemoteNamespace) {
 		if err := r.Client.Update(ctx, &rn); err != nil {
 			return reconcile.Result{}, fmt.Errorf("adding the finalizer to RemoteNamespace %s: %w", klog.KObj(&rn), err)
 		}
@@ -191,7 +188,7 @@ func deref(o *outcome) outcome {
 // until it is gone, then lets the RemoteNamespace go. A namespace that is
 // not this request's twin is left alone.
 func (r *Reconciler) finalize(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace) (reconcile.Result, error) {
-	if !controllerutil.ContainsFinalizer(rn, Finalizer) {
+	if !controllerutil.ContainsFinalizer(rn, offloadv1alpha1.FinalizerRemoteNamespace) {
 		return reconcile.Result{}, nil
 	}
 	log := ctrl.LoggerFrom(ctx)
@@ -212,7 +209,7 @@ func (r *Reconciler) finalize(ctx context.Context, rn *offloadv1alpha1.RemoteNam
 		}
 		return reconcile.Result{RequeueAfter: retryWait}, nil
 	}
-	controllerutil.RemoveFinalizer(rn, Finalizer)
+	controllerutil.RemoveFinalizer(rn, offloadv1alpha1.FinalizerRemoteNamespace)
 	if err := r.Client.Update(ctx, rn); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}

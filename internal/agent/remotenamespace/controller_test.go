@@ -76,8 +76,8 @@ func TestADefaultNameRequestGetsANamespaceAQuotaFromTheOfferAndARoleBinding(t *t
 	if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != rn.Generation {
 		t.Errorf("Ready condition %+v, want True for generation %d", c, rn.Generation)
 	}
-	if !controllerutil.ContainsFinalizer(rn, Finalizer) {
-		t.Errorf("finalizers %v, want %s", rn.Finalizers, Finalizer)
+	if !controllerutil.ContainsFinalizer(rn, offloadv1alpha1.FinalizerRemoteNamespace) {
+		t.Errorf("finalizers %v, want %s", rn.Finalizers, offloadv1alpha1.FinalizerRemoteNamespace)
 	}
 }
 

@@ -171,7 +171,13 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 				}
 			}
 			unreachable = err
-			if setErr := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionFalse, ReasonProviderUnreachable,
+			// An Unauthorized answer has its own reason: the foreigncluster
+			// controller, which owns Authenticated, checks the credentials then.
+			reason := ReasonProviderUnreachable
+			if apierrors.IsUnauthorized(err) {
+				reason = offloadv1alpha1.ReasonUnauthorized
+			}
+			if setErr := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionFalse, reason,
 				err.Error()+"; the virtual node is NotReady until the provider answers again", false); setErr != nil {
 				log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", setErr.Error())
 			}

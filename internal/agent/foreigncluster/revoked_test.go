@@ -1,0 +1,124 @@
+package foreigncluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+)
+
+// pointCredentialsAt rewrites the kubeconfig Secret of peer name so that its
+// token goes to server, a real API server trusting caPEM, like a provider.
+func (e *consumerEnv) pointCredentialsAt(t *testing.T, name, server string, caPEM []byte, token string) {
+	t.Helper()
+	s := e.secret(t, peering.PeerKubeconfigSecretName(name))
+	fresh, err := peering.NewKubeconfigSecret(e.namespace, name, peering.Credentials{
+		APIServerURL: server, CACert: string(caPEM), Token: token,
+		ExpirationTimestamp: time.Now().Add(time.Hour), TenantNamespace: "tenant-consumer",
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Data = fresh.Data
+	if err := e.c.Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reportUnauthorized sets VirtualNodeReady=False Unauthorized on peer name,
+// as the virtual node does when the provider answers it 401.
+func (e *consumerEnv) reportUnauthorized(t *testing.T, name string) {
+	t.Helper()
+	fc := e.foreignCluster(t, name)
+	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionVirtualNodeReady, Status: metav1.ConditionFalse,
+		Reason: offloadv1alpha1.ReasonUnauthorized, Message: "Unauthorized",
+	})
+	if err := e.c.Status().Update(context.Background(), fc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCredentialsTheProviderNoLongerAcceptsMakeAuthenticatedFalse(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	e, _, name := newPeeredEnv(t, now, now.Add(time.Hour))
+	cfg := apiServer(t)
+	e.pointCredentialsAt(t, name, cfg.Host, cfg.CAData, "a-revoked-token")
+
+	// Nothing reported yet: the provider is not asked.
+	if _, err := e.reconcile(t, name); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if c := authenticated(t, e.foreignCluster(t, name)); c.Status != metav1.ConditionTrue {
+		t.Fatalf("Authenticated = %+v before any 401, want True", c)
+	}
+
+	e.reportUnauthorized(t, name)
+	res, err := e.reconcile(t, name)
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if res.RequeueAfter <= 0 {
+		t.Errorf("Reconcile = %+v, want a later check", res)
+	}
+	fc := e.foreignCluster(t, name)
+	c := authenticated(t, fc)
+	if c.Status != metav1.ConditionFalse || c.Reason != offloadv1alpha1.ReasonUnauthorized {
+		t.Fatalf("Authenticated = %+v, want False %s", c, offloadv1alpha1.ReasonUnauthorized)
+	}
+	if !strings.Contains(c.Message, "kubectl offload unpeer "+name) || !strings.Contains(c.Message, "kubectl offload peer generate") {
+		t.Errorf("the message %q does not say what to do", c.Message)
+	}
+	if fc.Status.Auth != offloadv1alpha1.PhaseFailed {
+		t.Errorf("status.auth = %s, want Failed", fc.Status.Auth)
+	}
+	assertNoTokens(t, fc)
+
+	// A provider that cannot be reached is no verdict: the refusal stands.
+	e.pointCredentialsAt(t, name, "https://127.0.0.1:1", cfg.CAData, "a-revoked-token")
+	if _, err := e.reconcile(t, name); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if c := authenticated(t, e.foreignCluster(t, name)); c.Status != metav1.ConditionFalse || c.Reason != offloadv1alpha1.ReasonUnauthorized {
+		t.Errorf("Authenticated = %+v while the provider is unreachable, want it to stay False %s", c, offloadv1alpha1.ReasonUnauthorized)
+	}
+}
+
+func TestOnlyAFreshUnauthorizedReportWakesTheController(t *testing.T) {
+	fc := func(vn, auth string) *offloadv1alpha1.ForeignCluster {
+		f := &offloadv1alpha1.ForeignCluster{}
+		for typ, reason := range map[string]string{offloadv1alpha1.ConditionVirtualNodeReady: vn, offloadv1alpha1.ConditionAuthenticated: auth} {
+			if reason != "" {
+				meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: reason})
+			}
+		}
+		return f
+	}
+	tests := []struct {
+		name          string
+		before, after *offloadv1alpha1.ForeignCluster
+		want          bool
+	}{
+		{"the virtual node starts seeing 401", fc("ProviderUnreachable", ""), fc(offloadv1alpha1.ReasonUnauthorized, ""), true},
+		{"the virtual node keeps seeing 401", fc(offloadv1alpha1.ReasonUnauthorized, ""), fc(offloadv1alpha1.ReasonUnauthorized, ""), false},
+		{"an unreachable provider is not a 401", fc("", ""), fc("ProviderUnreachable", ""), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := virtualNodeSawUnauthorized.Update(eventUpdate(tt.before, tt.after)); got != tt.want {
+				t.Errorf("predicate = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func eventUpdate(before, after *offloadv1alpha1.ForeignCluster) event.UpdateEvent {
+	return event.UpdateEvent{ObjectOld: before, ObjectNew: after}
+}
