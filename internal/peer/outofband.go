@@ -237,6 +237,9 @@ func (o *OutOfBandOptions) applyForeignCluster(ctx context.Context, fc *offloadv
 	fc.Spec.AuthURL = o.Args.AuthURL
 	fc.Spec.CACertHash = o.Args.CACertHash
 	fc.Spec.OutgoingPeering.Enabled = true
+	// A ForeignCluster that recorded NAME as a consumer of this cluster now
+	// stands for both directions.
+	delete(fc.Labels, offloadv1alpha1.LabelIncomingOnly)
 	if tokenChanged {
 		tok, _ := peering.ParseToken(o.Args.AuthToken) // validated
 		metav1.SetMetaDataAnnotation(&fc.ObjectMeta, peering.TokenIDAnnotation, tok.ID)

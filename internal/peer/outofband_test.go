@@ -292,3 +292,21 @@ func TestOutOfBandWithANewTokenRetriesAtOnce(t *testing.T) {
 		t.Errorf("the token Secret was not updated (%v)", err)
 	}
 }
+
+func TestOutOfBandWithAPeerThatConsumesThisClusterRecordsBothDirections(t *testing.T) {
+	incoming := &offloadv1alpha1.ForeignCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: testArgs.Name, Labels: map[string]string{offloadv1alpha1.LabelIncomingOnly: "true"}},
+		Spec:       offloadv1alpha1.ForeignClusterSpec{ClusterID: testArgs.ClusterID, ClusterName: testArgs.Name},
+	}
+	c := newFakeClient(consumerIdentity(), incoming)
+	if _, _, err := runPeer(t, c, outOfBandArgs(testArgs, "--wait=false")...); err != nil {
+		t.Fatal(err)
+	}
+	var fc offloadv1alpha1.ForeignCluster
+	if err := c.Get(context.Background(), client.ObjectKey{Name: testArgs.Name}, &fc); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fc.Labels[offloadv1alpha1.LabelIncomingOnly]; ok || !fc.Spec.OutgoingPeering.Enabled {
+		t.Errorf("labels %v, outgoing %v; want the ForeignCluster to stand for both directions", fc.Labels, fc.Spec.OutgoingPeering.Enabled)
+	}
+}
