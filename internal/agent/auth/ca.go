@@ -30,7 +30,7 @@ const (
 )
 
 // CA is the certificate authority of the auth service. Peers pin its public
-// key (see peer.CACertHash), so it must stay the same for the life of the install.
+// key (see peering.CACertHash), so it must stay the same for the life of the install.
 type CA struct {
 	// Cert is the parsed CA certificate.
 	Cert *x509.Certificate

@@ -31,7 +31,7 @@ import (
 )
 
 // Reasons of the Authenticated condition set by the agent itself; the auth
-// service's own reasons (peer.Reason*) are copied as they are.
+// service's own reasons (peering.Reason*) are copied as they are.
 const (
 	ReasonAuthenticated  = "Authenticated"
 	ReasonUnreachable    = "Unreachable"

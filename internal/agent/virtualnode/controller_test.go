@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -180,6 +181,19 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 		if n.Labels[k] != v {
 			t.Errorf("label %s = %q, want %q", k, n.Labels[k], v)
 		}
+	}
+	// The node reports the provider's Kubernetes version, as a real node
+	// reports its kubelet's; the provider here is the test's API server.
+	dc, err := discovery.NewDiscoveryClientForConfig(apiServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	providerVersion, err := dc.ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Status.NodeInfo.KubeletVersion; got != providerVersion.GitVersion {
+		t.Errorf("kubelet version %q, want the provider's %q", got, providerVersion.GitVersion)
 	}
 	wantTaint := corev1.Taint{Key: "offload.io/virtual-node", Value: "true", Effect: corev1.TaintEffectNoExecute}
 	// The API server adds node.kubernetes.io/not-ready:NoSchedule at

@@ -1,6 +1,7 @@
 package virtualnode
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -16,15 +17,19 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
-// KubeletVersion is what virtual nodes report as their kubelet version.
-const KubeletVersion = "v1.13.0-virtual-kubelet"
+// fallbackKubeletVersion is what a virtual node reports as its kubelet
+// version when the provider's API server did not tell its own version.
+const fallbackKubeletVersion = "v0.0.0-unknown"
 
 // offerProvider is the virtual-kubelet NodeProvider of one peer: Ping reads
 // the ResourceOffer with the tenant's credentials, and the node status
 // follows the offer's resources.
 type offerProvider struct {
 	remote client.WithWatch
-	offer  types.NamespacedName
+	// endpoint is where the node's kubelet API is served, and the
+	// provider's version the node reports.
+	endpoint endpoint
+	offer    types.NamespacedName
 	// readTimeout bounds a read of the offer.
 	readTimeout time.Duration
 
@@ -120,6 +125,9 @@ func newNode(fc *offloadv1alpha1.ForeignCluster, ep endpoint, resources corev1.R
 type endpoint struct {
 	ip   string
 	port int32
+	// version is the provider's Kubernetes version, which the node reports
+	// as its kubelet version; empty until the provider told it.
+	version string
 }
 
 // endpoint returns where this agent serves the kubelet API of its virtual nodes.
@@ -167,7 +175,7 @@ func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, ep endpoint, resources c
 			},
 			NodeInfo: corev1.NodeSystemInfo{
 				OperatingSystem: "linux",
-				KubeletVersion:  KubeletVersion,
+				KubeletVersion:  cmp.Or(ep.version, fallbackKubeletVersion),
 			},
 		},
 	}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -116,7 +118,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionUnknown, ReasonStarting, "starting virtual node "+offloadv1alpha1.VirtualNodeName(fc.Name), false); err != nil {
 		return err
 	}
-	nc, err := node.NewNodeController(p, newNode(fc, r.endpoint(), offer.Spec.Resources), r.Kube.CoreV1().Nodes(),
+	nc, err := node.NewNodeController(p, newNode(fc, p.endpoint, offer.Spec.Resources), r.Kube.CoreV1().Nodes(),
 		node.WithNodeEnableLeaseV1(r.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease), 0),
 		node.WithNodePingInterval(interval),
 		node.WithNodePingTimeout(interval),
@@ -125,7 +127,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 				return err
 			}
 			// Someone deleted the node: register it again.
-			_, err = r.Kube.CoreV1().Nodes().Create(ctx, newNode(fc, r.endpoint(), p.current()), metav1.CreateOptions{})
+			_, err = r.Kube.CoreV1().Nodes().Create(ctx, newNode(fc, p.endpoint, p.current()), metav1.CreateOptions{})
 			return err
 		}))
 	if err != nil {
@@ -167,7 +169,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 				// Lease too, but kube-controller-manager would take its
 				// node-monitor-grace-period to notice.
 				if notify := p.notifier(); notify != nil {
-					notify(nodeWithHealth(fc, r.endpoint(), p.current(), err))
+					notify(nodeWithHealth(fc, p.endpoint, p.current(), err))
 				}
 			}
 			unreachable = err
@@ -190,7 +192,7 @@ func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, p *offerProvider, offer *offloadv1alpha1.ResourceOffer, unreachable *error) {
 	notify, changed := p.observe(offer)
 	if (changed || *unreachable != nil) && notify != nil {
-		notify(newNode(fc, r.endpoint(), offer.Spec.Resources))
+		notify(newNode(fc, p.endpoint, offer.Spec.Resources))
 	}
 	*unreachable = nil
 	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionTrue, ReasonNodeReady, "virtual node "+offloadv1alpha1.VirtualNodeName(fc.Name)+" is Ready", true); err != nil {
@@ -237,7 +239,26 @@ func (r *Reconciler) newProvider(fc *offloadv1alpha1.ForeignCluster, creds *cred
 		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)
 	}
 	p.remote = remote
+	p.endpoint = r.endpoint()
+	p.endpoint.version = r.providerVersion(fc, cfg)
 	return p, nil
+}
+
+// providerVersion asks the provider's API server for its Kubernetes
+// version, which the virtual node reports as its kubelet version, as a
+// real node reports its own. It returns "" when the provider does not answer.
+func (r *Reconciler) providerVersion(fc *offloadv1alpha1.ForeignCluster, cfg *rest.Config) string {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = r.pollInterval()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err == nil {
+		var v *version.Info
+		if v, err = dc.ServerVersion(); err == nil {
+			return v.GitVersion
+		}
+	}
+	log.Log.Info("Cannot read the provider's Kubernetes version", "foreignCluster", klog.KObj(fc), "error", err.Error())
+	return ""
 }
 
 // tokenSource serves the current token of a peer's credentials.

@@ -1,0 +1,32 @@
+// Package agent holds no code: it is the map of the offload-agent's
+// packages below it, and which side of a peering each one serves.
+//
+// Both sides:
+//   - app: the offload-agent command tree (controller-manager, auth).
+//   - manager: the controller-runtime manager, its caches and the identity check.
+//
+// Consumer side (this cluster runs its pods in a provider):
+//   - foreigncluster: authenticates with each provider, rotates the
+//     credentials, reports Authenticated, releases the tenant on unpeer.
+//   - virtualnode: one virtual-kubelet node per provider, its status, and
+//     the per-peer runtime that starts pod and object reflection.
+//   - podreflection: the virtual-kubelet pod lifecycle handler (remote pods
+//     in twin namespaces, status back, service-account tokens, orphans).
+//   - objectreflection: ConfigMaps, Secrets, Services and EndpointSlices
+//     of offloaded namespaces into their twins.
+//   - reflection: pure translation of consumer objects for the provider.
+//   - namespaceoffloading: NamespaceOffloadings into RemoteNamespaces.
+//   - webhook: the scheduling webhook for pods of offloaded namespaces.
+//   - kubeletapi: logs, exec, attach and port-forward of the virtual nodes.
+//
+// Provider side (this cluster lends capacity to consumers):
+//   - auth: the peering service (/v1/peer, /v1/refresh, /v1/unpeer).
+//   - tenant: the one owner of a Tenant's teardown (finalizer offload.io/tenant).
+//   - incoming: records each consumer in a ForeignCluster.
+//   - remotenamespace: twin namespaces for RemoteNamespaces, and their GC.
+//   - resourceoffer: the ResourceOffer each consumer reads.
+//
+// The agent never imports the CLI (internal/cli, peer, status, install,
+// offload, version); what both need is in api/v1alpha1 and
+// internal/peering. internal/layering and depguard enforce it.
+package agent
