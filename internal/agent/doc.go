@@ -15,6 +15,9 @@
 //   - objectreflection: ConfigMaps, Secrets, Services and EndpointSlices
 //     of offloaded namespaces into their twins.
 //   - reflection: pure translation of consumer objects for the provider.
+//   - providerclient: the one per-peer source of a provider's client
+//     configuration (credentials from the kubeconfig Secret, the token
+//     renewed in place), shared by virtualnode and namespaceoffloading.
 //   - namespaceoffloading: NamespaceOffloadings into RemoteNamespaces.
 //   - webhook: the scheduling webhook for pods of offloaded namespaces.
 //   - kubeletapi: logs, exec, attach and port-forward of the virtual nodes.

@@ -15,6 +15,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/namespaceoffloading"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/resourceoffer"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/tenant"
@@ -116,6 +117,15 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// One source of the providers' credentials for every consumer
+	// controller that talks to a provider.
+	var shared *providerclient.Set
+	providers := func(mgr ctrlmanager.Manager) *providerclient.Set {
+		if shared == nil {
+			shared = &providerclient.Set{Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
+		}
+		return shared
+	}
 	o.Controllers = append(o.Controllers,
 		// Provider side: what each consumer may use.
 		func(mgr ctrlmanager.Manager) error {
@@ -155,12 +165,12 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		// Consumer side: twin namespaces on the providers for each offloaded namespace.
 		func(mgr ctrlmanager.Manager) error {
-			r := &namespaceoffloading.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
+			r := &namespaceoffloading.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, Providers: providers(mgr)}
 			return r.SetupWithManager(mgr)
 		},
 		// Consumer side: one virtual node per authenticated provider.
 		func(mgr ctrlmanager.Manager) error {
-			r := &virtualnode.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, NodeIP: o.NodeIP}
+			r := &virtualnode.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, NodeIP: o.NodeIP, Providers: providers(mgr)}
 			if err := r.SetupWithManager(mgr); err != nil {
 				return err
 			}

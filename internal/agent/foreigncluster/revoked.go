@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -48,10 +49,11 @@ var virtualNodeSawUnauthorized = predicate.Funcs{
 // reports whether it answered 401 Unauthorized. Any other failure is not a
 // verdict: it returns false and the error.
 func (r *Reconciler) credentialsRevoked(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, kubeconfig *corev1.Secret) (bool, error) {
-	cfg, _, err := peering.TenantConfig(fc.Name, kubeconfig.Data[peering.PeerKubeconfigKey])
+	creds, err := providerclient.Parse(fc.Name, fc.UID, kubeconfig.Data[peering.PeerKubeconfigKey])
 	if err != nil {
 		return false, err
 	}
+	cfg := creds.Config()
 	cfg.Timeout = r.httpTimeout()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -78,6 +79,10 @@ type Reconciler struct {
 	Reader client.Reader
 	// Namespace is the install namespace.
 	Namespace string
+	// Providers is the one source of the providers' credentials, shared
+	// with the virtual nodes; nil means a Set of its own over Reader and
+	// Namespace.
+	Providers *providerclient.Set
 
 	mu        sync.Mutex
 	identity  *peering.Identity
@@ -95,6 +100,9 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Reader == nil {
 		r.Reader = mgr.GetAPIReader()
+	}
+	if r.Providers == nil {
+		r.Providers = &providerclient.Set{Reader: r.Reader, Namespace: r.Namespace}
 	}
 	virtual := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetLabels()[offloadv1alpha1.LabelType] == offloadv1alpha1.TypeVirtualNode

@@ -6,6 +6,7 @@ package virtualnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -14,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -30,7 +30,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
-	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 )
 
 // Reasons of the OutgoingPeering and VirtualNodeReady conditions.
@@ -80,6 +80,10 @@ type Reconciler struct {
 	// PodWorkers is how many pods of one virtual node are reflected at
 	// once; zero means DefaultPodWorkers.
 	PodWorkers int
+	// Providers is the one source of the providers' credentials, shared
+	// with the other consumer controllers; nil means a Set of its own over
+	// Reader and Namespace.
+	Providers *providerclient.Set
 
 	mu       sync.Mutex
 	peers    map[string]*peerRun
@@ -89,7 +93,7 @@ type Reconciler struct {
 // peerRun is the running node controller of one peer.
 type peerRun struct {
 	key    string // what it was started from, but the token
-	creds  *credentials
+	creds  *providerclient.Credentials
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -99,6 +103,9 @@ type peerRun struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Reader == nil {
 		r.Reader = mgr.GetAPIReader()
+	}
+	if r.Providers == nil {
+		r.Providers = &providerclient.Set{Reader: r.Reader, Namespace: r.Namespace}
 	}
 	if r.Kube == nil {
 		kube, err := kubernetes.NewForConfig(mgr.GetConfig())
@@ -181,27 +188,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, fmt.Errorf("adding finalizer %s: %w", offloadv1alpha1.FinalizerVirtualNode, err)
 		}
 	}
-	var secret corev1.Secret
-	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: peering.PeerKubeconfigSecretName(fc.Name)}, &secret)
-	if apierrors.IsNotFound(err) {
+	creds, err := r.Providers.Get(ctx, &fc)
+	if errors.Is(err, providerclient.ErrNoCredentials) {
 		r.stop(fc.Name)
 		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
 	}
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("reading the kubeconfig Secret: %w", err)
-	}
-	creds, err := parseCredentials(fc.Name, secret.Data[peering.PeerKubeconfigKey])
-	if err != nil {
 		return ctrl.Result{}, err
 	}
-	key := fmt.Sprintf("%s/%s/%s/%s", fc.UID, fc.Spec.ClusterID, fc.Spec.ClusterName, creds.key())
+	key := fc.Spec.ClusterID + "/" + fc.Spec.ClusterName + "/" + creds.Key()
 	r.mu.Lock()
 	running := r.peers[fc.Name]
 	r.mu.Unlock()
 	if running != nil && running.key == key {
-		// Renewed credentials: the running clients use the new token from
-		// their next request on.
-		running.creds.token.Store(creds.token.Load())
+		// Renewed credentials: the Set swapped the token in place, and the
+		// running clients use it from their next request on.
 		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
 	}
 	r.stop(fc.Name)
@@ -210,7 +211,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // start runs the node controller of fc in a goroutine.
-func (r *Reconciler) start(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials, key string) {
+func (r *Reconciler) start(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials, key string) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	run := &peerRun{key: key, creds: creds, cancel: cancel, done: make(chan struct{})}
 	r.mu.Lock()

@@ -16,9 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -29,6 +27,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/objectreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -49,21 +48,11 @@ const tokenRenewInterval = 5 * time.Minute
 // once when Reconciler.PodWorkers is zero.
 const DefaultPodWorkers = 32
 
-// providerConfig is the client configuration of the provider with creds:
-// the token comes from creds at every request, so a renewal applies at once.
-func providerConfig(creds *credentials) *rest.Config {
-	cfg := rest.CopyConfig(creds.config)
-	if token := creds.token.Load(); token != nil && *token != "" {
-		cfg.WrapTransport = transport.TokenSourceWrapTransport(tokenSource{&creds.token})
-	}
-	return cfg
-}
-
 // runPods runs the pod reflection of fc's virtual node until ctx is
 // cancelled, restarting it with backoff when it fails. It runs beside the
 // node controller, so a provider that cannot be reached makes the node
 // NotReady but never stops the node itself.
-func (r *Reconciler) runPods(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) {
+func (r *Reconciler) runPods(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) {
 	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", offloadv1alpha1.VirtualNodeName(fc.Name))
 	ctx = log.IntoContext(ctx, logger)
 	r.restarting(ctx, "the pod controller stopped", func(ctx context.Context) error { return r.reflectPods(ctx, fc, creds) },
@@ -82,13 +71,13 @@ func (r *Reconciler) runPods(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 // instead), so it skips that resolution and gets informers that are never
 // started: the agent reads Secrets only in offloaded namespaces, never
 // cluster-wide.
-func (r *Reconciler) reflectPods(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) error {
+func (r *Reconciler) reflectPods(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) error {
 	logger := log.FromContext(ctx)
 	consumerID, err := r.consumerClusterID(ctx)
 	if err != nil {
 		return err
 	}
-	pcfg := providerConfig(creds)
+	pcfg := creds.Config()
 	pcfg.QPS, pcfg.Burst = reflectionQPS, reflectionBurst
 	provider, err := kubernetes.NewForConfig(pcfg)
 	if err != nil {

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/oauth2"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +22,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 )
 
 // lastSeenResolution is how stale status.lastSeen of a ForeignCluster may be.
@@ -36,7 +33,7 @@ const maxRestartDelay = time.Minute
 
 // runPeer runs the node controller of fc until ctx is cancelled, restarting
 // it with backoff when it fails, for example while the provider is unreachable.
-func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) {
+func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) {
 	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", offloadv1alpha1.VirtualNodeName(fc.Name))
 	r.restarting(ctx, "the node controller stopped", func(ctx context.Context) error { return r.runNode(ctx, fc, creds) },
 		func(err error, delay time.Duration) {
@@ -82,7 +79,7 @@ func (r *Reconciler) restarting(ctx context.Context, stopped string, run func(co
 // and follows the offer, pinging the provider, until ctx is cancelled or
 // the controller fails. The offer is watched, so a new one shows at once;
 // the ping every poll interval tells whether the provider still answers.
-func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *credentials) error {
+func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) error {
 	p, err := r.newProvider(fc, creds)
 	if err != nil {
 		return err
@@ -200,40 +197,12 @@ func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	}
 }
 
-// credentials are what a peer's node controller connects with: the
-// kubeconfig without its token, and the token, which the agent swaps in
-// place when it renews the credentials.
-type credentials struct {
-	config    *rest.Config
-	namespace string
-	token     atomic.Pointer[string]
-}
-
-// key identifies what a node controller must be restarted for: anything
-// but the token.
-func (c *credentials) key() string {
-	return c.config.Host + "\x00" + string(c.config.CAData) + "\x00" + string(c.config.CertData) + "\x00" + c.namespace
-}
-
-// parseCredentials reads a kubeconfig whose context namespace is the tenant namespace.
-func parseCredentials(name string, kubeconfig []byte) (*credentials, error) {
-	cfg, namespace, err := peering.TenantConfig(name, kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	c := &credentials{config: cfg, namespace: namespace}
-	token := cfg.BearerToken
-	cfg.BearerToken = ""
-	c.token.Store(&token)
-	return c, nil
-}
-
 // newProvider builds the NodeProvider reading the offer with creds.
-func (r *Reconciler) newProvider(fc *offloadv1alpha1.ForeignCluster, creds *credentials) (*offerProvider, error) {
+func (r *Reconciler) newProvider(fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) (*offerProvider, error) {
 	// No client-wide timeout: it would cut the watch of the offer. Reads
 	// are bounded by readTimeout instead.
-	cfg := providerConfig(creds)
-	p := &offerProvider{offer: types.NamespacedName{Namespace: creds.namespace, Name: fc.Spec.ClusterName}, readTimeout: r.pollInterval()}
+	cfg := creds.Config()
+	p := &offerProvider{offer: types.NamespacedName{Namespace: creds.Namespace, Name: fc.Spec.ClusterName}, readTimeout: r.pollInterval()}
 	remote, err := client.NewWithWatch(cfg, client.Options{Scheme: r.Client.Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)
@@ -259,18 +228,6 @@ func (r *Reconciler) providerVersion(fc *offloadv1alpha1.ForeignCluster, cfg *re
 	}
 	log.Log.Info("Cannot read the provider's Kubernetes version", "foreignCluster", klog.KObj(fc), "error", err.Error())
 	return ""
-}
-
-// tokenSource serves the current token of a peer's credentials.
-type tokenSource struct{ token *atomic.Pointer[string] }
-
-// Token returns the current token.
-func (t tokenSource) Token() (*oauth2.Token, error) {
-	s := t.token.Load()
-	if s == nil {
-		return nil, errors.New("no token")
-	}
-	return &oauth2.Token{AccessToken: *s}, nil
 }
 
 func (r *Reconciler) pollInterval() time.Duration {
