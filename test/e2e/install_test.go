@@ -137,7 +137,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 			t.Errorf("--dry-run created %s", o)
 		}
 	}
-	for kind, want := range map[string]int{"CustomResourceDefinition": 5, "Deployment": 2, "ServiceAccount": 2, "Service": 2, "ConfigMap": 1, "MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 1} {
+	for kind, want := range map[string]int{"CustomResourceDefinition": 5, "Deployment": 2, "ServiceAccount": 2, "Service": 2, "ConfigMap": 1, "MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 2} {
 		if kinds[kind] != want {
 			t.Errorf("dry-run manifest has %d %s, want %d (kinds: %v)", kinds[kind], kind, want, kinds)
 		}
@@ -436,5 +436,36 @@ func checkNamespacePolicy(ctx context.Context, t *testing.T, c *framework.Cluste
 	}
 	if err := sa.CoreV1().Namespaces().Delete(ctx, twin.Name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("the controller-manager cannot delete a twin namespace: %v", err)
+	}
+
+	// It revokes a consumer by deleting its ServiceAccount offload-consumer
+	// in its tenant namespace (offload-tenant-revocation), and no other.
+	tenantNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "offload-tenant-policy-check", Labels: map[string]string{"offload.io/tenant": "x"}}}
+	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, tenantNS, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.Kube.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), tenantNS.Name, metav1.DeleteOptions{})
+	}()
+	for _, o := range []struct {
+		ns, name string
+		allowed  bool
+	}{
+		{tenantNS.Name, "offload-consumer", true},
+		{tenantNS.Name, "someone", false},
+		{other.Name, "offload-consumer", false},
+	} {
+		if _, err := c.Kube.CoreV1().ServiceAccounts(o.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: o.name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		// The policy takes effect a moment after it is created.
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			err = sa.CoreV1().ServiceAccounts(o.ns).Delete(ctx, o.name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			return (err == nil) == o.allowed, nil
+		})
+		if (err == nil) != o.allowed {
+			t.Errorf("the controller-manager deleting ServiceAccount %s/%s: err=%v, want allowed=%v", o.ns, o.name, err, o.allowed)
+		}
 	}
 }

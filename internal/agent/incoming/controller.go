@@ -73,6 +73,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !present && fc.Labels[offloadv1alpha1.LabelIncomingOnly] == "true" {
 		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Delete(ctx, &fc))
 	}
+	if !present && meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionIncomingPeering) == nil {
+		// A peer that never consumed this cluster: nothing to record.
+		return ctrl.Result{}, nil
+	}
 	if present && fc.Spec.ClusterID != t.Spec.ClusterID {
 		log.FromContext(ctx).Info("A ForeignCluster with the consumer's name stands for another cluster; not recording the incoming peering in it",
 			"foreignCluster", klog.KObj(&fc), "consumerID", t.Spec.ClusterID, "foreignClusterID", fc.Spec.ClusterID)

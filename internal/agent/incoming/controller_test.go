@@ -130,3 +130,51 @@ func TestAForeignClusterOfAnotherClusterIsLeftAlone(t *testing.T) {
 		t.Errorf("a ForeignCluster for another cluster got incoming status %+v", got.Status)
 	}
 }
+
+func TestAPeerThatNeverConsumedThisClusterGetsNoIncomingCondition(t *testing.T) {
+	c := framework.NewClient(t, framework.APIServer(t))
+	framework.InstallCRDs(t, c)
+	r := &Reconciler{Client: c}
+	name := "provider-" + rand.String(5)
+	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: "11111111-2222-4333-8444-777777777777", ClusterName: name, OutgoingPeering: offloadv1alpha1.OutgoingPeering{Enabled: true}}}
+	if err := c.Create(context.Background(), fc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), fc) })
+	reconcile(t, r, name)
+	got, err := getFC(t, c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, offloadv1alpha1.ConditionIncomingPeering); c != nil {
+		t.Errorf("IncomingPeering = %+v on a peer that never consumed this cluster, want none", c)
+	}
+}
+
+func TestAConsumerWhoseForeignClusterWasDeletedIsRecordedAgain(t *testing.T) {
+	c := framework.NewClient(t, framework.APIServer(t))
+	framework.InstallCRDs(t, c)
+	r := &Reconciler{Client: c}
+	name := "again-" + rand.String(5)
+	const id = "11111111-2222-4333-8444-888888888888"
+	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: id, ClusterName: name, OutgoingPeering: offloadv1alpha1.OutgoingPeering{Enabled: true}}}
+	if err := c.Create(context.Background(), fc); err != nil {
+		t.Fatal(err)
+	}
+	newTenant(t, c, name, id)
+	reconcile(t, r, name)
+	// unpeer NAME ends the outgoing peering: the ForeignCluster goes.
+	if err := c.Delete(context.Background(), fc); err != nil {
+		t.Fatal(err)
+	}
+	reconcile(t, r, name)
+	got, err := getFC(t, c, name)
+	if err != nil {
+		t.Fatalf("the consumer of this cluster is no longer recorded: %v", err)
+	}
+	if got.Labels[offloadv1alpha1.LabelIncomingOnly] != "true" || !meta.IsStatusConditionTrue(got.Status.Conditions, offloadv1alpha1.ConditionIncomingPeering) {
+		t.Errorf("ForeignCluster %+v, want an incoming-only record with IncomingPeering True", got)
+	}
+}
