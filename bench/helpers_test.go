@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -33,7 +34,7 @@ const (
 	// directNS is the plain provider namespace of the direct runs.
 	directNS = "direct"
 	// virtualNodeLabel marks the consumer's virtual nodes.
-	virtualNodeLabel = "offload.io/type=virtual-node"
+	virtualNodeLabel = offloadv1alpha1.LabelType + "=" + offloadv1alpha1.TypeVirtualNode
 	// agentMemoryLimit and agentCPULimit replace the chart's defaults for the
 	// controller-manager, so that its limits do not shape the figures.
 	agentMemoryLimit = "1Gi"
@@ -129,14 +130,15 @@ func startPair(ctx context.Context, b *testing.B, maxPods int) *pair {
 // consumer, and waits until the virtual node is Ready for maxPods pods.
 func (p *pair) peer(ctx context.Context, b *testing.B, maxPods int) {
 	b.Helper()
-	line, err := p.offload(ctx, p.provider, "peer", "generate")
+	doc, err := p.offload(ctx, p.provider, "peer", "generate", "-o", "json")
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := peer.ParsePeerCommand(strings.TrimSpace(line))
-	if err != nil {
-		b.Fatalf("peer generate printed a command that does not parse: %v", err)
+	var pc peer.PeerCommand
+	if err := json.Unmarshal([]byte(doc), &pc); err != nil {
+		b.Fatalf("peer generate -o json: %v", err)
 	}
+	a := peer.PeerCommandArgs{Name: pc.Name, AuthURL: pc.AuthURL, ClusterID: pc.ClusterID, AuthToken: pc.AuthToken, CACertHash: pc.CACertHash}
 	args := append(strings.Fields(strings.TrimPrefix(a.Command(), "kubectl offload ")), "--timeout", "3m")
 	if _, err := p.offload(ctx, p.consumer, args...); err != nil {
 		b.Fatal(err)

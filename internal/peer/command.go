@@ -2,7 +2,6 @@ package peer
 
 import (
 	"errors"
-	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
@@ -28,10 +27,6 @@ var (
 	// shellSafeRE matches words that need no quoting in a POSIX shell.
 	shellSafeRE = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
 )
-
-// ErrMalformedPeerCommand is wrapped by the errors of ParsePeerCommand for a
-// line that is not a peer out-of-band command at all.
-var ErrMalformedPeerCommand = errors.New("not a kubectl offload peer out-of-band command")
 
 // PeerCommandArgs are the arguments of `kubectl offload peer out-of-band`:
 // what a consumer needs to peer with a provider.
@@ -111,7 +106,7 @@ func validateAuthURL(s string) error {
 }
 
 // Command returns the canonical command line for a: what peer generate
-// prints, and what ParsePeerCommand reads back into a.
+// prints, quoted so that a POSIX shell reads back exactly a.
 func (a PeerCommandArgs) Command() string {
 	words := []string{"kubectl", "offload", "peer", "out-of-band", a.Name}
 	for _, f := range peerCommandFlags {
@@ -125,79 +120,17 @@ func (a PeerCommandArgs) Command() string {
 
 // flag returns the value of flag f.
 func (a PeerCommandArgs) flag(f string) string {
-	return *a.flagPtr(f)
-}
-
-// flagPtr returns the field holding flag f, or nil for an unknown flag.
-func (a *PeerCommandArgs) flagPtr(f string) *string {
 	switch f {
 	case AuthURLFlag:
-		return &a.AuthURL
+		return a.AuthURL
 	case ClusterIDFlag:
-		return &a.ClusterID
+		return a.ClusterID
 	case AuthTokenFlag:
-		return &a.AuthToken
+		return a.AuthToken
 	case CACertHashFlag:
-		return &a.CACertHash
+		return a.CACertHash
 	}
-	return nil
-}
-
-// ParsePeerCommand parses a peer command as peer generate prints it, split
-// the way a POSIX shell would. The leading "kubectl offload" (or
-// "kubectl-offload") is optional, flags come in any order, as --flag=value
-// or --flag value, and every argument is then checked by ValidatePeerArgs.
-// Errors never contain the values of the line.
-func ParsePeerCommand(line string) (PeerCommandArgs, error) {
-	words, err := splitShell(line)
-	if err != nil {
-		return PeerCommandArgs{}, err
-	}
-	switch {
-	case len(words) >= 2 && words[0] == "kubectl" && words[1] == "offload":
-		words = words[2:]
-	case len(words) >= 1 && words[0] == "kubectl-offload":
-		words = words[1:]
-	}
-	if len(words) < 2 || words[0] != "peer" || words[1] != "out-of-band" {
-		return PeerCommandArgs{}, fmt.Errorf("%w: want kubectl offload peer out-of-band NAME --%s URL --%s ID --%s TOKEN --%s HASH",
-			ErrMalformedPeerCommand, AuthURLFlag, ClusterIDFlag, AuthTokenFlag, CACertHashFlag)
-	}
-	var a PeerCommandArgs
-	seen := map[string]bool{}
-	var names int
-	for i := 2; i < len(words); i++ {
-		w := words[i]
-		if !strings.HasPrefix(w, "-") {
-			names++
-			if names > 1 {
-				return PeerCommandArgs{}, fmt.Errorf("%w: argument %d: only one NAME is expected", ErrMalformedPeerCommand, i+1)
-			}
-			a.Name = w
-			continue
-		}
-		flag, value, hasValue := strings.Cut(strings.TrimPrefix(w, "--"), "=")
-		field := a.flagPtr(flag)
-		if !strings.HasPrefix(w, "--") || field == nil {
-			return PeerCommandArgs{}, fmt.Errorf("%w: argument %d is not one of the flags --%s", ErrMalformedPeerCommand, i+1, strings.Join(peerCommandFlags, ", --"))
-		}
-		if seen[flag] {
-			return PeerCommandArgs{}, fieldErr("--"+flag, "given more than once")
-		}
-		seen[flag] = true
-		if !hasValue {
-			if i+1 == len(words) {
-				return PeerCommandArgs{}, fieldErr("--"+flag, "the value is missing")
-			}
-			i++
-			value = words[i]
-		}
-		*field = value
-	}
-	if err := ValidatePeerArgs(a); err != nil {
-		return PeerCommandArgs{}, err
-	}
-	return a, nil
+	return ""
 }
 
 // shellQuote quotes w for a POSIX shell when it needs it.
@@ -206,73 +139,4 @@ func shellQuote(w string) string {
 		return w
 	}
 	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
-}
-
-// splitShell splits line into words like a POSIX shell without expansions:
-// blanks separate words, single quotes keep everything literally, double
-// quotes and backslashes escape, and a backslash-newline joins lines.
-func splitShell(line string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	inWord := false
-	r := []rune(line)
-	for i := 0; i < len(r); i++ {
-		c := r[i]
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		case '\\':
-			if i+1 == len(r) {
-				return nil, fmt.Errorf("%w: the line ends with a backslash", ErrMalformedPeerCommand)
-			}
-			i++
-			if r[i] == '\n' {
-				continue
-			}
-			cur.WriteRune(r[i])
-			inWord = true
-		case '\'':
-			end := indexRune(r, i+1, '\'')
-			if end < 0 {
-				return nil, fmt.Errorf("%w: a single quote is not closed", ErrMalformedPeerCommand)
-			}
-			cur.WriteString(string(r[i+1 : end]))
-			i, inWord = end, true
-		case '"':
-			j := i + 1
-			for ; j < len(r) && r[j] != '"'; j++ {
-				if r[j] == '\\' && j+1 < len(r) && strings.ContainsRune("\\\"$`\n", r[j+1]) {
-					j++
-					if r[j] == '\n' {
-						continue
-					}
-				}
-				cur.WriteRune(r[j])
-			}
-			if j == len(r) {
-				return nil, fmt.Errorf("%w: a double quote is not closed", ErrMalformedPeerCommand)
-			}
-			i, inWord = j, true
-		default:
-			cur.WriteRune(c)
-			inWord = true
-		}
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	return words, nil
-}
-
-func indexRune(r []rune, from int, c rune) int {
-	for i := from; i < len(r); i++ {
-		if r[i] == c {
-			return i
-		}
-	}
-	return -1
 }

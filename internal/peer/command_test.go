@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 const (
@@ -15,99 +17,6 @@ const (
 )
 
 var testArgs = PeerCommandArgs{Name: "provider", AuthURL: testURL, ClusterID: testID, AuthToken: testToken, CACertHash: testHash}
-
-func TestParsePeerCommand(t *testing.T) {
-	canonical := testArgs.Command()
-	tests := []struct {
-		name string
-		line string
-		want PeerCommandArgs
-	}{
-		{name: "the printed command parses back", line: canonical, want: testArgs},
-		{name: "without kubectl offload", line: strings.TrimPrefix(canonical, "kubectl offload "), want: testArgs},
-		{name: "as the kubectl-offload binary", line: strings.Replace(canonical, "kubectl offload", "kubectl-offload", 1), want: testArgs},
-		{
-			name: "flags in another order, with =, before the name",
-			line: "kubectl offload peer out-of-band --ca-cert-hash=" + testHash + " --auth-token " + testToken + " provider --cluster-id=" + testID + " --auth-url " + testURL,
-			want: testArgs,
-		},
-		{
-			name: "quoted and continued over lines",
-			line: "kubectl offload peer out-of-band 'provider' \\\n  --auth-url \"" + testURL + "\" \\\n  --cluster-id " + testID + " --auth-token '" + testToken + "' --ca-cert-hash " + testHash + "\n",
-			want: testArgs,
-		},
-		{
-			name: "a URL with a path and a quote in it",
-			line: PeerCommandArgs{Name: "p", AuthURL: "https://h.example/o'ffload", ClusterID: testID, AuthToken: testToken, CACertHash: testHash}.Command(),
-			want: PeerCommandArgs{Name: "p", AuthURL: "https://h.example/o'ffload", ClusterID: testID, AuthToken: testToken, CACertHash: testHash},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParsePeerCommand(tt.line)
-			if err != nil {
-				t.Fatalf("ParsePeerCommand: %v", err)
-			}
-			if got != tt.want {
-				t.Errorf("ParsePeerCommand = %+v, want %+v", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestParsePeerCommandRefusesBadLines(t *testing.T) {
-	valid := testArgs.Command()
-	replace := func(old, new string) string { return strings.Replace(valid, old, new, 1) }
-	tests := []struct {
-		name      string
-		line      string
-		wantField string // "" for a malformed line
-	}{
-		{name: "an empty line", line: ""},
-		{name: "another command", line: "kubectl offload peer generate"},
-		{name: "an unknown flag", line: valid + " --insecure"},
-		{name: "a single-dash flag", line: valid + " -k"},
-		{name: "a token pasted as a flag", line: valid + " --" + testToken},
-		{name: "two names", line: valid + " other"},
-		{name: "an open quote", line: valid + " '" + testToken},
-		{name: "a trailing backslash", line: valid + ` \`},
-		{name: "no name", line: replace(" provider ", " "), wantField: "NAME"},
-		{name: "an upper-case name", line: replace(" provider ", " Provider "), wantField: "NAME"},
-		{name: "an http URL", line: replace("https://", "http://"), wantField: "--auth-url"},
-		{name: "a URL with user info", line: replace("https://", "https://u:p@"), wantField: "--auth-url"},
-		{name: "a URL with a query", line: replace(":31443", ":31443/?x=1"), wantField: "--auth-url"},
-		{name: "a missing URL", line: replace("--auth-url "+testURL, ""), wantField: "--auth-url"},
-		{name: "a cluster ID that is not a UUID", line: replace(testID, "provider-1"), wantField: "--cluster-id"},
-		{name: "an upper-case cluster ID", line: replace(testID, strings.ToUpper(testID)), wantField: "--cluster-id"},
-		{name: "a malformed token", line: replace(testToken, testSecret), wantField: "--auth-token"},
-		{name: "a token with blanks", line: replace(testToken, "' "+testToken+" '"), wantField: "--auth-token"},
-		{name: "a token in the cluster ID", line: replace(testID, testToken), wantField: "--cluster-id"},
-		{name: "a token as the name", line: replace(" provider ", " "+testToken+" "), wantField: "NAME"},
-		{name: "a hash without sha256:", line: replace("sha256:", ""), wantField: "--ca-cert-hash"},
-		{name: "a short hash", line: replace(testHash, testHash[:70]), wantField: "--ca-cert-hash"},
-		{name: "an upper-case hash", line: replace(testHash, strings.ToUpper(testHash)), wantField: "--ca-cert-hash"},
-		{name: "a flag given twice", line: valid + " --auth-token " + testToken, wantField: "--auth-token"},
-		{name: "a flag without a value", line: replace(" --ca-cert-hash "+testHash, "") + " --ca-cert-hash", wantField: "--ca-cert-hash"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParsePeerCommand(tt.line)
-			if err == nil {
-				t.Fatal("ParsePeerCommand accepted the line")
-			}
-			var fe *FieldError
-			switch {
-			case tt.wantField == "" && !errors.Is(err, ErrMalformedPeerCommand):
-				t.Errorf("error %v, want ErrMalformedPeerCommand", err)
-			case tt.wantField != "" && (!errors.As(err, &fe) || fe.Field != tt.wantField):
-				t.Errorf("error %v, want a FieldError for %s", err, tt.wantField)
-			}
-			if strings.Contains(err.Error(), testSecret) {
-				t.Errorf("the error contains the token secret: %v", err)
-			}
-		})
-	}
-}
 
 func TestValidatePeerArgs(t *testing.T) {
 	with := func(f func(*PeerCommandArgs)) PeerCommandArgs {
@@ -153,5 +62,40 @@ func TestCommandPrintsOneShellSafeLine(t *testing.T) {
 		" --auth-token " + testToken + " --ca-cert-hash " + testHash
 	if got := testArgs.Command(); got != want {
 		t.Errorf("Command() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// shellArgs reads line as a POSIX shell does and returns the arguments of
+// kubectl offload peer out-of-band it passes.
+func shellArgs(t *testing.T, line string) PeerCommandArgs {
+	t.Helper()
+	positional, flags := framework.ShellCommand(t, line)
+	if len(positional) != 4 || positional[0] != "offload" || positional[1] != "peer" || positional[2] != "out-of-band" || len(flags) != len(peerCommandFlags) {
+		t.Fatalf("the shell reads %q as kubectl %v %v, want kubectl offload peer out-of-band NAME and the %d flags", line, positional, flags, len(peerCommandFlags))
+	}
+	return PeerCommandArgs{Name: positional[3], AuthURL: flags[AuthURLFlag], ClusterID: flags[ClusterIDFlag], AuthToken: flags[AuthTokenFlag], CACertHash: flags[CACertHashFlag]}
+}
+
+func TestCommandReadsBackThroughAShell(t *testing.T) {
+	tests := []struct {
+		name string
+		args PeerCommandArgs
+	}{
+		{"plain arguments", testArgs},
+		{"an auth URL with a quote and a dollar", func() PeerCommandArgs {
+			a := testArgs
+			a.AuthURL = "https://h.example/a'b$HOME"
+			return a
+		}()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := ValidatePeerArgs(tt.args); err != nil {
+				t.Fatalf("the test's arguments are invalid: %v", err)
+			}
+			if got := shellArgs(t, tt.args.Command()); got != tt.args {
+				t.Errorf("the shell reads %q as %+v, want %+v", tt.args.Command(), got, tt.args)
+			}
+		})
 	}
 }

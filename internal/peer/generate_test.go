@@ -111,10 +111,7 @@ func TestGeneratePrintsTheCommandForANewToken(t *testing.T) {
 	if err := o.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	args, err := ParsePeerCommand(out.String())
-	if err != nil {
-		t.Fatalf("the output does not parse: %v\n%s", err, out)
-	}
+	args := shellArgs(t, out.String())
 	want := PeerCommandArgs{Name: "provider", AuthURL: testURL, ClusterID: testID, AuthToken: args.AuthToken, CACertHash: hash}
 	if args != want || strings.Count(out.String(), "\n") != 1 {
 		t.Errorf("generate printed %q, want one line with %+v", out, want)

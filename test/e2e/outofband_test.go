@@ -20,15 +20,27 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// generate runs peer generate on the provider and parses the printed command.
+// generate runs peer generate -o json on the provider and returns the
+// arguments of the command it prints.
 func generate(t *testing.T, provider *framework.Cluster, args ...string) peer.PeerCommandArgs {
 	t.Helper()
-	line := mustOffload(t, provider, append([]string{"peer", "generate"}, args...)...)
-	parsed, err := peer.ParsePeerCommand(line)
-	if err != nil {
-		t.Fatalf("peer generate printed a command that does not parse: %v", err)
+	var pc peer.PeerCommand
+	if err := jsonUnmarshal(mustOffload(t, provider, append([]string{"peer", "generate", "-o", "json"}, args...)...), &pc); err != nil {
+		t.Fatalf("peer generate -o json: %v", err)
 	}
-	return parsed
+	return peer.PeerCommandArgs{Name: pc.Name, AuthURL: pc.AuthURL, ClusterID: pc.ClusterID, AuthToken: pc.AuthToken, CACertHash: pc.CACertHash}
+}
+
+// shellPeerArgs reads line as a POSIX shell does and returns the arguments
+// of kubectl offload peer out-of-band it passes.
+func shellPeerArgs(t *testing.T, line string) peer.PeerCommandArgs {
+	t.Helper()
+	positional, flags := framework.ShellCommand(t, line)
+	if len(positional) != 4 || strings.Join(positional[:3], " ") != "offload peer out-of-band" || len(flags) != 4 {
+		t.Fatalf("the shell reads %q as kubectl %v %v, want kubectl offload peer out-of-band NAME and 4 flags", line, positional, flags)
+	}
+	return peer.PeerCommandArgs{Name: positional[3], AuthURL: flags[peer.AuthURLFlag], ClusterID: flags[peer.ClusterIDFlag],
+		AuthToken: flags[peer.AuthTokenFlag], CACertHash: flags[peer.CACertHashFlag]}
 }
 
 // outOfBand runs the command on the consumer, as a user pastes it.

@@ -62,10 +62,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 	if strings.Count(strings.TrimSuffix(out, "\n"), "\n") != 0 {
 		t.Errorf("peer generate printed more than one line:\n%s", out)
 	}
-	args, err := peer.ParsePeerCommand(out)
-	if err != nil {
-		t.Fatalf("the printed command does not parse: %v", err)
-	}
+	args := shellPeerArgs(t, out)
 	tok, _ := peering.ParseToken(args.AuthToken)
 	if strings.Contains(errOut, tok.Secret) {
 		t.Errorf("the note on stderr contains the token secret")
@@ -87,10 +84,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 	if err := jsonUnmarshal(mustOffload(t, c, "generate", "peer-command", "--reusable", "--ttl", "2h", "-o", "json"), &pc); err != nil {
 		t.Fatal(err)
 	}
-	jsonArgs, err := peer.ParsePeerCommand(pc.Command)
-	if err != nil {
-		t.Fatalf("the JSON command does not parse: %v", err)
-	}
+	jsonArgs := shellPeerArgs(t, pc.Command)
 	want := peer.PeerCommandArgs{Name: pc.Name, AuthURL: pc.AuthURL, ClusterID: pc.ClusterID, AuthToken: pc.AuthToken, CACertHash: pc.CACertHash}
 	if pc.Kind != "PeerCommand" || pc.APIVersion != "offload.io/v1alpha1" || !pc.Reusable || jsonArgs != want ||
 		pc.Name != args.Name || pc.AuthURL != args.AuthURL || pc.ClusterID != args.ClusterID || pc.CACertHash != args.CACertHash {

@@ -20,13 +20,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 const (
@@ -271,28 +269,12 @@ func TestAnUnreachableAuthServiceIsReportedAndRetried(t *testing.T) {
 
 func TestTheManagerRunsTheReconciler(t *testing.T) {
 	e := newConsumerEnv(t)
-	mgr, err := ctrlmanager.New(apiServer(t), ctrlmanager.Options{
-		Scheme: scheme.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptrTo(true)},
+	framework.StartManager(t, apiServer(t), func(mgr ctrlmanager.Manager) error {
+		return (&Reconciler{Client: mgr.GetClient(), Namespace: e.namespace, HTTPClientTimeout: 5 * time.Second}).SetupWithManager(mgr)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &Reconciler{Client: mgr.GetClient(), Namespace: e.namespace, HTTPClientTimeout: 5 * time.Second}
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	ctx := context.Background()
 	name := e.peerWith(t, e.pin)
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		fc := e.foreignCluster(t, name)
 		c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated)
 		return c != nil && c.Status == metav1.ConditionTrue, nil
@@ -302,7 +284,6 @@ func TestTheManagerRunsTheReconciler(t *testing.T) {
 	}
 }
 
-func ptrTo[T any](v T) *T { return &v }
 
 func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 	t.Helper()
