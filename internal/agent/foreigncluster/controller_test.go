@@ -284,7 +284,6 @@ func TestTheManagerRunsTheReconciler(t *testing.T) {
 	}
 }
 
-
 func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 	t.Helper()
 	if err := c.Create(context.Background(), obj); err != nil {
