@@ -101,8 +101,12 @@ func NewCmdUninstall(f factory.Factory, streams genericiooptions.IOStreams) *cob
 		Short: "Remove kubectl-offload from the cluster",
 		Long: `Remove the kubectl-offload release from the cluster.
 
-Uninstall refuses while peers or offloaded namespaces exist, and names them;
---force removes it anyway. The CRDs, the cluster identity and the auth CA
+Uninstall refuses while peerings (in either direction) or offloaded
+namespaces exist, names them and the command that ends each; --force ends
+them all first. Either way the agent finishes its own cleanup before it is
+removed: uninstall waits (up to --timeout) for the objects it is still
+deleting, and stops with their names, uninstalling nothing, if they do not
+go. No tenant or twin namespace is left Terminating. The CRDs, the cluster identity and the auth CA
 (Secret offload-auth-ca) are kept, so a later install keeps the same cluster
 ID and peers' CA pins stay valid; --purge removes them too, with the webhook
 certificate, and the namespace if install created it.`,
@@ -110,7 +114,10 @@ certificate, and the namespace if install created it.`,
   kubectl offload uninstall
 
   # Remove everything
-  kubectl offload uninstall --purge`,
+  kubectl offload uninstall --purge
+
+  # End every peering and offloaded namespace, then remove everything
+  kubectl offload uninstall --force --purge`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Complete(f); err != nil {
@@ -122,7 +129,7 @@ certificate, and the namespace if install created it.`,
 			return o.Run(cmd.Context())
 		},
 	}
-	cmd.Flags().BoolVar(&o.Force, "force", o.Force, "Uninstall even while peers or offloaded namespaces exist.")
+	cmd.Flags().BoolVar(&o.Force, "force", o.Force, "End every peering and offloaded namespace first, then uninstall.")
 	cmd.Flags().BoolVar(&o.Purge, "purge", o.Purge, "Also remove the CRDs, the cluster identity, the agent's certificates and the namespace.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long to wait for the removal.")
 	return cmd

@@ -94,9 +94,23 @@ func (o *UninstallOptions) Run(ctx context.Context) error {
 	}
 	if len(inUse) > 0 {
 		if !o.Force {
-			return fmt.Errorf("%w: %s; unpeer and unoffload them first, or pass --force", ErrInUse, strings.Join(inUse, "; "))
+			return fmt.Errorf("%w: %s; end them first, or pass --force to end them all", ErrInUse, strings.Join(inUse, "; "))
 		}
-		steps.Warn("removing kubectl-offload although it is in use (--force): %s", strings.Join(inUse, "; "))
+		steps.Warn("ending every peering and offloaded namespace (--force): %s", strings.Join(inUse, "; "))
+		if err := o.startCleanup(ctx); err != nil {
+			return err
+		}
+	}
+	// The agent finishes what it started before it goes: what it still
+	// holds would stay Terminating for good once it is removed.
+	held, err := o.heldByTheAgent(ctx)
+	if err != nil {
+		return err
+	}
+	if len(held) > 0 {
+		if err := steps.Run("Waited for the agent to finish its cleanup", func() error { return o.waitForTheAgent(ctx, o.Timeout) }); err != nil {
+			return err
+		}
 	}
 
 	rel, err := o.helm.Release(offloadv1alpha1.ReleaseName)
@@ -143,19 +157,33 @@ func (o *UninstallOptions) Run(ctx context.Context) error {
 	return err
 }
 
-// inUse lists the peers and offloaded namespaces, which uninstall would break.
+// inUse lists the peerings and offloaded namespaces, which uninstall would
+// break, each with the command that ends it.
 func (o *UninstallOptions) inUse(ctx context.Context) ([]string, error) {
 	var out []string
 	fcs := &offloadv1alpha1.ForeignClusterList{}
 	if err := o.client.List(ctx, fcs); err != nil && !isMissingCRD(err) {
 		return nil, fmt.Errorf("listing peers: %w", err)
 	}
-	if len(fcs.Items) > 0 {
-		var ns []string
-		for _, fc := range fcs.Items {
-			ns = append(ns, fc.Name)
+	var outgoing []string
+	for _, fc := range fcs.Items {
+		if fc.Labels[offloadv1alpha1.LabelIncomingOnly] != "true" {
+			outgoing = append(outgoing, fc.Name)
 		}
-		out = append(out, "peers: "+strings.Join(ns, ", "))
+	}
+	if len(outgoing) > 0 {
+		out = append(out, fmt.Sprintf("peers this cluster consumes: %s (kubectl offload unpeer NAME)", strings.Join(outgoing, ", ")))
+	}
+	tenants := &offloadv1alpha1.TenantList{}
+	if err := o.client.List(ctx, tenants); err != nil && !isMissingCRD(err) {
+		return nil, fmt.Errorf("listing consumers: %w", err)
+	}
+	if len(tenants.Items) > 0 {
+		var names []string
+		for _, t := range tenants.Items {
+			names = append(names, t.Name)
+		}
+		out = append(out, fmt.Sprintf("consumers of this cluster: %s (kubectl offload unpeer NAME --incoming)", strings.Join(names, ", ")))
 	}
 	nos := &offloadv1alpha1.NamespaceOffloadingList{}
 	if err := o.client.List(ctx, nos); err != nil && !isMissingCRD(err) {
@@ -166,7 +194,7 @@ func (o *UninstallOptions) inUse(ctx context.Context) ([]string, error) {
 		for _, no := range nos.Items {
 			ns = append(ns, no.Namespace)
 		}
-		out = append(out, "offloaded namespaces: "+strings.Join(ns, ", "))
+		out = append(out, fmt.Sprintf("offloaded namespaces: %s (kubectl offload unoffload namespace NS)", strings.Join(ns, ", ")))
 	}
 	return out, nil
 }
