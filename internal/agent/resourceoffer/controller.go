@@ -259,7 +259,7 @@ func podChanged() predicate.Funcs {
 			}
 			return old.Spec.NodeName != cur.Spec.NodeName ||
 				old.Status.Phase != cur.Status.Phase ||
-				!sameResources(podRequests(*old), podRequests(*cur))
+				!sameResources(podRequests(old), podRequests(cur))
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

@@ -7,6 +7,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 // offered are the resources a ResourceOffer carries.
@@ -21,7 +22,7 @@ func Free(nodes []corev1.Node, pods []corev1.Pod) corev1.ResourceList {
 		total[r] = resource.NewQuantity(0, resource.DecimalSI)
 	}
 	for _, n := range nodes {
-		if n.Labels[offloadv1alpha1.LabelType] == "virtual-node" || n.Spec.Unschedulable || !ready(n) {
+		if n.Labels[offloadv1alpha1.LabelType] == offloadv1alpha1.TypeVirtualNode || n.Spec.Unschedulable || !ready(n) {
 			continue
 		}
 		usable[n.Name] = true
@@ -36,7 +37,7 @@ func Free(nodes []corev1.Node, pods []corev1.Pod) corev1.ResourceList {
 			continue
 		}
 		total[corev1.ResourcePods].Sub(*resource.NewQuantity(1, resource.DecimalSI))
-		for r, q := range podRequests(p) {
+		for r, q := range podRequests(&p) {
 			if t, ok := total[r]; ok {
 				t.Sub(q)
 			}
@@ -68,30 +69,12 @@ func Share(free corev1.ResourceList, percent int) corev1.ResourceList {
 	return out
 }
 
-// podRequests is what a pod requests: the larger of the sum of its
-// containers and its largest init container, plus its overhead.
-func podRequests(p corev1.Pod) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for _, c := range p.Spec.Containers {
-		addList(out, c.Resources.Requests)
-	}
-	for _, c := range p.Spec.InitContainers {
-		for r, q := range c.Resources.Requests {
-			if cur, ok := out[r]; !ok || q.Cmp(cur) > 0 {
-				out[r] = q.DeepCopy()
-			}
-		}
-	}
-	addList(out, p.Spec.Overhead)
-	return out
-}
-
-func addList(dst, src corev1.ResourceList) {
-	for r, q := range src {
-		cur := dst[r]
-		cur.Add(q)
-		dst[r] = cur
-	}
+// podRequests is what a pod takes from its node, by the scheduler's own
+// arithmetic (k8s.io/component-helpers): the app containers with the
+// restartable init containers (sidecars) that run beside them, or the
+// largest init container if more, plus the overhead.
+func podRequests(p *corev1.Pod) corev1.ResourceList {
+	return resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 }
 
 func ready(n corev1.Node) bool {

@@ -34,6 +34,20 @@ func pod(nodeName, cpu, mem string, phase corev1.PodPhase) corev1.Pod {
 	}
 }
 
+// withSidecar gives p a sidecar (a restartable init container) requesting
+// sidecarCPU, then a plain init container requesting initCPU.
+func withSidecar(p corev1.Pod, sidecarCPU, initCPU string) corev1.Pod {
+	always := corev1.ContainerRestartPolicyAlways
+	cpu := func(q string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)}}
+	}
+	p.Spec.InitContainers = []corev1.Container{
+		{Name: "sidecar", RestartPolicy: &always, Resources: cpu(sidecarCPU)},
+		{Name: "init", Resources: cpu(initCPU)},
+	}
+	return p
+}
+
 func TestFreeAndShare(t *testing.T) {
 	tests := []struct {
 		name            string
@@ -68,6 +82,16 @@ func TestFreeAndShare(t *testing.T) {
 			nodes:   []corev1.Node{node("a", "1", "1Gi", "1", true, nil)},
 			pods:    []corev1.Pod{pod("a", "2", "2Gi", corev1.PodRunning), pod("a", "1", "1Gi", corev1.PodRunning)},
 			percent: 50, cpu: "0", mem: "0", count: "0",
+		},
+		{
+			// KEP-753: a sidecar runs beside the later init containers and
+			// the app, so the peak is max(400m+200m, 300m+200m) = 600m. The
+			// hand-written sum before took max(300m, 400m) = 400m and lent
+			// 200m that was in use.
+			name:    "a sidecar counts beside the init containers that follow it and beside the app",
+			nodes:   []corev1.Node{node("a", "4", "8Gi", "10", true, nil)},
+			pods:    []corev1.Pod{withSidecar(pod("a", "300m", "1Gi", corev1.PodRunning), "200m", "400m")},
+			percent: 100, cpu: "3400m", mem: "7Gi", count: "9",
 		},
 		{
 			name:    "shares round down to whole milli-cpus, bytes and pods",
