@@ -3,10 +3,11 @@ package reflection
 import (
 	"fmt"
 	"slices"
-	"strconv"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
 // Node-placement rules.
@@ -104,56 +105,27 @@ func newVirtualNode(local *corev1.Pod, o Origin) virtualNode {
 
 // matches reports whether the virtual node satisfies the virtual-node
 // expressions and fields of term; the other expressions are not judged.
+// The matching is the scheduler's own (component-helpers nodeaffinity).
 func (n virtualNode) matches(term corev1.NodeSelectorTerm) bool {
+	var judged corev1.NodeSelectorTerm
 	for _, e := range term.MatchExpressions {
 		if !isVirtualNodeKey(e.Key) {
 			continue
 		}
-		value, present := n.labels[e.Key]
-		if !present && !n.exact && e.Key != offloadv1alpha1.LabelType && e.Key != virtualKubeletTypeLabel {
+		if _, present := n.labels[e.Key]; !present && !n.exact && e.Key != offloadv1alpha1.LabelType && e.Key != virtualKubeletTypeLabel {
 			continue // unknown without the node's labels: assume satisfied
 		}
-		if !requirementHolds(e.Operator, e.Values, value, present) {
-			return false
-		}
+		judged.MatchExpressions = append(judged.MatchExpressions, e)
 	}
-	for _, f := range term.MatchFields {
-		if n.name == "" {
-			continue
-		}
-		if f.Key == "metadata.name" && !requirementHolds(f.Operator, f.Values, n.name, true) {
-			return false
-		}
+	if n.name != "" {
+		judged.MatchFields = term.MatchFields
 	}
-	return true
-}
-
-// requirementHolds evaluates one node selector requirement against a label.
-func requirementHolds(op corev1.NodeSelectorOperator, values []string, value string, present bool) bool {
-	switch op {
-	case corev1.NodeSelectorOpIn:
-		return present && slices.Contains(values, value)
-	case corev1.NodeSelectorOpNotIn:
-		return !present || !slices.Contains(values, value)
-	case corev1.NodeSelectorOpExists:
-		return present
-	case corev1.NodeSelectorOpDoesNotExist:
-		return !present
-	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
-		if !present || len(values) != 1 {
-			return false
-		}
-		have, err1 := strconv.ParseInt(value, 10, 64)
-		want, err2 := strconv.ParseInt(values[0], 10, 64)
-		if err1 != nil || err2 != nil {
-			return false
-		}
-		if op == corev1.NodeSelectorOpGt {
-			return have > want
-		}
-		return have < want
+	if len(judged.MatchExpressions) == 0 && len(judged.MatchFields) == 0 {
+		return true
 	}
-	return false
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: n.labels}}
+	ok, err := nodeaffinity.NewLazyErrorNodeSelector(&corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{judged}}).Match(node)
+	return err == nil && ok
 }
 
 // stripTerm returns term without its virtual-node expressions and fields.
