@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // agentFinalizerPrefix starts every finalizer the agent puts on objects.
@@ -129,19 +130,8 @@ func (o *UninstallOptions) startCleanup(ctx context.Context) error {
 		return fmt.Errorf("listing peers: %w", err)
 	}
 	for i := range fcs.Items {
-		fc := &fcs.Items[i]
-		if fc.Annotations[offloadv1alpha1.AnnotationForceUnpeer] != "true" {
-			patch := client.MergeFrom(fc.DeepCopy())
-			if fc.Annotations == nil {
-				fc.Annotations = map[string]string{}
-			}
-			fc.Annotations[offloadv1alpha1.AnnotationForceUnpeer] = "true"
-			if err := o.client.Patch(ctx, fc, patch); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("marking ForeignCluster %s for a forced unpeering: %w", fc.Name, err)
-			}
-		}
-		if err := o.client.Delete(ctx, fc); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting ForeignCluster %s: %w", fc.Name, err)
+		if err := peering.DeleteForeignCluster(ctx, o.client, &fcs.Items[i], true); err != nil {
+			return err
 		}
 	}
 	for _, l := range []client.ObjectList{&offloadv1alpha1.TenantList{}, &offloadv1alpha1.NamespaceOffloadingList{}} {

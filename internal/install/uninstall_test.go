@@ -127,3 +127,36 @@ func TestUninstallWaitsForTheAgentsCleanupAndRemovesNothingWhileItIsPending(t *t
 		t.Fatalf("uninstall once the agent finished: %v\n%s", err, stderr)
 	}
 }
+
+func TestUninstallForceEndsEveryPeeringAndWaitsForTheAgent(t *testing.T) {
+	c := framework.NewClient(t, framework.APIServer(t))
+	framework.InstallCRDs(t, c)
+	ns := framework.NewNamespace(t, c, "install")
+	fc := &offloadv1alpha1.ForeignCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "gone-" + rand.String(5), Finalizers: []string{offloadv1alpha1.FinalizerUnpeer}},
+		Spec:       offloadv1alpha1.ForeignClusterSpec{ClusterID: "11111111-2222-4333-8444-999999999999", ClusterName: "gone"},
+	}
+	mustCreate(t, c, fc)
+
+	// No agent runs here: the peering is ended, told to skip the provider,
+	// and uninstall stops while the agent's finalizer holds it.
+	_, _, err := uninstall(t, ns, "--force", "--timeout", "2s")
+	if err == nil || !strings.Contains(err.Error(), "ForeignCluster "+fc.Name+" ("+offloadv1alpha1.FinalizerUnpeer+")") {
+		t.Fatalf("uninstall --force without the agent = %v, want it to wait for the ForeignCluster's finalizer and name it", err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(fc), fc); err != nil {
+		t.Fatal(err)
+	}
+	if fc.DeletionTimestamp == nil || fc.Annotations[offloadv1alpha1.AnnotationForceUnpeer] != "true" {
+		t.Errorf("ForeignCluster %s: deleting=%v, annotations %v; want it deleted and marked for a forced unpeering", fc.Name, fc.DeletionTimestamp != nil, fc.Annotations)
+	}
+
+	// The agent lets it go: uninstall --force goes on.
+	fc.Finalizers = nil
+	if err := c.Update(context.Background(), fc); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := uninstall(t, ns, "--force", "--timeout", "30s"); err != nil {
+		t.Fatalf("uninstall --force once the agent finished: %v\n%s", err, stderr)
+	}
+}

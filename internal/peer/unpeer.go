@@ -147,18 +147,8 @@ func outgoingHint(outgoing bool, name string) string {
 // the provider to remove the tenant and deletes the virtual node and the
 // Secrets.
 func (o *UnpeerOptions) unpeerConsumer(ctx context.Context, steps *output.Steps, fc *offloadv1alpha1.ForeignCluster) error {
-	if o.Force && fc.Annotations[offloadv1alpha1.AnnotationForceUnpeer] != "true" {
-		patch := client.MergeFrom(fc.DeepCopy())
-		if fc.Annotations == nil {
-			fc.Annotations = map[string]string{}
-		}
-		fc.Annotations[offloadv1alpha1.AnnotationForceUnpeer] = "true"
-		if err := o.client.Patch(ctx, fc, patch); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("marking ForeignCluster %s for a forced unpeering: %w", o.Name, err)
-		}
-	}
-	if err := o.client.Delete(ctx, fc); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("deleting ForeignCluster %s: %w", o.Name, err)
+	if err := peering.DeleteForeignCluster(ctx, o.client, fc, o.Force); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
