@@ -11,6 +11,7 @@ package reflection
 
 import (
 	"errors"
+	"maps"
 	"strings"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -99,34 +100,16 @@ func copyMap(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return nil
 	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(m)
 }
 
 // mergeLabels returns base with extra laid over it.
 func mergeLabels(base, extra map[string]string) map[string]string {
 	out := make(map[string]string, len(base)+len(extra))
-	for k, v := range base {
-		out[k] = v
-	}
-	for k, v := range extra {
-		out[k] = v
-	}
+	maps.Copy(out, base)
+	maps.Copy(out, extra)
 	return out
 }
 
 // equalMaps compares maps, treating nil and empty as equal.
-func equalMaps[V comparable](a, b map[string]V) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, va := range a {
-		if vb, ok := b[k]; !ok || va != vb {
-			return false
-		}
-	}
-	return true
-}
+func equalMaps[V comparable](a, b map[string]V) bool { return maps.Equal(a, b) }

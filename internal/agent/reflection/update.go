@@ -1,6 +1,7 @@
 package reflection
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -74,9 +75,7 @@ func updatedAnnotations(current, desired map[string]string) map[string]string {
 	if _, ok := desired[AnnotationReflectedAnnotations]; !ok {
 		delete(out, AnnotationReflectedAnnotations)
 	}
-	for k, v := range desired {
-		out[k] = v
-	}
+	maps.Copy(out, desired)
 	return out
 }
 

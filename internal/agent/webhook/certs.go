@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -176,9 +177,9 @@ func (m *CertManager) ensureSecret(ctx context.Context) (map[string][]byte, erro
 // are valid for a while yet, and whether that differs from data. A Secret
 // that holds garbage is replaced: nothing pins the webhook CA.
 func (m *CertManager) renew(data map[string][]byte, now time.Time) (map[string][]byte, bool, error) {
-	out := map[string][]byte{}
-	for k, v := range data {
-		out[k] = v
+	out := maps.Clone(data)
+	if out == nil {
+		out = map[string][]byte{}
 	}
 	ca, err := auth.ParseCA(data[CACertKey], data[CAKeyKey], now)
 	if err != nil || dueForRenewal(ca.Cert, now) {
