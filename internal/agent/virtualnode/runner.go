@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,11 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -52,9 +55,11 @@ func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 // with backoff, from the poll interval up to maxRestartDelay, each time it
 // returns; stopped is the error of a run that returned nil.
 func (r *Reconciler) restarting(ctx context.Context, stopped string, run func(context.Context) error, failed func(err error, delay time.Duration)) {
-	delay := r.pollInterval()
+	// apimachinery's backoff, back to the poll interval after a run that
+	// lasted longer than the cap.
+	backoff := wait.Backoff{Duration: r.pollInterval(), Factor: 2, Cap: maxRestartDelay, Steps: math.MaxInt32}
+	next := backoff.DelayWithReset(clock.RealClock{}, maxRestartDelay)
 	for ctx.Err() == nil {
-		start := time.Now()
 		err := run(ctx)
 		if ctx.Err() != nil {
 			return
@@ -62,16 +67,13 @@ func (r *Reconciler) restarting(ctx context.Context, stopped string, run func(co
 		if err == nil {
 			err = errors.New(stopped)
 		}
-		if time.Since(start) > maxRestartDelay {
-			delay = r.pollInterval()
-		}
+		delay := next()
 		failed(err, delay)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, maxRestartDelay)
 	}
 }
 
