@@ -8,10 +8,12 @@
 // Consumer side (this cluster runs its pods in a provider):
 //   - foreigncluster: authenticates with each provider, rotates the
 //     credentials, reports Authenticated, releases the tenant on unpeer.
-//   - virtualnode: one virtual-kubelet node per provider, its status, and
-//     the per-peer runtime that starts pod and object reflection.
+//   - virtualnode: a thin reconciler over one runtime per provider, which
+//     runs the node controller, the pod controller and object reflection
+//     as named steps, each restarted on its own.
 //   - podreflection: the virtual-kubelet pod lifecycle handler (remote pods
-//     in twin namespaces, status back, service-account tokens, orphans).
+//     in twin namespaces, status back), with its own loops (orphan
+//     collection, service-account token renewal).
 //   - objectreflection: ConfigMaps, Secrets, Services and EndpointSlices
 //     of offloaded namespaces into their twins.
 //   - reflection: pure translation of consumer objects for the provider.

@@ -41,11 +41,11 @@ func StartManager(t *testing.T, cfg *rest.Config, setup func(ctrlmanager.Manager
 	return mgr
 }
 
-// Eventually polls cond every 200 ms until it holds, and fails the test
+// Eventually polls cond every 100 ms until it holds, and fails the test
 // with what when timeout passes first.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) bool) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		return cond(ctx), nil
 	})
 	if err != nil {

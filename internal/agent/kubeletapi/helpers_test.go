@@ -20,7 +20,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
@@ -132,7 +131,7 @@ func (e *env) providerConfig(t *testing.T) (*rest.Config, kubernetes.Interface) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the provider credentials can read the remote pod", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the provider credentials can read the remote pod", func(ctx context.Context) bool {
 		_, err := kube.CoreV1().Pods(e.ns).Get(ctx, e.remote, metav1.GetOptions{})
 		return err == nil
 	})
@@ -273,7 +272,7 @@ func (e *env) grant(t *testing.T, subject rbacv1.Subject, user string, verbs ...
 	}
 	// Ask before the Server does, so that its deny cache never sees the
 	// binding before RBAC has it.
-	eventually(t, "RBAC allows "+user, func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "RBAC allows "+user, func(ctx context.Context) bool {
 		sar, err := e.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               user,
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verbs[0], Resource: "nodes", Subresource: "proxy", Name: e.node},
@@ -317,16 +316,4 @@ func get(t *testing.T, c *http.Client, addr, path, token string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(body)
-}
-
-// eventually polls cond until it holds, and fails the test with what
-// otherwise.
-func eventually(t *testing.T, what string, cond func(ctx context.Context) bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		return cond(ctx), nil
-	})
-	if err != nil {
-		t.Fatalf("timed out waiting until %s", what)
-	}
 }

@@ -30,6 +30,8 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 var logsPath = "/containerLogs/" + consumerNamespace + "/" + consumerPod + "/" + container
@@ -102,7 +104,7 @@ func TestClientCertificates(t *testing.T) {
 		}
 		c := httpClient(cert)
 		// The client CA is loaded once the ConfigMap informer has synced.
-		eventually(t, "the admin certificate is accepted", func(context.Context) bool {
+		framework.Eventually(t, waitTimeout, "the admin certificate is accepted", func(context.Context) bool {
 			code, _ := get(t, c, e.addr, logsPath, "")
 			return code == http.StatusOK
 		})
@@ -120,7 +122,7 @@ func TestClientCertificates(t *testing.T) {
 		e.grant(t, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}, "alice", "get")
 		alice, bob := httpClient(certs[0]), httpClient(certs[1])
 		// The client CA is loaded once the ConfigMap informer has synced.
-		eventually(t, "alice is authenticated and allowed", func(context.Context) bool {
+		framework.Eventually(t, waitTimeout, "alice is authenticated and allowed", func(context.Context) bool {
 			code, _ := get(t, alice, addr, logsPath, "")
 			return code == http.StatusOK
 		})

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,7 +99,7 @@ func (e *env) start(t *testing.T) {
 			t.Errorf("Start: %v", err)
 		}
 	})
-	eventually(t, "every namespace pair has synced", func(context.Context) bool {
+	framework.Eventually(t, waitTimeout, "every namespace pair has synced", func(context.Context) bool {
 		e.mu.Lock()
 		want := len(e.pairs)
 		e.mu.Unlock()
@@ -143,16 +142,4 @@ func (e *env) getConfigMap(ctx context.Context, t *testing.T, ns, name string) *
 		t.Fatal(err)
 	}
 	return cm
-}
-
-// eventually polls cond until it holds, and fails the test with what
-// otherwise.
-func eventually(t *testing.T, what string, cond func(ctx context.Context) bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		return cond(ctx), nil
-	})
-	if err != nil {
-		t.Fatalf("timed out waiting until %s", what)
-	}
 }

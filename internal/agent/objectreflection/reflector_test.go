@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestConfigMapChangesReachTheTwinNamespace(t *testing.T) {
@@ -22,7 +23,7 @@ func TestConfigMapChangesReachTheTwinNamespace(t *testing.T) {
 	cms := e.kube.CoreV1().ConfigMaps(e.consumer)
 
 	local := e.configMap(t, e.consumer, "config", map[string]string{"app": "web"}, map[string]string{"k": "v1"})
-	eventually(t, "the ConfigMap is copied with the origin label", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the ConfigMap is copied with the origin label", func(ctx context.Context) bool {
 		cm := e.getConfigMap(ctx, t, e.twin, "config")
 		return cm != nil && cm.Data["k"] == "v1" && cm.Labels["app"] == "web" &&
 			cm.Labels[offloadv1alpha1.LabelOriginClusterID] == e.clusterID
@@ -32,7 +33,7 @@ func TestConfigMapChangesReachTheTwinNamespace(t *testing.T) {
 	if _, err := cms.Update(ctx, local, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the change reaches the copy", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the change reaches the copy", func(ctx context.Context) bool {
 		cm := e.getConfigMap(ctx, t, e.twin, "config")
 		return cm != nil && cm.Data["k"] == "v2"
 	})
@@ -40,7 +41,7 @@ func TestConfigMapChangesReachTheTwinNamespace(t *testing.T) {
 	if err := cms.Delete(ctx, "config", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the copy is deleted", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the copy is deleted", func(ctx context.Context) bool {
 		return e.getConfigMap(ctx, t, e.twin, "config") == nil
 	})
 }
@@ -51,7 +52,7 @@ func TestCopiesChangedOnTheProviderAreRestored(t *testing.T) {
 	e.start(t)
 	e.configMap(t, e.consumer, "config", nil, map[string]string{"k": "v1"})
 	var remote *corev1.ConfigMap
-	eventually(t, "the ConfigMap is copied", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the ConfigMap is copied", func(ctx context.Context) bool {
 		remote = e.getConfigMap(ctx, t, e.twin, "config")
 		return remote != nil
 	})
@@ -59,7 +60,7 @@ func TestCopiesChangedOnTheProviderAreRestored(t *testing.T) {
 	if _, err := e.kube.CoreV1().ConfigMaps(e.twin).Update(t.Context(), remote, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the copy is restored", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the copy is restored", func(ctx context.Context) bool {
 		cm := e.getConfigMap(ctx, t, e.twin, "config")
 		return cm != nil && cm.Data["k"] == "v1"
 	})
@@ -82,7 +83,7 @@ func TestSecretsAreReflectedButNotServiceAccountTokens(t *testing.T) {
 	if _, err := secrets.Create(ctx, opaque, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the opaque Secret is copied and the token refused", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the opaque Secret is copied and the token refused", func(ctx context.Context) bool {
 		s, err := e.kube.CoreV1().Secrets(e.twin).Get(ctx, "password", metav1.GetOptions{})
 		return err == nil && string(s.Data["p"]) == "s3cr3t" && e.r.Stats().Refused > 0
 	})
@@ -104,7 +105,7 @@ func TestChangedImmutableConfigMapIsRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	var first *corev1.ConfigMap
-	eventually(t, "the immutable ConfigMap is copied", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the immutable ConfigMap is copied", func(ctx context.Context) bool {
 		first = e.getConfigMap(ctx, t, e.twin, "frozen")
 		return first != nil && ptr.Deref(first.Immutable, false)
 	})
@@ -116,7 +117,7 @@ func TestChangedImmutableConfigMapIsRecreated(t *testing.T) {
 	if _, err := cms.Create(ctx, immutable("v2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the copy is replaced", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the copy is replaced", func(ctx context.Context) bool {
 		cm := e.getConfigMap(ctx, t, e.twin, "frozen")
 		return cm != nil && cm.Data["k"] == "v2" && cm.UID != first.UID && ptr.Deref(cm.Immutable, false)
 	})
@@ -153,7 +154,7 @@ func TestServicesAreReflectedWithoutSelector(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, "the NodePort Service is copied as a selector-less ClusterIP Service", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the NodePort Service is copied as a selector-less ClusterIP Service", func(ctx context.Context) bool {
 		s, err := e.kube.CoreV1().Services(e.twin).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -165,7 +166,7 @@ func TestServicesAreReflectedWithoutSelector(t *testing.T) {
 			len(s.Spec.Ports) == 1 && s.Spec.Ports[0].NodePort == 0 &&
 			equalPorts(want, s.Spec.Ports)
 	})
-	eventually(t, "the headless Service stays headless", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the headless Service stays headless", func(ctx context.Context) bool {
 		s, err := e.kube.CoreV1().Services(e.twin).Get(ctx, "db", metav1.GetOptions{})
 		return err == nil && s.Spec.ClusterIP == corev1.ClusterIPNone && len(s.Spec.Selector) == 0
 	})
@@ -174,7 +175,7 @@ func TestServicesAreReflectedWithoutSelector(t *testing.T) {
 	if _, err := services.Update(ctx, web, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a new port reaches the copy", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "a new port reaches the copy", func(ctx context.Context) bool {
 		s, err := e.kube.CoreV1().Services(e.twin).Get(ctx, "web", metav1.GetOptions{})
 		return err == nil && len(s.Spec.Ports) == 2 && s.Spec.Ports[1].TargetPort == intstr.FromInt32(9090)
 	})
@@ -232,7 +233,7 @@ func TestEndpointSlicesFollowTheirService(t *testing.T) {
 		}
 		return s
 	}
-	eventually(t, "the slice is copied, managed by reflection, without consumer names", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the slice is copied, managed by reflection, without consumer names", func(ctx context.Context) bool {
 		s := getRemote(ctx)
 		if s == nil || len(s.Endpoints) != 1 || len(s.Ports) != 1 {
 			return false
@@ -250,7 +251,7 @@ func TestEndpointSlicesFollowTheirService(t *testing.T) {
 	if _, err := slices.Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a new address reaches the copy", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "a new address reaches the copy", func(ctx context.Context) bool {
 		s := getRemote(ctx)
 		return s != nil && len(s.Endpoints) == 1 && s.Endpoints[0].Addresses[0] == "10.244.2.9"
 	})
@@ -260,7 +261,7 @@ func TestEndpointSlicesFollowTheirService(t *testing.T) {
 	if err := e.kube.CoreV1().Services(e.consumer).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the Service's copy and its slice's are deleted", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the Service's copy and its slice's are deleted", func(ctx context.Context) bool {
 		_, err := e.kube.CoreV1().Services(e.twin).Get(ctx, "web", metav1.GetOptions{})
 		return apierrors.IsNotFound(err) && getRemote(ctx) == nil
 	})
@@ -273,7 +274,7 @@ func TestObjectsOffloadDidNotCreateAreLeftAlone(t *testing.T) {
 	ctx := t.Context()
 	theirs := e.configMap(t, e.twin, "shared", map[string]string{"owner": "provider"}, map[string]string{"k": "provider"})
 	e.configMap(t, e.consumer, "shared", nil, map[string]string{"k": "consumer"})
-	eventually(t, "the conflict is reported", func(context.Context) bool { return e.r.Stats().Conflicts > 0 })
+	framework.Eventually(t, waitTimeout, "the conflict is reported", func(context.Context) bool { return e.r.Stats().Conflicts > 0 })
 
 	got := e.getConfigMap(ctx, t, e.twin, "shared")
 	if got.ResourceVersion != theirs.ResourceVersion || got.Data["k"] != "provider" {
@@ -285,7 +286,7 @@ func TestObjectsOffloadDidNotCreateAreLeftAlone(t *testing.T) {
 	// A consumer ConfigMap created after the deletion and reflected shows
 	// the deletion was processed.
 	e.configMap(t, e.consumer, "marker", nil, nil)
-	eventually(t, "a later ConfigMap is reflected", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "a later ConfigMap is reflected", func(ctx context.Context) bool {
 		return e.getConfigMap(ctx, t, e.twin, "marker") != nil
 	})
 	if got := e.getConfigMap(ctx, t, e.twin, "shared"); got == nil || got.UID != theirs.UID {
@@ -311,7 +312,7 @@ func TestOrphansAreCollectedAtStart(t *testing.T) {
 	}
 
 	e.start(t)
-	eventually(t, "the orphans are deleted and the kept copy updated in place", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the orphans are deleted and the kept copy updated in place", func(ctx context.Context) bool {
 		_, err := e.kube.CoreV1().Services(e.twin).Get(ctx, "gone", metav1.GetOptions{})
 		kept := e.getConfigMap(ctx, t, e.twin, "kept")
 		return apierrors.IsNotFound(err) && e.getConfigMap(ctx, t, e.twin, "orphan") == nil &&
@@ -332,7 +333,7 @@ func TestNamespacesNoLongerOffloadedStopBeingReflected(t *testing.T) {
 	p := e.r.pairs[e.twin]
 	e.r.mu.Unlock()
 	e.removePair(e.twin)
-	eventually(t, "the pair's informers stop", func(context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the pair's informers stop", func(context.Context) bool {
 		select {
 		case <-p.stopped:
 			return e.r.Stats().Namespaces == 1
@@ -343,7 +344,7 @@ func TestNamespacesNoLongerOffloadedStopBeingReflected(t *testing.T) {
 
 	e.configMap(t, e.consumer, "late", nil, nil)
 	e.configMap(t, otherConsumer, "late", nil, nil)
-	eventually(t, "the namespace still offloaded is reflected", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the namespace still offloaded is reflected", func(ctx context.Context) bool {
 		return e.getConfigMap(ctx, t, otherTwin, "late") != nil
 	})
 	if e.getConfigMap(t.Context(), t, e.twin, "late") != nil {
@@ -376,7 +377,7 @@ func TestSlicesOfAServiceOffloadDidNotCreateAreNotReflected(t *testing.T) {
 	if _, err := e.kube.DiscoveryV1().EndpointSlices(e.consumer).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the Service conflict is reported and the slice refused", func(context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the Service conflict is reported and the slice refused", func(context.Context) bool {
 		s := e.r.Stats()
 		return s.Conflicts > 0 && s.Refused > 0
 	})

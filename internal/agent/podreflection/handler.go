@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -70,6 +71,9 @@ type Options struct {
 	// NodeIP is the virtual node's address, published as the host IP of
 	// its pods. Empty keeps the pods' host IP as it is.
 	NodeIP string
+	// TokenRenewInterval is how often Run renews the service-account
+	// tokens that are due; zero means DefaultTokenRenewInterval.
+	TokenRenewInterval time.Duration
 
 	// TwinNamespace resolves a consumer namespace to its Ready twin
 	// namespace on the provider. Defaults to reading the namespace's
@@ -85,8 +89,9 @@ type Options struct {
 }
 
 // Handler is the node.PodLifecycleHandler and node.PodNotifier of one
-// virtual node. Create it with New and start it with Start before the
-// PodController runs.
+// virtual node. Create it with New, start it with Start before the
+// PodController runs, and run its own loops with Run once the
+// PodController is ready.
 type Handler struct {
 	opts Options
 

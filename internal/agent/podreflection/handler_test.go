@@ -13,6 +13,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestCreatePodReflectsTheConfigMapThenThePodIntoTheTwinNamespace(t *testing.T) {
@@ -141,7 +142,7 @@ func TestUpdatePodPropagatesAnImageChange(t *testing.T) {
 	if got := e.getRemote(ctx, t, "web").Spec.Containers[0].Image; got != "registry.example/app:2" {
 		t.Errorf("remote image = %q, want registry.example/app:2", got)
 	}
-	eventually(t, "GetPod shows the new image", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "GetPod shows the new image", func(ctx context.Context) bool {
 		p, err := e.h.GetPod(ctx, e.consumer, "web")
 		return err == nil && p.Spec.Containers[0].Image == "registry.example/app:2"
 	})
@@ -155,7 +156,7 @@ func TestDeletePodRemovesTheRemotePodAndReportsATerminalStatus(t *testing.T) {
 	if err := e.h.CreatePod(ctx, local); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the informer knows the remote pod", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the informer knows the remote pod", func(ctx context.Context) bool {
 		_, err := e.h.GetPod(ctx, e.consumer, "web")
 		return err == nil
 	})
@@ -174,7 +175,7 @@ func TestDeletePodRemovesTheRemotePodAndReportsATerminalStatus(t *testing.T) {
 	if err := e.h.DeletePod(ctx, local); err != nil {
 		t.Errorf("DeletePod a second time = %v, want success", err)
 	}
-	eventually(t, "GetPod says NotFound", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "GetPod says NotFound", func(ctx context.Context) bool {
 		_, err := e.h.GetPod(ctx, e.consumer, "web")
 		return errdefs.IsNotFound(err)
 	})
@@ -189,7 +190,7 @@ func TestGetPodsListsOnlyThePodsOfThisConsumer(t *testing.T) {
 	}
 	e.remotePod(t, "other", "another-consumer", string(uuid.NewUUID()))
 
-	eventually(t, "GetPods lists the consumer's pod", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "GetPods lists the consumer's pod", func(ctx context.Context) bool {
 		pods, err := e.h.GetPods(ctx)
 		return err == nil && len(pods) == 1
 	})
@@ -212,7 +213,7 @@ func TestCollectOrphansDeletesOnlyRemotePodsWithoutAConsumerPod(t *testing.T) {
 	orphan := e.remotePod(t, "gone", e.h.opts.ConsumerClusterID, string(uuid.NewUUID()))
 	other := e.remotePod(t, "theirs", "another-consumer", string(uuid.NewUUID()))
 
-	eventually(t, "the orphan is collected", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the orphan is collected", func(ctx context.Context) bool {
 		if err := e.h.CollectOrphans(ctx, []*corev1.Pod{local}); err != nil {
 			t.Logf("CollectOrphans: %v", err)
 			return false
@@ -234,7 +235,7 @@ func TestCollectOrphansKeepsARemotePodWhoseConsumerPodIsMissingFromAnOldList(t *
 	if err := e.h.CreatePod(ctx, local); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the informer knows the remote pod", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the informer knows the remote pod", func(ctx context.Context) bool {
 		_, err := e.h.GetPod(ctx, e.consumer, "web")
 		return err == nil
 	})
@@ -244,5 +245,29 @@ func TestCollectOrphansKeepsARemotePodWhoseConsumerPodIsMissingFromAnOldList(t *
 	}
 	if e.getRemote(ctx, t, "web") == nil {
 		t.Error("CollectOrphans deleted the remote pod of a consumer pod the list missed")
+	}
+}
+
+func TestRunCollectsOrphansFromTheConsumersPodsOnTheNode(t *testing.T) {
+	e := newEnv(t)
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(t.Context(), local); err != nil {
+		t.Fatal(err)
+	}
+	orphan := e.remotePod(t, "gone", e.h.opts.ConsumerClusterID, string(uuid.NewUUID()))
+
+	// Without LocalPods, Run lists the virtual node's pods from the consumer.
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.h.Run(ctx) }()
+	framework.Eventually(t, waitTimeout, "Run collects the orphan", func(ctx context.Context) bool {
+		return e.getRemote(ctx, t, orphan.Name) == nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v after its context ended, want nil", err)
+	}
+	if e.getRemote(t.Context(), t, "web") == nil {
+		t.Error("Run deleted the remote pod of an existing consumer pod")
 	}
 }

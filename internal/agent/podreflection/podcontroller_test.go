@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // runPodController runs virtual-kubelet's PodController for the virtual
@@ -57,7 +59,7 @@ func TestThePodControllerRunsPodsOfTheVirtualNodeOnTheProvider(t *testing.T) {
 	e.localPod(t, "web")
 
 	var remote *corev1.Pod
-	eventually(t, "the remote pod exists", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the remote pod exists", func(ctx context.Context) bool {
 		remote = e.getRemote(ctx, t, "web")
 		return remote != nil
 	})
@@ -66,7 +68,7 @@ func TestThePodControllerRunsPodsOfTheVirtualNodeOnTheProvider(t *testing.T) {
 	if _, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(t.Context(), remote, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the consumer pod is Running on the virtual node's address", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the consumer pod is Running on the virtual node's address", func(ctx context.Context) bool {
 		p, err := e.kube.CoreV1().Pods(e.consumer).Get(ctx, "web", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "10.1.2.3" && p.Status.HostIP == nodeIP
 	})
@@ -74,7 +76,7 @@ func TestThePodControllerRunsPodsOfTheVirtualNodeOnTheProvider(t *testing.T) {
 	if err := e.kube.CoreV1().Pods(e.consumer).Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the consumer and remote pods are gone", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the consumer and remote pods are gone", func(ctx context.Context) bool {
 		_, err := e.kube.CoreV1().Pods(e.consumer).Get(ctx, "web", metav1.GetOptions{})
 		return err != nil && e.getRemote(ctx, t, "web") == nil
 	})

@@ -127,12 +127,9 @@ func (h *Handler) tokenSecret(ctx context.Context, pod *corev1.Pod, o reflection
 }
 
 // RenewTokens renews the token Secrets of the pods bound to the virtual
-// node that are due. It needs Options.LocalPods.
+// node that are due.
 func (h *Handler) RenewTokens(ctx context.Context) error {
-	if h.opts.LocalPods == nil {
-		return nil
-	}
-	pods, err := h.opts.LocalPods.List(everything)
+	pods, err := h.localPods(ctx)
 	if err != nil {
 		return err
 	}

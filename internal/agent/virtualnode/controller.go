@@ -1,7 +1,13 @@
-// Package virtualnode runs, on the consumer, one virtual-kubelet node
-// controller per provider: the virtual node offload-<peer>, whose capacity
-// is the provider's ResourceOffer and which is Ready while the provider
-// serves it.
+// Package virtualnode runs, on the consumer, one virtual node per provider:
+// offload-<peer>, whose capacity is the provider's ResourceOffer, which is
+// Ready while the provider serves it, and whose pods run in the provider.
+//
+// The Reconciler (controller.go) is thin: it decides whether a peer's
+// runtime runs and with which credentials. The runtime (runtime.go) runs
+// the peer's named steps, each restarted on its own: the node controller
+// (node.go, provider.go), the pod controller with its podreflection.Handler,
+// whose own loops collect orphans and renew tokens, and object reflection
+// (pods.go).
 package virtualnode
 
 import (
@@ -17,19 +23,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 )
 
@@ -85,17 +87,13 @@ type Reconciler struct {
 	// Reader and Namespace.
 	Providers *providerclient.Set
 
-	mu       sync.Mutex
-	peers    map[string]*peerRun
-	handlers map[string]podsRun // by ForeignCluster name, while their pods run
-}
+	// TokenRenewInterval is how often the service-account tokens of
+	// offloaded pods are checked for renewal; zero means
+	// podreflection.DefaultTokenRenewInterval.
+	TokenRenewInterval time.Duration
 
-// peerRun is the running node controller of one peer.
-type peerRun struct {
-	key    string // what it was started from, but the token
-	creds  *providerclient.Credentials
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu    sync.Mutex
+	peers map[string]*peerRuntime // by ForeignCluster name
 }
 
 // SetupWithManager registers the reconciler with mgr; the node controllers
@@ -155,7 +153,8 @@ func authenticated(fc *offloadv1alpha1.ForeignCluster) bool {
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups=offload.io,resources=foreignclusters/status,verbs=get;update;patch
 
-// Reconcile starts, restarts or stops the node controller of the ForeignCluster.
+// Reconcile starts, restarts or stops the runtime of the ForeignCluster's
+// peer (runtime.go): it only decides whether one should run, and with what.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var fc offloadv1alpha1.ForeignCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &fc); err != nil {
@@ -197,64 +196,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	key := fc.Spec.ClusterID + "/" + fc.Spec.ClusterName + "/" + creds.Key()
-	r.mu.Lock()
-	running := r.peers[fc.Name]
-	r.mu.Unlock()
-	if running != nil && running.key == key {
+	if r.running(fc.Name) == key {
 		// Renewed credentials: the Set swapped the token in place, and the
 		// running clients use it from their next request on.
 		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
 	}
+	rt, err := newRuntime(&fc, creds, key)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	r.stop(fc.Name)
-	r.start(ctx, fc.DeepCopy(), creds, key)
+	r.start(ctx, rt, r.steps(rt))
 	return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
 }
 
-// start runs the node controller of fc in a goroutine.
-func (r *Reconciler) start(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials, key string) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	run := &peerRun{key: key, creds: creds, cancel: cancel, done: make(chan struct{})}
-	r.mu.Lock()
-	if r.peers == nil {
-		r.peers = map[string]*peerRun{}
-	}
-	r.peers[fc.Name] = run
-	r.mu.Unlock()
-	log.FromContext(ctx).Info("Starting the virtual node", "node", offloadv1alpha1.VirtualNodeName(fc.Name), "foreignCluster", klog.KObj(fc))
-	var wg sync.WaitGroup
-	wg.Go(func() { r.runPeer(ctx, fc, creds) })
-	wg.Go(func() { r.runPods(ctx, fc, creds) })
-	go func() {
-		defer close(run.done)
-		wg.Wait()
-	}()
-}
-
-// stop stops the node controller of name, if any, and waits until it stopped.
-func (r *Reconciler) stop(name string) {
-	r.mu.Lock()
-	run := r.peers[name]
-	delete(r.peers, name)
-	r.mu.Unlock()
-	if run != nil {
-		run.cancel()
-		<-run.done
-	}
-}
-
-func (r *Reconciler) stopAll() {
-	r.mu.Lock()
-	names := make([]string, 0, len(r.peers))
-	for name := range r.peers {
-		names = append(names, name)
-	}
-	r.mu.Unlock()
-	for _, name := range names {
-		r.stop(name)
-	}
-}
-
-// remove stops the node controller of name and deletes its node and Lease.
+// remove stops the runtime of name and deletes its node and Lease.
 func (r *Reconciler) remove(ctx context.Context, name string) error {
 	r.stop(name)
 	node := offloadv1alpha1.VirtualNodeName(name)
@@ -266,64 +222,4 @@ func (r *Reconciler) remove(ctx context.Context, name string) error {
 		return fmt.Errorf("deleting the Lease of virtual node %q: %w", node, err)
 	}
 	return nil
-}
-
-// podsRun is the running pod reflection of one peer.
-type podsRun struct {
-	node     string
-	handler  *podreflection.Handler
-	config   *rest.Config
-	provider kubernetes.Interface
-}
-
-// register records the running pod reflection of ForeignCluster name.
-func (r *Reconciler) register(name string, run podsRun) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.handlers == nil {
-		r.handlers = map[string]podsRun{}
-	}
-	r.handlers[name] = run
-}
-
-// unregister forgets the pod reflection of name, if it still is h.
-func (r *Reconciler) unregister(name string, h *podreflection.Handler) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.handlers[name].handler == h {
-		delete(r.handlers, name)
-	}
-}
-
-// Resolve implements kubeletapi.Resolver: the remote pod of consumer pod
-// namespace/pod, when it is bound to one of the virtual nodes.
-func (r *Reconciler) Resolve(ctx context.Context, namespace, pod string) (kubeletapi.Target, error) {
-	kube := r.PodsKube
-	if kube == nil {
-		kube = r.Kube
-	}
-	p, err := kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return kubeletapi.Target{}, fmt.Errorf("pod %s/%s: %w", namespace, pod, kubeletapi.ErrUnknownPod)
-	}
-	if err != nil {
-		return kubeletapi.Target{}, fmt.Errorf("reading pod %s/%s: %w", namespace, pod, err)
-	}
-	r.mu.Lock()
-	var run *podsRun
-	for _, pr := range r.handlers {
-		if pr.node == p.Spec.NodeName {
-			run = &pr
-			break
-		}
-	}
-	r.mu.Unlock()
-	if run == nil {
-		return kubeletapi.Target{}, fmt.Errorf("pod %s/%s runs on node %q: %w", namespace, pod, p.Spec.NodeName, kubeletapi.ErrUnknownPod)
-	}
-	twin, ok := run.handler.TwinNamespace(namespace)
-	if !ok {
-		return kubeletapi.Target{}, fmt.Errorf("namespace %s has no Ready twin namespace on the provider of node %s: %w", namespace, run.node, kubeletapi.ErrUnknownPod)
-	}
-	return kubeletapi.Target{NodeName: run.node, Config: run.config, Client: run.provider, Namespace: twin, Name: pod}, nil
 }

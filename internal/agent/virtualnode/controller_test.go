@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,18 +92,6 @@ func newPeering(t *testing.T) *testPeering {
 	return p
 }
 
-// eventually polls cond until it holds, and fails the test with what
-// otherwise.
-func eventually(t *testing.T, what string, cond func(ctx context.Context) bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		return cond(ctx), nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
 func (p *testPeering) node(ctx context.Context) (*corev1.Node, error) {
 	var n corev1.Node
 	err := p.admin.Get(ctx, client.ObjectKey{Name: offloadv1alpha1.VirtualNodeName(p.fc.Name)}, &n)
@@ -144,7 +131,7 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 	p := newPeering(t)
 	ctx := context.Background()
 
-	eventually(t, "the virtual node is Ready with the offer's capacity", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the virtual node is Ready with the offer's capacity", func(ctx context.Context) bool {
 		n, err := p.node(ctx)
 		return err == nil && nodeReady(n) && sameResources(n.Status.Capacity, p.offer.Spec.Resources) &&
 			sameResources(n.Status.Allocatable, p.offer.Spec.Resources)
@@ -185,12 +172,12 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 	if !hasTaint {
 		t.Errorf("taints %v, want %v among them", n.Spec.Taints, wantTaint)
 	}
-	eventually(t, "the node's Lease is renewed in kube-node-lease", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the node's Lease is renewed in kube-node-lease", func(ctx context.Context) bool {
 		var l coordinationv1.Lease
 		err := p.admin.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: n.Name}, &l)
 		return err == nil && l.Spec.RenewTime != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == n.Name
 	})
-	eventually(t, "OutgoingPeering and VirtualNodeReady are True", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "OutgoingPeering and VirtualNodeReady are True", func(ctx context.Context) bool {
 		o, r := p.condition(ctx, offloadv1alpha1.ConditionOutgoingPeering), p.condition(ctx, offloadv1alpha1.ConditionVirtualNodeReady)
 		return o != nil && o.Status == metav1.ConditionTrue && o.Reason == ReasonEstablished && r != nil && r.Status == metav1.ConditionTrue
 	})
@@ -207,7 +194,7 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 	if err := p.admin.Update(ctx, p.offer); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the capacity follows the offer", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the capacity follows the offer", func(ctx context.Context) bool {
 		n, err := p.node(ctx)
 		return err == nil && sameResources(n.Status.Capacity, p.offer.Spec.Resources) && sameResources(n.Status.Allocatable, p.offer.Spec.Resources)
 	})
@@ -216,20 +203,20 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 	if err := p.admin.Delete(ctx, p.offer); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "VirtualNodeReady turns False while the ping fails", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "VirtualNodeReady turns False while the ping fails", func(ctx context.Context) bool {
 		c := p.condition(ctx, offloadv1alpha1.ConditionVirtualNodeReady)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonProviderUnreachable
 	})
-	eventually(t, "the node turns NotReady while the provider does not answer", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the node turns NotReady while the provider does not answer", func(ctx context.Context) bool {
 		return nodeReadyStatus(ctx, p) == corev1.ConditionFalse
 	})
 	p.offer.ResourceVersion = ""
 	mustCreate(t, p.admin, p.offer)
-	eventually(t, "VirtualNodeReady is True again once the ping succeeds", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "VirtualNodeReady is True again once the ping succeeds", func(ctx context.Context) bool {
 		c := p.condition(ctx, offloadv1alpha1.ConditionVirtualNodeReady)
 		return c != nil && c.Status == metav1.ConditionTrue
 	})
-	eventually(t, "the node is Ready again", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the node is Ready again", func(ctx context.Context) bool {
 		return nodeReadyStatus(ctx, p) == corev1.ConditionTrue
 	})
 
@@ -237,7 +224,7 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 	if err := p.admin.Delete(ctx, p.fc); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the virtual node and its Lease are deleted", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "the virtual node and its Lease are deleted", func(ctx context.Context) bool {
 		_, err := p.node(ctx)
 		var l coordinationv1.Lease
 		leaseErr := p.admin.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: offloadv1alpha1.VirtualNodeName(p.fc.Name)}, &l)

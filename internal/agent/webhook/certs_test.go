@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,18 +23,6 @@ import (
 
 // waitTimeout bounds every poll of these tests.
 const waitTimeout = 30 * time.Second
-
-// eventually polls cond until it holds, and fails the test with what
-// otherwise.
-func eventually(t *testing.T, what string, cond func(ctx context.Context) bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		return cond(ctx), nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
 
 // certOptions are Options for a CertManager of one test: its own
 // namespace, configuration name and certificate directory.
@@ -209,7 +196,7 @@ func TestTheCertManagerSetsTheCABundleOnceTheConfigurationExists(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), cfg) })
-	eventually(t, "waiting for the caBundle", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "waiting for the caBundle", func(ctx context.Context) bool {
 		var got admissionregistrationv1.MutatingWebhookConfiguration
 		if err := c.Get(ctx, client.ObjectKeyFromObject(cfg), &got); err != nil {
 			return false

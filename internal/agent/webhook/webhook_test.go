@@ -137,7 +137,7 @@ func TestTheAPIServerStoresPodsAsTheWebhookMutatesThem(t *testing.T) {
 	// The CertManager sets the caBundle; the API server then takes a moment
 	// to call the webhook. Until it does, failurePolicy Ignore admits pods
 	// unchanged, so wait for a dry-run pod to come back mutated.
-	eventually(t, "waiting for the API server to call the webhook", func(ctx context.Context) bool {
+	framework.Eventually(t, waitTimeout, "waiting for the API server to call the webhook", func(ctx context.Context) bool {
 		probe := newPod()
 		probe.Namespace = remote
 		if err := c.Create(ctx, probe, client.DryRunAll); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,13 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -28,52 +24,15 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 )
 
-// lastSeenResolution is how stale status.lastSeen of a ForeignCluster may be.
-const lastSeenResolution = 30 * time.Second
-
-// maxRestartDelay bounds the wait before a failed node controller restarts.
-const maxRestartDelay = time.Minute
-
-// runPeer runs the node controller of fc until ctx is cancelled, restarting
-// it with backoff when it fails, for example while the provider is unreachable.
-func (r *Reconciler) runPeer(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) {
-	logger := log.FromContext(ctx).WithValues("foreignCluster", klog.KObj(fc), "node", offloadv1alpha1.VirtualNodeName(fc.Name))
-	r.restarting(ctx, "the node controller stopped", func(ctx context.Context) error { return r.runNode(ctx, fc, creds) },
-		func(err error, delay time.Duration) {
-			logger.Info("The virtual node controller stopped; restarting it", "error", err.Error(), "after", delay)
-			outgoing, ready := metav1.ConditionUnknown, metav1.ConditionUnknown
-			if meta.IsStatusConditionTrue(r.conditions(ctx, fc.Name), offloadv1alpha1.ConditionOutgoingPeering) {
-				outgoing, ready = metav1.ConditionTrue, metav1.ConditionFalse
-			}
-			if setErr := r.setStatus(ctx, fc.Name, outgoing, ready, ReasonProviderUnreachable, err.Error(), false); setErr != nil {
-				logger.Info("Cannot update the ForeignCluster status", "error", setErr.Error())
-			}
-		})
-}
-
-// restarting runs run until ctx is cancelled, calling failed and waiting
-// with backoff, from the poll interval up to maxRestartDelay, each time it
-// returns; stopped is the error of a run that returned nil.
-func (r *Reconciler) restarting(ctx context.Context, stopped string, run func(context.Context) error, failed func(err error, delay time.Duration)) {
-	// apimachinery's backoff, back to the poll interval after a run that
-	// lasted longer than the cap.
-	backoff := wait.Backoff{Duration: r.pollInterval(), Factor: 2, Cap: maxRestartDelay, Steps: math.MaxInt32}
-	next := backoff.DelayWithReset(clock.RealClock{}, maxRestartDelay)
-	for ctx.Err() == nil {
-		err := run(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			err = errors.New(stopped)
-		}
-		delay := next()
-		failed(err, delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
+// nodeFailed records on the ForeignCluster that the node controller of p
+// stopped with err: the virtual node is NotReady while it restarts.
+func (r *Reconciler) nodeFailed(ctx context.Context, p *peer, err error) {
+	outgoing, ready := metav1.ConditionUnknown, metav1.ConditionUnknown
+	if meta.IsStatusConditionTrue(r.conditions(ctx, p.fc.Name), offloadv1alpha1.ConditionOutgoingPeering) {
+		outgoing, ready = metav1.ConditionTrue, metav1.ConditionFalse
+	}
+	if setErr := r.setStatus(ctx, p.fc.Name, outgoing, ready, ReasonProviderUnreachable, err.Error(), false); setErr != nil {
+		log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", setErr.Error())
 	}
 }
 
@@ -81,8 +40,9 @@ func (r *Reconciler) restarting(ctx context.Context, stopped string, run func(co
 // and follows the offer, pinging the provider, until ctx is cancelled or
 // the controller fails. The offer is watched, so a new one shows at once;
 // the ping every poll interval tells whether the provider still answers.
-func (r *Reconciler) runNode(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) error {
-	p, err := r.newProvider(fc, creds)
+func (r *Reconciler) runNode(ctx context.Context, peer *peer) error {
+	fc := peer.fc
+	p, err := r.newProvider(fc, peer.creds)
 	if err != nil {
 		return err
 	}
@@ -237,59 +197,4 @@ func (r *Reconciler) pollInterval() time.Duration {
 		return r.PollInterval
 	}
 	return DefaultPollInterval
-}
-
-// conditions returns the current conditions of ForeignCluster name.
-func (r *Reconciler) conditions(ctx context.Context, name string) []metav1.Condition {
-	var fc offloadv1alpha1.ForeignCluster
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &fc); err != nil {
-		return nil
-	}
-	return fc.Status.Conditions
-}
-
-// setStatus sets OutgoingPeering and VirtualNodeReady on ForeignCluster
-// name, with status.outgoing following OutgoingPeering; it writes only when
-// something changed. Unknown means pending: kubectl offload peer --wait keeps
-// waiting on Unknown and stops on False.
-//
-// seen records that the provider answered: status.lastSeen is refreshed
-// when it is older than lastSeenResolution, so a healthy peer costs one
-// status write per lastSeenResolution.
-func (r *Reconciler) setStatus(ctx context.Context, name string, outgoing, ready metav1.ConditionStatus, reason, message string, seen bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var fc offloadv1alpha1.ForeignCluster
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &fc); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		changed := false
-		set := func(t string, s metav1.ConditionStatus, reason, message string) {
-			c := metav1.Condition{Type: t, Status: s, Reason: reason, Message: message, ObservedGeneration: fc.Generation}
-			changed = meta.SetStatusCondition(&fc.Status.Conditions, c) || changed
-		}
-		phase := offloadv1alpha1.PhasePending
-		switch outgoing {
-		case metav1.ConditionTrue:
-			set(offloadv1alpha1.ConditionOutgoingPeering, outgoing, ReasonEstablished, "the provider's ResourceOffer was read")
-			phase = offloadv1alpha1.PhaseEstablished
-		case metav1.ConditionFalse:
-			set(offloadv1alpha1.ConditionOutgoingPeering, outgoing, reason, message)
-			phase = offloadv1alpha1.PhaseNone
-		default:
-			set(offloadv1alpha1.ConditionOutgoingPeering, outgoing, reason, message)
-		}
-		set(offloadv1alpha1.ConditionVirtualNodeReady, ready, reason, message)
-		if phase != fc.Status.Outgoing {
-			fc.Status.Outgoing = phase
-			changed = true
-		}
-		if now := time.Now(); seen && (fc.Status.LastSeen == nil || now.Sub(fc.Status.LastSeen.Time) >= lastSeenResolution) {
-			fc.Status.LastSeen = &metav1.Time{Time: now}
-			changed = true
-		}
-		if !changed {
-			return nil
-		}
-		return r.Client.Status().Update(ctx, &fc)
-	})
 }
