@@ -15,8 +15,11 @@
 //     in twin namespaces, status back), with its own loops (orphan
 //     collection, service-account token renewal).
 //   - objectreflection: ConfigMaps, Secrets, Services and EndpointSlices
-//     of offloaded namespaces into their twins.
-//   - reflection: pure translation of consumer objects for the provider.
+//     of offloaded namespaces into their twins, and the one writer of
+//     reflected objects (Kind.Apply), which pod reflection uses too.
+//   - reflection: every translation, pure: consumer objects for the
+//     provider (pods, ConfigMaps, Secrets, Services, EndpointSlices) and
+//     remote pods back for the consumer (status, the consumer's view).
 //   - providerclient: the one per-peer source of a provider's client
 //     configuration (credentials from the kubeconfig Secret, the token
 //     renewed in place), shared by virtualnode and namespaceoffloading.

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
 )
 
 // byServiceIndex indexes EndpointSlices by the Service they belong to.
@@ -215,6 +214,6 @@ func objectMeta(obj any) metav1.Object {
 // namespace as value. It suits Options.TwinNamespaces.
 func ReadyTwinNamespaces(c client.Reader, providerClusterID string) func(context.Context) (map[string]string, error) {
 	return func(ctx context.Context) (map[string]string, error) {
-		return podreflection.ListTwinNamespaces(ctx, c, providerClusterID, true)
+		return ListTwinNamespaces(ctx, c, providerClusterID, true)
 	}
 }

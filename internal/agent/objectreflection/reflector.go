@@ -4,8 +4,9 @@
 // updates as they happen, and deletes the copies whose consumer objects are
 // gone.
 //
-// The translations are internal/agent/reflection's for ConfigMaps and
-// Secrets, and this package's RemoteService and RemoteEndpointSlice. Every
+// The translations are the pure functions of internal/agent/reflection;
+// every copy is written by this package's Kind.Apply, which pod reflection
+// uses too for the ConfigMaps and Secrets of a new pod. Every
 // copy carries the origin cluster label (api/v1alpha1
 // LabelOriginClusterID), and the Reflector only ever changes or deletes
 // provider objects that carry it with the consumer's cluster ID: a
@@ -151,8 +152,9 @@ func (r *Reflector) Start(ctx context.Context) error {
 type Stats struct {
 	// Namespaces is the number of namespace pairs being reflected.
 	Namespaces int
-	// Created, Updated, Recreated and Deleted count the writes to
-	// provider objects.
+	// Created, Updated and Recreated count the writes of copies (Kind.Apply's
+	// results); Deleted counts the copies deleted as their consumer
+	// object went.
 	Created, Updated, Recreated, Deleted int64
 	// Refused counts the reconciliations of consumer objects that are not
 	// reflected, such as service-account token Secrets.

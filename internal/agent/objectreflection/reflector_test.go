@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -239,7 +240,7 @@ func TestEndpointSlicesFollowTheirService(t *testing.T) {
 			return false
 		}
 		ep := s.Endpoints[0]
-		return s.Labels[discoveryv1.LabelManagedBy] == ManagedByReflection &&
+		return s.Labels[discoveryv1.LabelManagedBy] == reflection.ManagedByReflection &&
 			s.Labels[discoveryv1.LabelServiceName] == "web" &&
 			s.Labels[offloadv1alpha1.LabelOriginClusterID] == e.clusterID &&
 			ep.Addresses[0] == "10.244.1.7" && ptr.Deref(ep.Conditions.Ready, false) &&

@@ -31,6 +31,7 @@ import (
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/objectreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
 
@@ -125,10 +126,10 @@ func New(opts Options) (*Handler, error) {
 		return nil, errors.New("podreflection: a consumer reader is needed to resolve twin namespaces")
 	}
 	if opts.TwinNamespace == nil {
-		opts.TwinNamespace = DefaultTwinNamespace(opts.ConsumerReader, opts.ProviderClusterID)
+		opts.TwinNamespace = objectreflection.DefaultTwinNamespace(opts.ConsumerReader, opts.ProviderClusterID)
 	}
 	if opts.TwinNamespaces == nil {
-		opts.TwinNamespaces = DefaultTwinNamespaces(opts.ConsumerReader, opts.ProviderClusterID)
+		opts.TwinNamespaces = objectreflection.DefaultTwinNamespaces(opts.ConsumerReader, opts.ProviderClusterID)
 	}
 	return &Handler{opts: opts, twins: map[string]*twinInformer{}}, nil
 }

@@ -3,6 +3,7 @@ package podreflection
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -168,7 +170,7 @@ func TestDeletePodRemovesTheRemotePodAndReportsATerminalStatus(t *testing.T) {
 	if _, err := e.kube.CoreV1().Pods(e.twin).Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("reading the remote pod after DeletePod = %v, want NotFound", err)
 	}
-	got := e.waitNotified(t, "a terminal status", func(p *corev1.Pod) bool { return p.Status.Reason == ReasonRemotePodDeleted })
+	got := e.waitNotified(t, "a terminal status", func(p *corev1.Pod) bool { return p.Status.Reason == reflection.ReasonRemotePodDeleted })
 	if got.Status.Phase != corev1.PodFailed {
 		t.Errorf("terminal phase = %s, want Failed", got.Status.Phase)
 	}
@@ -269,5 +271,33 @@ func TestRunCollectsOrphansFromTheConsumersPodsOnTheNode(t *testing.T) {
 	}
 	if e.getRemote(t.Context(), t, "web") == nil {
 		t.Error("Run deleted the remote pod of an existing consumer pod")
+	}
+}
+
+func TestCreatePodLeavesAConfigMapItDidNotCreateAlone(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if _, err := e.kube.CoreV1().ConfigMaps(e.consumer).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "config"}, Data: map[string]string{"mode": "consumer"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := e.kube.CoreV1().ConfigMaps(e.twin).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "config"}, Data: map[string]string{"mode": "provider's own"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	err = e.h.CreatePod(ctx, e.localPod(t, "web"))
+	if !errdefs.IsInvalidInput(err) || !strings.Contains(err.Error(), "ConfigMap") {
+		t.Fatalf("CreatePod = %v, want an InvalidInput error naming the ConfigMap", err)
+	}
+	got, err := e.kube.CoreV1().ConfigMaps(e.twin).Get(ctx, "config", metav1.GetOptions{})
+	if err != nil || got.ResourceVersion != foreign.ResourceVersion || got.Data["mode"] != "provider's own" {
+		t.Errorf("the provider's own ConfigMap changed: %v, %v", got, err)
+	}
+	if e.getRemote(ctx, t, "web") != nil {
+		t.Error("the pod was created though its ConfigMap could not be reflected")
 	}
 }

@@ -136,11 +136,7 @@ func (h *Handler) remoteDeleted(ti *twinInformer, obj any) {
 	if p == nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return
 	}
-	terminate(&p.Status)
-	if p.DeletionTimestamp == nil {
-		// The consumer did not ask for it: see deletedRemotely.
-		p.Status.Phase = corev1.PodFailed
-	}
+	reflection.Terminate(&p.Status, p.DeletionTimestamp != nil, metav1.Now())
 	h.send(p)
 }
 
@@ -208,137 +204,15 @@ func (h *Handler) statusPod(ctx context.Context, ti *twinInformer, remote *corev
 		return nil
 	}
 	out := local.DeepCopy()
-	out.Status = reflection.LocalStatus(remote, local, h.opts.NodeIP)
-	deletedRemotely(remote, local, &out.Status)
+	out.Status = reflection.ConsumerStatus(remote, local, h.opts.NodeIP)
 	return out
 }
 
-// deletedRemotely reports a pod whose remote pod was deleted on the
-// provider, though the consumer did not delete the pod, as Failed with
-// reason RemotePodDeleted: the provider's kubelet may end such a pod
-// Succeeded (its containers exit 0 on SIGTERM), which would tell the
-// consumer the workload completed. Its controller then replaces it.
-func deletedRemotely(remote, local *corev1.Pod, st *corev1.PodStatus) {
-	if remote.DeletionTimestamp == nil || local.DeletionTimestamp != nil ||
-		(st.Phase != corev1.PodSucceeded && st.Phase != corev1.PodFailed) {
-		return
-	}
-	st.Phase = corev1.PodFailed
-	st.Reason = ReasonRemotePodDeleted
-	st.Message = "the pod's remote pod on the provider was deleted"
-}
-
-// consumerView is remote as the consumer sees it, for GetPod and GetPods:
-// the consumer pod (or, when it is gone, a pod built from remote with the
-// consumer's name, namespace and UID) with the mutable fields remote has
-// (container images, labels, reflected annotations, activeDeadlineSeconds)
-// and the status remote implies. The PodController compares it with the
-// consumer pod to decide whether to call UpdatePod, so it differs exactly
-// when the remote pod lags behind.
+// consumerView is remote as the consumer sees it, for GetPod and GetPods
+// (reflection.ConsumerView), or nil when remote is not the consumer's.
 func (h *Handler) consumerView(ctx context.Context, ti *twinInformer, remote *corev1.Pod) *corev1.Pod {
-	uid, ok := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID)
-	if !ok {
+	if _, ok := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ok {
 		return nil
 	}
-	local := h.localPod(ctx, ti, remote)
-	var out *corev1.Pod
-	if local != nil {
-		out = local.DeepCopy()
-	} else {
-		out = &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: remote.Name, Namespace: ti.consumer, UID: uid,
-				CreationTimestamp: remote.CreationTimestamp},
-			Spec: *remote.Spec.DeepCopy(),
-		}
-		out.Spec.NodeName = h.opts.VirtualNodeName
-		local = &corev1.Pod{}
-	}
-	out.Labels = consumerLabels(remote.Labels)
-	out.Annotations = consumerAnnotations(remote.Annotations)
-	setImages(out.Spec.InitContainers, remote.Spec.InitContainers)
-	setImages(out.Spec.Containers, remote.Spec.Containers)
-	if remote.Spec.ActiveDeadlineSeconds != nil {
-		d := *remote.Spec.ActiveDeadlineSeconds
-		out.Spec.ActiveDeadlineSeconds = &d
-	}
-	out.Status = reflection.LocalStatus(remote, local, h.opts.NodeIP)
-	deletedRemotely(remote, local, &out.Status)
-	return out
+	return reflection.ConsumerView(remote, h.localPod(ctx, ti, remote), ti.consumer, h.opts.VirtualNodeName, h.opts.NodeIP)
 }
-
-// consumerLabels are remote's labels without the origin labels.
-func consumerLabels(remote map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range remote {
-		if k != offloadv1alpha1.LabelOriginClusterID && k != offloadv1alpha1.LabelOriginPodUID {
-			out[k] = v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-// consumerAnnotations are the annotations reflection copied onto remote.
-func consumerAnnotations(remote map[string]string) map[string]string {
-	out := map[string]string{}
-	for _, k := range splitKeys(remote[reflection.AnnotationReflectedAnnotations]) {
-		if v, ok := remote[k]; ok {
-			out[k] = v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-// setImages sets the image of every container in have to that of the
-// container of the same name in from.
-func setImages(have, from []corev1.Container) {
-	for i := range have {
-		for _, f := range from {
-			if f.Name == have[i].Name {
-				have[i].Image = f.Image
-			}
-		}
-	}
-}
-
-// terminate turns st into the terminal status of a pod whose remote pod is
-// gone: every container that has not terminated is terminated, and the
-// phase is Succeeded when all exited 0, and otherwise Failed. Callers make
-// it Failed when the consumer did not delete the pod (see deletedRemotely).
-func terminate(st *corev1.PodStatus) {
-	now := metav1.Now()
-	succeeded := len(st.ContainerStatuses) > 0
-	for i := range st.ContainerStatuses {
-		cs := &st.ContainerStatuses[i]
-		if cs.State.Terminated == nil {
-			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 137, Reason: ReasonRemotePodDeleted, Message: "the remote pod was deleted", FinishedAt: now,
-			}}
-		}
-		cs.Ready = false
-		cs.Started = new(false)
-		succeeded = succeeded && cs.State.Terminated.ExitCode == 0
-	}
-	st.Phase = corev1.PodFailed
-	if succeeded {
-		st.Phase = corev1.PodSucceeded
-	}
-	st.Reason = ReasonRemotePodDeleted
-	st.Message = "the pod's remote pod on the provider was deleted"
-	for i := range st.Conditions {
-		if c := &st.Conditions[i]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
-			if c.Status != corev1.ConditionFalse {
-				c.Status, c.Reason, c.LastTransitionTime = corev1.ConditionFalse, ReasonRemotePodDeleted, now
-			}
-		}
-	}
-}
-
-// ReasonRemotePodDeleted is the status reason of consumer pods whose remote
-// pod was deleted.
-const ReasonRemotePodDeleted = "RemotePodDeleted"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -216,15 +215,4 @@ func asInvalidInput(err error) error {
 		return errdefs.AsInvalidInput(err)
 	}
 	return err
-}
-
-// splitKeys splits a comma-separated list, dropping empty items.
-func splitKeys(s string) []string {
-	var out []string
-	for _, k := range strings.Split(s, ",") {
-		if k != "" {
-			out = append(out, k)
-		}
-	}
-	return out
 }

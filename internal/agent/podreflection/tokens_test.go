@@ -111,30 +111,3 @@ func TestTokenDueWhenOfAnotherPodOrNearItsExpiry(t *testing.T) {
 		}
 	}
 }
-
-func TestAPodWhoseRemotePodWasDeletedOnTheProviderIsFailed(t *testing.T) {
-	now := metav1.Now()
-	for _, tc := range []struct {
-		name                 string
-		remoteGone, consumer bool
-		phase, want          corev1.PodPhase
-	}{
-		{"deleted on the provider, ended Succeeded", true, false, corev1.PodSucceeded, corev1.PodFailed},
-		{"deleted on the provider, still running", true, false, corev1.PodRunning, corev1.PodRunning},
-		{"deleted by the consumer", true, true, corev1.PodSucceeded, corev1.PodSucceeded},
-		{"completed on its own", false, false, corev1.PodSucceeded, corev1.PodSucceeded},
-	} {
-		remote, local := &corev1.Pod{}, &corev1.Pod{}
-		if tc.remoteGone {
-			remote.DeletionTimestamp = &now
-		}
-		if tc.consumer {
-			local.DeletionTimestamp = &now
-		}
-		st := corev1.PodStatus{Phase: tc.phase}
-		deletedRemotely(remote, local, &st)
-		if st.Phase != tc.want {
-			t.Errorf("%s: phase %s, want %s", tc.name, st.Phase, tc.want)
-		}
-	}
-}

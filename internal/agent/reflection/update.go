@@ -81,11 +81,13 @@ func updatedAnnotations(current, desired map[string]string) map[string]string {
 
 // reflectedKeys are the annotation keys recorded as copied by reflection.
 func reflectedKeys(annotations map[string]string) []string {
-	v := annotations[AnnotationReflectedAnnotations]
-	if v == "" {
-		return nil
+	var out []string
+	for _, k := range strings.Split(annotations[AnnotationReflectedAnnotations], ",") {
+		if k != "" {
+			out = append(out, k)
+		}
 	}
-	return strings.Split(v, ",")
+	return out
 }
 
 // updateImages sets the image of every container in have to that of the

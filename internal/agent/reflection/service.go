@@ -1,4 +1,4 @@
-package objectreflection
+package reflection
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -7,8 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
 
 // ManagedByReflection is the endpointslice.kubernetes.io/managed-by value of
@@ -24,12 +22,12 @@ const ManagedByReflection = "reflection.offload.io"
 // application protocol; node ports are dropped. The provider allocates the
 // cluster IP. NodePort and LoadBalancer Services become ClusterIP ones, an
 // ExternalName Service stays one, and a headless Service stays headless.
-// Metadata follows the rules of reflection.RemoteConfigMap.
-func RemoteService(local *corev1.Service, o reflection.Origin) *corev1.Service {
+// Metadata follows the rules of RemoteConfigMap.
+func RemoteService(local *corev1.Service, o Origin) *corev1.Service {
 	l := local.DeepCopy()
 	out := &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: reflection.ReflectedMeta(&l.ObjectMeta, o),
+		ObjectMeta: ReflectedMeta(&l.ObjectMeta, o),
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP},
 	}
 	switch {
@@ -64,7 +62,7 @@ func RemoteService(local *corev1.Service, o reflection.Origin) *corev1.Service {
 // reflection owns: labels, annotations, type, headlessness, external name,
 // ports, and the absence of a selector.
 func ServiceNeedsUpdate(remote, desired *corev1.Service) bool {
-	return !reflection.SameMeta(&remote.ObjectMeta, &desired.ObjectMeta) ||
+	return !SameMeta(&remote.ObjectMeta, &desired.ObjectMeta) ||
 		ServiceNeedsRecreate(remote, desired) ||
 		remote.Spec.ExternalName != desired.Spec.ExternalName ||
 		len(remote.Spec.Selector) > 0 ||
@@ -79,9 +77,9 @@ func ServiceNeedsRecreate(remote, desired *corev1.Service) bool {
 		(remote.Spec.ClusterIP == corev1.ClusterIPNone) != (desired.Spec.ClusterIP == corev1.ClusterIPNone)
 }
 
-// serviceForUpdate is remote with what reflection owns taken from desired,
+// ServiceForUpdate is remote with what reflection owns taken from desired,
 // keeping what the provider allocated (cluster IPs, IP families).
-func serviceForUpdate(remote, desired *corev1.Service) *corev1.Service {
+func ServiceForUpdate(remote, desired *corev1.Service) *corev1.Service {
 	out := remote.DeepCopy()
 	out.Labels = desired.Labels
 	out.Annotations = desired.Annotations
@@ -102,20 +100,20 @@ func ownedPorts(in []corev1.ServicePort) []corev1.ServicePort {
 
 // RemoteEndpointSlice builds the reflection of local in o.TwinNamespace:
 // same name, address type, ports, and endpoint addresses, conditions and
-// hostnames; labels and annotations as reflection.RemoteConfigMap, with
+// hostnames; labels and annotations as RemoteConfigMap, with
 // kubernetes.io/service-name kept (it names the reflected Service) and
 // endpointslice.kubernetes.io/managed-by set to ManagedByReflection. Node
 // names, zones, target references and hints are dropped: they name consumer
 // nodes and pods. It reports false for slices that belong to no Service and
 // for slices that are reflections themselves.
-func RemoteEndpointSlice(local *discoveryv1.EndpointSlice, o reflection.Origin) (*discoveryv1.EndpointSlice, bool) {
+func RemoteEndpointSlice(local *discoveryv1.EndpointSlice, o Origin) (*discoveryv1.EndpointSlice, bool) {
 	if local.Labels[discoveryv1.LabelServiceName] == "" || local.Labels[discoveryv1.LabelManagedBy] == ManagedByReflection {
 		return nil, false
 	}
 	l := local.DeepCopy()
 	out := &discoveryv1.EndpointSlice{
 		TypeMeta:    metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta:  reflection.ReflectedMeta(&l.ObjectMeta, o),
+		ObjectMeta:  ReflectedMeta(&l.ObjectMeta, o),
 		AddressType: l.AddressType,
 	}
 	out.Labels[discoveryv1.LabelManagedBy] = ManagedByReflection
@@ -142,7 +140,7 @@ func RemoteEndpointSlice(local *discoveryv1.EndpointSlice, o reflection.Origin) 
 // EndpointSliceNeedsUpdate reports whether remote differs from desired in
 // labels, annotations, address type, endpoints or ports.
 func EndpointSliceNeedsUpdate(remote, desired *discoveryv1.EndpointSlice) bool {
-	return !reflection.SameMeta(&remote.ObjectMeta, &desired.ObjectMeta) ||
+	return !SameMeta(&remote.ObjectMeta, &desired.ObjectMeta) ||
 		EndpointSliceNeedsRecreate(remote, desired) ||
 		!apiequality.Semantic.DeepEqual(remote.Endpoints, desired.Endpoints) ||
 		!apiequality.Semantic.DeepEqual(remote.Ports, desired.Ports)

@@ -1,26 +1,17 @@
-package objectreflection
+package reflection_test
 
 import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/diff"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
-
-const (
-	consumerID = "11111111-2222-3333-4444-555555555555"
-	twinNS     = "shop-consumer-a1b2c3"
-)
-
-var origin = reflection.Origin{ClusterID: consumerID, TwinNamespace: twinNS}
 
 // remoteMeta is the metadata of the copy of an object named name with
 // labels (the origin label added) and annotations.
@@ -30,13 +21,6 @@ func remoteMeta(name string, labels, annotations map[string]string) metav1.Objec
 		l[k] = v
 	}
 	return metav1.ObjectMeta{Name: name, Namespace: twinNS, Labels: l, Annotations: annotations}
-}
-
-func assertEqual(t *testing.T, what string, want, got any) {
-	t.Helper()
-	if !apiequality.Semantic.DeepEqual(want, got) {
-		t.Errorf("%s differs (-want +got):\n%s", what, diff.Diff(want, got))
-	}
 }
 
 func TestRemoteService(t *testing.T) {
@@ -88,7 +72,7 @@ func TestRemoteService(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			local := &corev1.Service{ObjectMeta: localMeta, Spec: tt.spec}
 			before := local.DeepCopy()
-			got := RemoteService(local, origin)
+			got := reflection.RemoteService(local, origin())
 			assertEqual(t, "metadata", remoteMeta("web", localMeta.Labels, localMeta.Annotations), got.ObjectMeta)
 			assertEqual(t, "spec", tt.want, got.Spec)
 			assertEqual(t, "the consumer Service", before, local)
@@ -97,10 +81,10 @@ func TestRemoteService(t *testing.T) {
 }
 
 func TestServiceNeedsUpdate(t *testing.T) {
-	desired := RemoteService(&corev1.Service{
+	desired := reflection.RemoteService(&corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}, origin)
+	}, origin())
 	// current is desired as the provider's API server returns it.
 	current := func() *corev1.Service {
 		s := desired.DeepCopy()
@@ -132,15 +116,15 @@ func TestServiceNeedsUpdate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			remote := current()
 			tt.change(remote)
-			if got := ServiceNeedsUpdate(remote, desired); got != tt.wantUpdate {
-				t.Errorf("ServiceNeedsUpdate = %v, want %v", got, tt.wantUpdate)
+			if got := reflection.ServiceNeedsUpdate(remote, desired); got != tt.wantUpdate {
+				t.Errorf("reflection.ServiceNeedsUpdate = %v, want %v", got, tt.wantUpdate)
 			}
-			if got := ServiceNeedsRecreate(remote, desired); got != tt.wantAgain {
-				t.Errorf("ServiceNeedsRecreate = %v, want %v", got, tt.wantAgain)
+			if got := reflection.ServiceNeedsRecreate(remote, desired); got != tt.wantAgain {
+				t.Errorf("reflection.ServiceNeedsRecreate = %v, want %v", got, tt.wantAgain)
 			}
 			if tt.wantUpdate && !tt.wantAgain {
-				updated := serviceForUpdate(remote, desired)
-				if ServiceNeedsUpdate(updated, desired) {
+				updated := reflection.ServiceForUpdate(remote, desired)
+				if reflection.ServiceNeedsUpdate(updated, desired) {
 					t.Errorf("the update leaves a difference: %+v", updated)
 				}
 				if updated.Spec.ClusterIP != remote.Spec.ClusterIP {
@@ -156,7 +140,7 @@ func TestRemoteEndpointSlice(t *testing.T) {
 		discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io", "app": "web",
 	}
 	wantLabels := map[string]string{
-		discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: ManagedByReflection, "app": "web",
+		discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: reflection.ManagedByReflection, "app": "web",
 	}
 	ready := discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}
 	tests := []struct {
@@ -194,7 +178,7 @@ func TestRemoteEndpointSlice(t *testing.T) {
 		refuse: true,
 	}, {
 		name:   "a slice that is itself a reflection is not reflected again",
-		labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: ManagedByReflection},
+		labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: reflection.ManagedByReflection},
 		refuse: true,
 	}}
 	for _, tt := range tests {
@@ -205,10 +189,10 @@ func TestRemoteEndpointSlice(t *testing.T) {
 				AddressType: discoveryv1.AddressTypeIPv4, Endpoints: tt.local, Ports: tt.ports,
 			}
 			before := local.DeepCopy()
-			got, ok := RemoteEndpointSlice(local, origin)
+			got, ok := reflection.RemoteEndpointSlice(local, origin())
 			assertEqual(t, "the consumer slice", before, local)
 			if ok == tt.refuse {
-				t.Fatalf("RemoteEndpointSlice reported %v, want %v", ok, !tt.refuse)
+				t.Fatalf("reflection.RemoteEndpointSlice reported %v, want %v", ok, !tt.refuse)
 			}
 			if tt.refuse {
 				return
@@ -224,12 +208,12 @@ func TestRemoteEndpointSlice(t *testing.T) {
 }
 
 func TestEndpointSliceNeedsUpdate(t *testing.T) {
-	desired, _ := RemoteEndpointSlice(&discoveryv1.EndpointSlice{
+	desired, _ := reflection.RemoteEndpointSlice(&discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: "web-abcde", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To[int32](80)}},
-	}, origin)
+	}, origin())
 	tests := []struct {
 		name                  string
 		change                func(*discoveryv1.EndpointSlice)
@@ -248,11 +232,11 @@ func TestEndpointSliceNeedsUpdate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			remote := desired.DeepCopy()
 			tt.change(remote)
-			if got := EndpointSliceNeedsUpdate(remote, desired); got != tt.wantUpdate {
-				t.Errorf("EndpointSliceNeedsUpdate = %v, want %v", got, tt.wantUpdate)
+			if got := reflection.EndpointSliceNeedsUpdate(remote, desired); got != tt.wantUpdate {
+				t.Errorf("reflection.EndpointSliceNeedsUpdate = %v, want %v", got, tt.wantUpdate)
 			}
-			if got := EndpointSliceNeedsRecreate(remote, desired); got != tt.wantAgain {
-				t.Errorf("EndpointSliceNeedsRecreate = %v, want %v", got, tt.wantAgain)
+			if got := reflection.EndpointSliceNeedsRecreate(remote, desired); got != tt.wantAgain {
+				t.Errorf("reflection.EndpointSliceNeedsRecreate = %v, want %v", got, tt.wantAgain)
 			}
 		})
 	}

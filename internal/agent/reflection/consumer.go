@@ -1,0 +1,123 @@
+package reflection
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+// ReasonRemotePodDeleted is the status reason of consumer pods whose remote
+// pod was deleted.
+const ReasonRemotePodDeleted = "RemotePodDeleted"
+
+// ConsumerStatus is the status of consumer pod local that remote implies
+// (LocalStatus), with a pod whose remote pod was deleted on the provider,
+// though the consumer did not delete it, reported Failed with reason
+// RemotePodDeleted: the provider's kubelet may end such a pod Succeeded
+// (its containers exit 0 on SIGTERM), which would tell the consumer the
+// workload completed. Its controller then replaces it.
+func ConsumerStatus(remote, local *corev1.Pod, hostIP string) corev1.PodStatus {
+	st := LocalStatus(remote, local, hostIP)
+	if remote.DeletionTimestamp != nil && local.DeletionTimestamp == nil &&
+		(st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed) {
+		st.Phase = corev1.PodFailed
+		st.Reason = ReasonRemotePodDeleted
+		st.Message = "the pod's remote pod on the provider was deleted"
+	}
+	return st
+}
+
+// ConsumerView is remote as the consumer sees it: consumer pod local (or,
+// when local is nil, a pod built from remote with the consumer's namespace,
+// the origin pod UID and nodeName) with the mutable fields remote has
+// (container images, labels, reflected annotations, activeDeadlineSeconds)
+// and the status remote implies (ConsumerStatus). The virtual-kubelet
+// PodController compares it with the consumer pod to decide whether to
+// update the remote pod, so it differs exactly when the remote pod lags.
+func ConsumerView(remote, local *corev1.Pod, namespace, nodeName, hostIP string) *corev1.Pod {
+	var out *corev1.Pod
+	if local != nil {
+		out = local.DeepCopy()
+	} else {
+		out = &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: remote.Name, Namespace: namespace,
+				UID: types.UID(remote.Labels[offloadv1alpha1.LabelOriginPodUID]), CreationTimestamp: remote.CreationTimestamp},
+			Spec: *remote.Spec.DeepCopy(),
+		}
+		out.Spec.NodeName = nodeName
+		local = &corev1.Pod{}
+	}
+	out.Labels = consumerLabels(remote.Labels)
+	out.Annotations = consumerAnnotations(remote.Annotations)
+	updateImages(out.Spec.InitContainers, remote.Spec.InitContainers)
+	updateImages(out.Spec.Containers, remote.Spec.Containers)
+	if remote.Spec.ActiveDeadlineSeconds != nil {
+		d := *remote.Spec.ActiveDeadlineSeconds
+		out.Spec.ActiveDeadlineSeconds = &d
+	}
+	out.Status = ConsumerStatus(remote, local, hostIP)
+	return out
+}
+
+// consumerLabels are remote's labels without the origin labels.
+func consumerLabels(remote map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range remote {
+		if k != offloadv1alpha1.LabelOriginClusterID && k != offloadv1alpha1.LabelOriginPodUID {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// consumerAnnotations are the annotations reflection copied onto remote.
+func consumerAnnotations(remote map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, k := range reflectedKeys(remote) {
+		if v, ok := remote[k]; ok {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// Terminate turns st into the terminal status of a pod whose remote pod is
+// gone: every container that has not terminated is terminated, and the
+// phase is Succeeded when all exited 0, and otherwise Failed; always
+// Failed when the consumer did not delete the pod (consumerDeleted false),
+// as in ConsumerStatus. now is when it ended.
+func Terminate(st *corev1.PodStatus, consumerDeleted bool, now metav1.Time) {
+	succeeded := len(st.ContainerStatuses) > 0
+	for i := range st.ContainerStatuses {
+		cs := &st.ContainerStatuses[i]
+		if cs.State.Terminated == nil {
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 137, Reason: ReasonRemotePodDeleted, Message: "the remote pod was deleted", FinishedAt: now,
+			}}
+		}
+		cs.Ready = false
+		cs.Started = new(false)
+		succeeded = succeeded && cs.State.Terminated.ExitCode == 0
+	}
+	st.Phase = corev1.PodFailed
+	if succeeded && consumerDeleted {
+		st.Phase = corev1.PodSucceeded
+	}
+	st.Reason = ReasonRemotePodDeleted
+	st.Message = "the pod's remote pod on the provider was deleted"
+	for i := range st.Conditions {
+		if c := &st.Conditions[i]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			if c.Status != corev1.ConditionFalse {
+				c.Status, c.Reason, c.LastTransitionTime = corev1.ConditionFalse, ReasonRemotePodDeleted, now
+			}
+		}
+	}
+}
