@@ -67,15 +67,15 @@ func TestComponentsRefuseToStartWithoutANamespace(t *testing.T) {
 }
 
 func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
-	cfg := apiServer(t)
-	c := newClient(t, cfg)
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, framework.APIServerKubeconfig(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("controller-manager takes its namespace and cluster name from the environment", func(t *testing.T) {
-		ns := newNamespace(t, c)
+		ns := framework.NewNamespace(t, c, "app")
 		identity := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: ns},
 			Data:       map[string]string{"clusterID": "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab", "clusterName": "app-test"},
@@ -99,7 +99,7 @@ func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
 	})
 
 	t.Run("auth creates the CA secret in the namespace of --namespace", func(t *testing.T) {
-		ns := newNamespace(t, c)
+		ns := framework.NewNamespace(t, c, "app")
 		t.Setenv(envNamespace, "")
 		health := freeAddr(t)
 		runUntilReady(t, health, nil, "auth", "--kubeconfig", kubeconfig, "--namespace", ns,

@@ -32,8 +32,8 @@ type runningServer struct {
 }
 
 func TestAuthServerCreatesTheCAOnceAndASecondInstanceReusesIt(t *testing.T) {
-	c := newClient(t, apiServer(t))
-	ns := newNamespace(t, c)
+	c := framework.NewClient(t, framework.APIServer(t))
+	ns := framework.NewNamespace(t, c, "auth")
 
 	first := startServer(t, c, ns)
 	secret := getCASecret(t, c, ns)
@@ -67,8 +67,8 @@ func TestAuthServerCreatesTheCAOnceAndASecondInstanceReusesIt(t *testing.T) {
 }
 
 func TestAuthServerAnswersUnknownPathsWithAJSONNotFound(t *testing.T) {
-	c := newClient(t, apiServer(t))
-	ns := newNamespace(t, c)
+	c := framework.NewClient(t, framework.APIServer(t))
+	ns := framework.NewNamespace(t, c, "auth")
 	s := startServer(t, c, ns)
 	client := clientTrusting(t, getCASecret(t, c, ns).Data[CACertKey], "")
 
@@ -88,8 +88,8 @@ func TestAuthServerAnswersUnknownPathsWithAJSONNotFound(t *testing.T) {
 }
 
 func TestAuthServerRefusesClientsThatDoNotTrustItsCA(t *testing.T) {
-	c := newClient(t, apiServer(t))
-	ns := newNamespace(t, c)
+	c := framework.NewClient(t, framework.APIServer(t))
+	ns := framework.NewNamespace(t, c, "auth")
 	s := startServer(t, c, ns)
 	caPEM := getCASecret(t, c, ns).Data[CACertKey]
 
@@ -108,8 +108,8 @@ func TestAuthServerRefusesClientsThatDoNotTrustItsCA(t *testing.T) {
 }
 
 func TestReplicasRacingToCreateTheCAEndUpWithTheSameOne(t *testing.T) {
-	c := newClient(t, apiServer(t))
-	ns := newNamespace(t, c)
+	c := framework.NewClient(t, framework.APIServer(t))
+	ns := framework.NewNamespace(t, c, "auth")
 	const replicas = 5
 	var (
 		wg      sync.WaitGroup
@@ -148,8 +148,8 @@ func TestReplicasRacingToCreateTheCAEndUpWithTheSameOne(t *testing.T) {
 }
 
 func TestAnInvalidCASecretIsReportedAndLeftAlone(t *testing.T) {
-	c := newClient(t, apiServer(t))
-	ns := newNamespace(t, c)
+	c := framework.NewClient(t, framework.APIServer(t))
+	ns := framework.NewNamespace(t, c, "auth")
 	bad := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: CASecretName, Namespace: ns},
 		Type:       CASecretType,

@@ -60,16 +60,16 @@ func (e *peeringEnv) remember(secret string) {
 // namespace with the identity ConfigMap and starts the auth service there.
 func newPeeringEnv(t *testing.T) *peeringEnv {
 	t.Helper()
-	cfg := apiServer(t)
-	admin := newClient(t, cfg)
+	cfg := framework.APIServer(t)
+	admin := framework.NewClient(t, cfg)
 	installClusterObjects(t, admin)
-	ns := newNamespace(t, admin)
+	ns := framework.NewNamespace(t, admin, "auth")
 	e := &peeringEnv{cfg: cfg, admin: admin, namespace: ns, clusterID: string(uuid.NewUUID()), logs: &syncBuffer{}}
 	mustCreate(t, admin, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: ns},
 		Data:       map[string]string{"clusterID": e.clusterID, "clusterName": "provider"},
 	})
-	authClient := newClient(t, e.authSAConfig(t))
+	authClient := framework.NewClient(t, e.authSAConfig(t))
 	// The tenant controller of the controller-manager tears Tenants down.
 	framework.StartManager(t, cfg, (&tenant.Reconciler{Client: admin}).SetupWithManager)
 

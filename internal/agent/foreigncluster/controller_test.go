@@ -53,9 +53,9 @@ type consumerEnv struct {
 
 func newConsumerEnv(t *testing.T) *consumerEnv {
 	t.Helper()
-	c := newClient(t, apiServer(t))
-	installCRDs(t, c)
-	e := &consumerEnv{c: c, namespace: newNamespace(t, c), consumerID: string(uuid.NewUUID()), providerID: string(uuid.NewUUID())}
+	c := framework.NewClient(t, framework.APIServer(t))
+	framework.InstallCRDs(t, c)
+	e := &consumerEnv{c: c, namespace: framework.NewNamespace(t, c, "fc"), consumerID: string(uuid.NewUUID()), providerID: string(uuid.NewUUID())}
 	mustCreate(t, c, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: e.namespace},
 		Data:       map[string]string{"clusterID": e.consumerID, "clusterName": "consumer"},
@@ -269,7 +269,7 @@ func TestAnUnreachableAuthServiceIsReportedAndRetried(t *testing.T) {
 
 func TestTheManagerRunsTheReconciler(t *testing.T) {
 	e := newConsumerEnv(t)
-	framework.StartManager(t, apiServer(t), func(mgr ctrlmanager.Manager) error {
+	framework.StartManager(t, framework.APIServer(t), func(mgr ctrlmanager.Manager) error {
 		return (&Reconciler{Client: mgr.GetClient(), Namespace: e.namespace, HTTPClientTimeout: 5 * time.Second}).SetupWithManager(mgr)
 	})
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // pointCredentialsAt rewrites the kubeconfig Secret of peer name so that its
@@ -49,7 +50,7 @@ func (e *consumerEnv) reportUnauthorized(t *testing.T, name string) {
 func TestCredentialsTheProviderNoLongerAcceptsMakeAuthenticatedFalse(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
 	e, _, name := newPeeredEnv(t, now, now.Add(time.Hour))
-	cfg := apiServer(t)
+	cfg := framework.APIServer(t)
 	e.pointCredentialsAt(t, name, cfg.Host, cfg.CAData, "a-revoked-token")
 
 	// Nothing reported yet: the provider is not asked.

@@ -21,9 +21,9 @@ import (
 )
 
 func TestControllerManagerServesProbesLeadsAndStopsCleanly(t *testing.T) {
-	cfg := apiServer(t)
-	c := newClient(t, cfg)
-	ns := newNamespace(t, c)
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	ns := framework.NewNamespace(t, c, "cm")
 	createIdentity(t, c, ns)
 
 	o := testOptions(t, ns)
@@ -60,9 +60,9 @@ func TestControllerManagerServesProbesLeadsAndStopsCleanly(t *testing.T) {
 }
 
 func TestControllerManagerFailsWithoutTheClusterIdentity(t *testing.T) {
-	cfg := apiServer(t)
-	c := newClient(t, cfg)
-	ns := newNamespace(t, c)
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	ns := framework.NewNamespace(t, c, "cm")
 
 	o := testOptions(t, ns)
 	o.LeaderElection = false

@@ -27,10 +27,10 @@ import (
 const providerName = "provider"
 
 func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
-	cfg := apiServer(t)
-	c := newClient(t, cfg)
-	installCRDs(t, c)
-	agentNS := newNamespace(t, c)
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, c)
+	agentNS := framework.NewNamespace(t, c, "ro")
 	createIdentity(t, c, agentNS)
 	startManager(t, cfg, agentNS)
 
@@ -73,10 +73,10 @@ func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
 }
 
 func TestReconcilingAnUnchangedTenantWritesNothing(t *testing.T) {
-	cfg := apiServer(t)
-	c := newClient(t, cfg)
-	installCRDs(t, c)
-	agentNS := newNamespace(t, c)
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, c)
+	agentNS := framework.NewNamespace(t, c, "ro")
 	createIdentity(t, c, agentNS)
 	tenant := createTenant(t, c)
 	r := &Reconciler{Client: c, Namespace: agentNS, SharingPercentage: DefaultSharingPercentage}
@@ -106,10 +106,10 @@ func TestReconcilingAnUnchangedTenantWritesNothing(t *testing.T) {
 }
 
 func TestReconcileWaitsForTheTenantNamespace(t *testing.T) {
-	cfg := apiServer(t)
-	c := newClient(t, cfg)
-	installCRDs(t, c)
-	agentNS := newNamespace(t, c)
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, c)
+	agentNS := framework.NewNamespace(t, c, "ro")
 	createIdentity(t, c, agentNS)
 	tenant := &offloadv1alpha1.Tenant{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer-" + rand.String(6)},
@@ -182,9 +182,6 @@ func TestOnlyEventsThatChangeTheFreeResourcesTrigger(t *testing.T) {
 }
 
 const testClusterID = "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
-
-// installCRDs applies the chart's CRDs once per test process.
-func installCRDs(t *testing.T, c client.Client) { framework.InstallCRDs(t, c) }
 
 // startManager runs a controller-manager with the Reconciler until the test ends.
 func startManager(t *testing.T, cfg *rest.Config, namespace string) {
@@ -274,7 +271,7 @@ func setNodeReady(t *testing.T, c client.Client, name string, ready bool) {
 // when the test ends (envtest has no garbage collector for its offer).
 func createTenant(t *testing.T, c client.Client) *offloadv1alpha1.Tenant {
 	t.Helper()
-	ns := newNamespace(t, c)
+	ns := framework.NewNamespace(t, c, "ro")
 	tenant := &offloadv1alpha1.Tenant{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer-" + rand.String(6)},
 		Spec:       offloadv1alpha1.TenantSpec{ClusterID: "1c2d3e4f-0000-4000-8000-000000000001", ClusterName: "consumer", TenantNamespace: ns},

@@ -45,11 +45,11 @@ type testPeering struct {
 func newPeering(t *testing.T) *testPeering {
 	t.Helper()
 	ctx := context.Background()
-	cfg := apiServer(t)
-	admin := newClient(t, cfg)
-	installCRDs(t, admin)
-	install := newNamespace(t, admin)
-	tenant := newNamespace(t, admin)
+	cfg := framework.APIServer(t)
+	admin := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, admin)
+	install := framework.NewNamespace(t, admin, "vn")
+	tenant := framework.NewNamespace(t, admin, "vn")
 	providerName := "provider-" + rand.String(6)
 
 	p := &testPeering{admin: admin, tenant: tenant}
@@ -151,7 +151,7 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 	}
 	// The node reports the provider's Kubernetes version, as a real node
 	// reports its kubelet's; the provider here is the test's API server.
-	dc, err := discovery.NewDiscoveryClientForConfig(apiServer(t))
+	dc, err := discovery.NewDiscoveryClientForConfig(framework.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
