@@ -254,24 +254,21 @@ func (r *Reconciler) authenticated(ctx context.Context, fc *offloadv1alpha1.Fore
 
 // setPending sets Authenticated=Unknown with reason and message, and auth Pending.
 func (r *Reconciler) setPending(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, reason, message string) error {
-	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
-		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionUnknown, Reason: reason,
-		Message: message, ObservedGeneration: fc.Generation,
-	})
-	fc.Status.Auth = offloadv1alpha1.PhasePending
-	if err := r.Client.Status().Update(ctx, fc); err != nil {
-		return fmt.Errorf("updating the status: %w", err)
-	}
-	return nil
+	return r.setAuth(ctx, fc, metav1.ConditionUnknown, offloadv1alpha1.PhasePending, reason, message)
 }
 
 // setFailed sets Authenticated=False with reason and message, and auth Failed.
 func (r *Reconciler) setFailed(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, reason, message string) error {
+	return r.setAuth(ctx, fc, metav1.ConditionFalse, offloadv1alpha1.PhaseFailed, reason, message)
+}
+
+// setAuth writes Authenticated and the auth phase.
+func (r *Reconciler) setAuth(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, status metav1.ConditionStatus, phase offloadv1alpha1.PeeringPhase, reason, message string) error {
 	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
-		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionFalse, Reason: reason,
+		Type: offloadv1alpha1.ConditionAuthenticated, Status: status, Reason: reason,
 		Message: message, ObservedGeneration: fc.Generation,
 	})
-	fc.Status.Auth = offloadv1alpha1.PhaseFailed
+	fc.Status.Auth = phase
 	if err := r.Client.Status().Update(ctx, fc); err != nil {
 		return fmt.Errorf("updating the status: %w", err)
 	}
