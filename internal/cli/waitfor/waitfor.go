@@ -1,39 +1,44 @@
 // Package waitfor waits for one Kubernetes object to reach a state, the way
-// the commands that --wait need it: by watch when the client can, by listing
-// every interval otherwise, surviving broken watches until the deadline.
+// the commands that --wait need it: it lists once, then follows the changes
+// with client-go's RetryWatcher (which resumes a broken watch from the last
+// version it saw), lists again when the watch cannot resume, and lists
+// every interval when the client cannot watch, until the deadline.
 package waitfor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Object waits until cond holds for the object key, cond fails, or ctx
 // ends. list is an empty list of the object's kind. cond gets the object,
-// or nil once it is gone; its error ends the wait at once. The objects of
-// the kind in key's namespace are listed and watched, and the others
-// ignored: no field selector, which any client, fakes included, can serve.
+// or nil when it does not exist (any more); its error ends the wait at once
+// and is returned as it is. The objects of the kind in key's namespace are
+// listed and watched, and the others ignored: no field selector, which any
+// client, fakes included, can serve. interval is the pause before listing
+// again, after a failed list or a watch that could not resume.
+//
+// When ctx ends first, Object returns ctx.Err().
 func Object[T client.Object](ctx context.Context, c client.Client, list client.ObjectList, key types.NamespacedName,
 	interval time.Duration, cond func(T) (bool, error)) error {
-	var opts []client.ListOption
-	if key.Namespace != "" {
-		opts = append(opts, client.InNamespace(key.Namespace))
-	}
 	wc, canWatch := c.(client.WithWatch)
 	for {
-		fresh, _ := list.DeepCopyObject().(client.ObjectList)
-		if err := c.List(ctx, fresh, opts...); err == nil {
+		fresh := newList(list)
+		if err := c.List(ctx, fresh, client.InNamespace(key.Namespace)); err == nil {
 			if done, err := cond(find[T](fresh, key)); done || err != nil {
 				return err
 			}
-			if canWatch {
-				if done, err := watchUntil(ctx, wc, fresh, key, cond); done || err != nil {
+			if rv := fresh.GetResourceVersion(); canWatch && rv != "" && rv != "0" {
+				if done, err := follow(ctx, wc, list, key, rv, cond); done || err != nil {
 					return err
 				}
 			}
@@ -44,6 +49,54 @@ func Object[T client.Object](ctx context.Context, c client.Client, list client.O
 		case <-time.After(interval):
 		}
 	}
+}
+
+// follow watches the objects of list's kind in key's namespace from
+// resource version rv until cond holds for key, cond fails, ctx ends, or
+// the watch cannot resume (done false, no error: list again).
+func follow[T client.Object](ctx context.Context, wc client.WithWatch, list client.ObjectList, key types.NamespacedName, rv string,
+	cond func(T) (bool, error)) (bool, error) {
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		return wc.Watch(ctx, newList(list), &client.ListOptions{Namespace: key.Namespace, Raw: &opts})
+	}}
+	rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, lw)
+	if err != nil {
+		return false, nil
+	}
+	defer rw.Stop()
+	_, err = watchtools.UntilWithoutRetry(ctx, rw, func(ev watch.Event) (bool, error) {
+		if ev.Type == watch.Error {
+			return false, errWatchEnded
+		}
+		o, ok := ev.Object.(T)
+		if !ok || o.GetName() != key.Name || o.GetNamespace() != key.Namespace {
+			return false, nil
+		}
+		if ev.Type == watch.Deleted {
+			var none T
+			o = none
+		}
+		return cond(o)
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case errors.Is(err, errWatchEnded), errors.Is(err, watchtools.ErrWatchClosed):
+		return false, nil
+	}
+	return false, err // cond's
+}
+
+// errWatchEnded is a watch that reported an error, such as an expired
+// resource version: the wait lists again.
+var errWatchEnded = errors.New("the watch ended")
+
+// newList returns a new empty list of list's kind.
+func newList(list client.ObjectList) client.ObjectList {
+	fresh, _ := list.DeepCopyObject().(client.ObjectList)
+	return fresh
 }
 
 // find returns the object key of list, or nil.
@@ -59,35 +112,4 @@ func find[T client.Object](list client.ObjectList, key types.NamespacedName) T {
 		}
 	}
 	return none
-}
-
-// watchUntil follows the objects listed in list from its resourceVersion on
-// until cond holds for key, cond fails, or the watch ends.
-func watchUntil[T client.Object](ctx context.Context, wc client.WithWatch, list client.ObjectList, key types.NamespacedName, cond func(T) (bool, error)) (bool, error) {
-	w, err := wc.Watch(ctx, list, &client.ListOptions{Namespace: key.Namespace, Raw: &metav1.ListOptions{ResourceVersion: list.GetResourceVersion()}})
-	if err != nil {
-		return false, nil
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok || ev.Type == watch.Error {
-				return false, nil
-			}
-			o, isT := ev.Object.(T)
-			if !isT || o.GetName() != key.Name || o.GetNamespace() != key.Namespace {
-				continue
-			}
-			if ev.Type == watch.Deleted {
-				var none T
-				o = none
-			}
-			if done, err := cond(o); done || err != nil {
-				return done, err
-			}
-		}
-	}
 }
