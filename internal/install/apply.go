@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/release"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,12 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 )
 
 // apply writes to the cluster: namespace, CRDs, the release, then waits for
 // the control plane.
-func (o *Options) apply(ctx context.Context, steps *output.Steps, ch *chart.Chart, vals map[string]any, existing *release.Release) error {
+func (o *Options) apply(ctx context.Context, steps *output.Steps, ch *chart.Chart, vals map[string]any, existing *helmclient.Release) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 
@@ -33,7 +33,7 @@ func (o *Options) apply(ctx context.Context, steps *output.Steps, ch *chart.Char
 		return err
 	}
 
-	var rel *release.Release
+	var rel *helmclient.Release
 	switch {
 	case existing == nil:
 		err := steps.Run(fmt.Sprintf("Installed release %s (chart %s)", offloadv1alpha1.ReleaseName, ch.Metadata.Version), func() error {
@@ -46,9 +46,9 @@ func (o *Options) apply(ctx context.Context, steps *output.Steps, ch *chart.Char
 		}
 	case upToDate(existing, ch, vals):
 		rel = existing
-		steps.Done(fmt.Sprintf("Release %s is up to date (chart %s, revision %d)", offloadv1alpha1.ReleaseName, ch.Metadata.Version, existing.Version))
+		steps.Done(fmt.Sprintf("Release %s is up to date (chart %s, revision %d)", offloadv1alpha1.ReleaseName, ch.Metadata.Version, existing.Revision))
 	default:
-		err := steps.Run(fmt.Sprintf("Upgraded release %s from chart %s to %s", offloadv1alpha1.ReleaseName, existing.Chart.Metadata.Version, ch.Metadata.Version), func() error {
+		err := steps.Run(fmt.Sprintf("Upgraded release %s from chart %s to %s", offloadv1alpha1.ReleaseName, existing.ChartVersion, ch.Metadata.Version), func() error {
 			var err error
 			rel, err = o.helm.Upgrade(ctx, offloadv1alpha1.ReleaseName, ch, vals, false)
 			return err
@@ -77,11 +77,8 @@ func (o *Options) apply(ctx context.Context, steps *output.Steps, ch *chart.Char
 
 // upToDate reports whether the deployed release already has this chart
 // version and these values, so a repeated install changes nothing.
-func upToDate(rel *release.Release, ch *chart.Chart, vals map[string]any) bool {
-	if rel.Info == nil || rel.Info.Status != release.StatusDeployed || rel.Chart == nil || rel.Chart.Metadata == nil {
-		return false
-	}
-	if rel.Chart.Metadata.Version != ch.Metadata.Version {
+func upToDate(rel *helmclient.Release, ch *chart.Chart, vals map[string]any) bool {
+	if rel.Status != helmclient.StatusDeployed || rel.ChartVersion != ch.Metadata.Version {
 		return false
 	}
 	return reflect.DeepEqual(canonical(rel.Config), canonical(vals))
@@ -117,7 +114,7 @@ func (o *Options) ensureNamespace(ctx context.Context) error {
 
 // waitDeployments polls until every Deployment of the release is available
 // with all its replicas updated.
-func (o *Options) waitDeployments(ctx context.Context, rel *release.Release) error {
+func (o *Options) waitDeployments(ctx context.Context, rel *helmclient.Release) error {
 	selector := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/instance": rel.Name, "app.kubernetes.io/name": "offload"})
 	var pending []string
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {

@@ -13,7 +13,6 @@ import (
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +23,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 )
 
@@ -196,7 +196,7 @@ func (o *Options) readIdentity(ctx context.Context) (*corev1.ConfigMap, error) {
 }
 
 func (o *Options) dryRun(ctx context.Context, ch *chart.Chart, vals map[string]any, upgrade bool) error {
-	var rel *release.Release
+	var rel *helmclient.Release
 	var err error
 	if upgrade {
 		rel, err = o.helm.Upgrade(ctx, offloadv1alpha1.ReleaseName, ch, vals, true)

@@ -17,6 +17,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 )
 
@@ -56,7 +57,7 @@ type clients struct {
 	namespace string
 	kube      kubernetes.Interface
 	client    client.Client
-	helm      Helm
+	helm      helmclient.Client
 }
 
 func newClients(f factory.Factory) (clients, error) {
@@ -72,7 +73,7 @@ func newClients(f factory.Factory) (clients, error) {
 	if err != nil {
 		return c, err
 	}
-	c.helm = NewHelm(hc, c.namespace)
+	c.helm = helmclient.New(hc, c.namespace)
 	return c, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/status"
@@ -66,7 +67,7 @@ type GenerateOptions struct {
 
 	namespace string
 	kube      kubernetes.Interface
-	helm      status.Helm
+	helm      helmclient.Client
 	now       func() time.Time
 }
 
@@ -88,7 +89,7 @@ func (o *GenerateOptions) Complete(f factory.Factory) error {
 		if err != nil {
 			return err
 		}
-		o.helm = status.NewHelm(cfg)
+		o.helm = helmclient.New(cfg, o.namespace)
 	}
 	return nil
 }

@@ -23,15 +23,19 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/internal/status"
 )
 
 const testNS = "offload-system"
 
-type fakeHelm struct{ rel *status.Release }
+// fakeHelm serves the release; generate reads nothing else.
+type fakeHelm struct {
+	helmclient.Client
+	rel *helmclient.Release
+}
 
-func (h fakeHelm) Release(string) (*status.Release, error) { return h.rel, nil }
+func (h fakeHelm) Release(string) (*helmclient.Release, error) { return h.rel, nil }
 
 // testCA returns a PEM CA certificate and its kubeadm-style hash.
 func testCA(t *testing.T) ([]byte, string) {
@@ -64,7 +68,7 @@ func newGenerate(kube *fake.Clientset) (*GenerateOptions, *bytes.Buffer, *bytes.
 	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
 	o := NewGenerateOptions(streams)
 	o.namespace, o.kube = testNS, kube
-	o.helm = fakeHelm{rel: &status.Release{Name: offloadv1alpha1.ReleaseName, Values: map[string]any{"auth": map[string]any{"url": testURL}}}}
+	o.helm = fakeHelm{rel: &helmclient.Release{Name: offloadv1alpha1.ReleaseName, Values: map[string]any{"auth": map[string]any{"url": testURL}}}}
 	return o, out, errOut
 }
 

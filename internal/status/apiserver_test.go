@@ -14,6 +14,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -51,7 +52,7 @@ func newAPIServer(t *testing.T) apiServer {
 // env returns an Env on the API server whose clock is testNow, without a
 // Helm release.
 func (a apiServer) env() *Env {
-	env := NewEnv(a.kube, a.client, NewHelm(memoryHelm()), testNamespace)
+	env := NewEnv(a.kube, a.client, helmclient.New(memoryHelm(), testNamespace), testNamespace)
 	env.clock = testClock
 	return env
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 
-	"helm.sh/helm/v3/pkg/release"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +15,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 )
 
 // controlPlaneDeployments are the Deployments of the chart.
@@ -51,10 +51,10 @@ func withRelease(s Section, env *Env) Section {
 		return s
 	}
 	what := fmt.Sprintf("release %s revision %d (chart %s)", rel.Name, rel.Revision, rel.ChartVersion)
-	switch release.Status(rel.Status) {
-	case release.StatusDeployed:
+	switch {
+	case rel.Status == helmclient.StatusDeployed:
 		s.Checks = append(s.Checks, ok("release", "%s is deployed", what))
-	case release.StatusPendingInstall, release.StatusPendingUpgrade, release.StatusPendingRollback:
+	case rel.Pending():
 		s.Checks = append(s.Checks, warn("release", "%s is %s: an install or upgrade is in progress", what, rel.Status))
 	default:
 		s.Checks = append(s.Checks, fail("release", "%s is %s: run kubectl offload upgrade", what, rel.Status))

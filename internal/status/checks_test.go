@@ -11,13 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 )
 
 // collect runs the default checkers against the fixture.
 func collect(t *testing.T, f *fixture) Report {
 	t.Helper()
 	fac := f.factory(t).(fakeFactory)
-	return Collect(context.Background(), NewEnv(fac.kube, fac.client, NewHelm(fac.helm), testNamespace), DefaultCheckers())
+	return Collect(context.Background(), NewEnv(fac.kube, fac.client, helmclient.New(fac.helm, testNamespace), testNamespace), DefaultCheckers())
 }
 
 // checkStatus returns the status of the check called name in section, or "".

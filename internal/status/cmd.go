@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
 )
@@ -170,7 +171,7 @@ func (o *Options) Complete(f factory.Factory) error {
 	if err != nil {
 		return err
 	}
-	helm := NewHelm(cfg)
+	helm := helmclient.New(cfg, ns)
 	o.kube = kube
 	o.newEnv = func() *Env {
 		env := NewEnv(kube, c, helm, ns)

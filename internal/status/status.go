@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 )
 
 // Checker produces one section of the report.
@@ -76,13 +77,13 @@ type Env struct {
 	// Namespace is the install namespace.
 	Namespace string
 	// Helm reads the installed Helm release.
-	Helm Helm
+	Helm helmclient.Client
 
 	// clock returns the current time, against which ages and expiries are
 	// shown; nil means time.Now.
 	clock func() time.Time
 
-	release     *Release
+	release     *helmclient.Release
 	releaseErr  error
 	releaseRead bool
 	deployments map[string]deploymentLookup
@@ -94,7 +95,7 @@ type deploymentLookup struct {
 }
 
 // NewEnv returns an Env for the installation in namespace.
-func NewEnv(kube kubernetes.Interface, c client.Client, helm Helm, namespace string) *Env {
+func NewEnv(kube kubernetes.Interface, c client.Client, helm helmclient.Client, namespace string) *Env {
 	return &Env{Kube: kube, Client: c, Helm: helm, Namespace: namespace}
 }
 
@@ -108,7 +109,7 @@ func (e *Env) now() time.Time {
 
 // Release returns the installed offload release, or nil when it is not
 // installed. Helm is asked once per Env.
-func (e *Env) Release() (*Release, error) {
+func (e *Env) Release() (*helmclient.Release, error) {
 	if !e.releaseRead {
 		e.release, e.releaseErr = e.Helm.Release(offloadv1alpha1.ReleaseName)
 		e.releaseRead = true
@@ -143,7 +144,7 @@ func notInstalled(env *Env) Check {
 
 // releaseOrCheck returns the installed release, or the failed check that
 // stands in for the section when the release is missing or unreadable.
-func releaseOrCheck(env *Env) (*Release, *Check) {
+func releaseOrCheck(env *Env) (*helmclient.Release, *Check) {
 	rel, err := env.Release()
 	if err != nil {
 		c := fail("release", "%v", err)
