@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,16 +82,15 @@ func (l TokenList) table(w io.Writer) error {
 		_, err := fmt.Fprintln(w, "No peering tokens. Create one with kubectl offload peer generate.")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "ID\tEXPIRES\tUSAGE\tSTATUS\tUSED BY")
+	table := output.Columns{Header: []string{"ID", "EXPIRES", "USAGE", "STATUS", "USED BY"}}
 	for _, t := range l.Items {
 		usedBy := t.UsedBy
 		if usedBy == "" {
 			usedBy = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.ExpiresAt.Format(time.RFC3339), t.Usage, t.Status, usedBy)
+		table.Rows = append(table.Rows, []string{t.ID, t.ExpiresAt.Format(time.RFC3339), t.Usage, t.Status, usedBy})
 	}
-	return tw.Flush()
+	return table.Write(w)
 }
 
 // TokensListOptions are the options of `kubectl offload peer tokens list`.

@@ -1,11 +1,10 @@
 package status
 
 import (
-	"fmt"
 	"io"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	"github.com/pterm/pterm"
 	"golang.org/x/term"
 )
@@ -74,16 +73,16 @@ func writeTable(w io.Writer, r Report, colour bool, width int) error {
 		}
 		bodies[i] = body
 		// The title is framed as "─ Title ─" inside the top border.
-		width = max(width, textWidth(s.Title)+4)
+		width = max(width, output.Width(s.Title)+4)
 		for _, line := range body {
-			width = max(width, textWidth(line))
+			width = max(width, output.Width(line))
 		}
 	}
 	var b strings.Builder
 	for i, s := range r.Sections {
 		lines := bodies[i]
 		// Padding the first line pads the box: pterm sizes it by its widest line.
-		lines[0] += strings.Repeat(" ", width-textWidth(lines[0]))
+		lines[0] += strings.Repeat(" ", width-output.Width(lines[0]))
 		box := pterm.DefaultBox.WithTitle(s.Title).WithTitleTopLeft().
 			WithBoxStyle(t.box).WithTitleStyle(t.title).WithTextStyle(t.text)
 		b.WriteString(box.Sprint(strings.Join(lines, "\n")))
@@ -138,20 +137,15 @@ func (t theme) body(s Section, width int) ([]string, error) {
 	return lines, nil
 }
 
-// table renders rows as aligned columns without borders.
+// table renders rows as aligned columns without borders, the first one a
+// header when header is set.
 func (t theme) table(rows [][]string, header bool) ([]string, error) {
-	out, err := pterm.DefaultTable.WithData(rows).WithHasHeader(header).
-		WithSeparator("  ").WithHeaderRowSeparator("").
-		WithStyle(t.text).WithHeaderStyle(t.header).WithSeparatorStyle(t.text).
-		WithHeaderRowSeparatorStyle(t.text).WithRowSeparatorStyle(t.text).Srender()
-	if err != nil {
-		return nil, fmt.Errorf("rendering table: %w", err)
+	c := output.Columns{Rows: rows, Gap: 2, CellStyle: func(s string) string { return t.text.Sprint(s) }}
+	if header && len(rows) > 0 {
+		c.Header, c.Rows = rows[0], rows[1:]
+		c.HeaderStyle = func(s string) string { return t.header.Sprint(s) }
 	}
-	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	for i, l := range lines {
-		lines[i] = strings.TrimRight(l, " ")
-	}
-	return lines, nil
+	return c.Lines(), nil
 }
 
 // wrap breaks s into lines of at most width columns at spaces. A word
@@ -163,7 +157,7 @@ func wrap(s string, width int) []string {
 		switch {
 		case line == "":
 			line = word
-		case textWidth(line)+1+textWidth(word) <= width:
+		case output.Width(line)+1+output.Width(word) <= width:
 			line += " " + word
 		default:
 			lines = append(lines, line)
@@ -171,10 +165,4 @@ func wrap(s string, width int) []string {
 		}
 	}
 	return append(lines, line)
-}
-
-// textWidth is the number of columns s takes: its runes, without colour
-// codes. The table holds ASCII and single-column marks only.
-func textWidth(s string) int {
-	return utf8.RuneCountInString(pterm.RemoveColorFromString(s))
 }

@@ -1,11 +1,10 @@
 package version
 
 import (
-	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -34,17 +33,19 @@ type Server struct {
 }
 
 func (r Report) table(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintf(tw, "Client Version:\t%s\n", r.Client.Version)
-	fmt.Fprintf(tw, "Commit:\t%s\n", r.Client.Commit)
-	fmt.Fprintf(tw, "Build Date:\t%s\n", r.Client.BuildDate)
-	fmt.Fprintf(tw, "Go:\t%s %s\n", r.Client.GoVersion, r.Client.Platform)
+	fields := output.Columns{Gap: 1, Rows: [][]string{
+		{"Client Version:", r.Client.Version},
+		{"Commit:", r.Client.Commit},
+		{"Build Date:", r.Client.BuildDate},
+		{"Go:", r.Client.GoVersion + " " + r.Client.Platform},
+	}}
 	if s := r.Server; s != nil {
-		fmt.Fprintf(tw, "Kubernetes Version:\t%s\n", s.Kubernetes)
-		fmt.Fprintf(tw, "Chart Version:\t%s\n", orNotInstalled(s.Chart))
-		fmt.Fprintf(tw, "Agent Version:\t%s\n", orNotInstalled(s.Agent))
+		fields.Rows = append(fields.Rows,
+			[]string{"Kubernetes Version:", s.Kubernetes},
+			[]string{"Chart Version:", orNotInstalled(s.Chart)},
+			[]string{"Agent Version:", orNotInstalled(s.Agent)})
 	}
-	return tw.Flush()
+	return fields.Write(w)
 }
 
 func orNotInstalled(s string) string {
