@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
@@ -207,16 +206,8 @@ func (p *pair) offload(ctx context.Context, c *framework.Cluster, args ...string
 // poll checks cond every 250 ms until it holds or timeout passes; the
 // error carries why it last did not hold.
 func poll(ctx context.Context, timeout time.Duration, cond func(ctx context.Context) (bool, string)) error {
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, why := cond(ctx)
-		last = why
-		return ok, nil
-	})
-	if err != nil {
-		return fmt.Errorf("%w (%s)", err, last)
-	}
-	return nil
+	_, err := framework.Poll(ctx, 250*time.Millisecond, timeout, cond)
+	return err
 }
 
 // waitPodsReady waits until want pods matching selector are Running and Ready.

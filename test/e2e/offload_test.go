@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,16 +48,11 @@ func remotePods(ctx context.Context, t *testing.T, provider *framework.Cluster, 
 // describes the condition, and last says why it did not hold yet.
 func waitFor(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) time.Duration {
 	t.Helper()
-	start := time.Now()
-	var last string
-	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, why := cond(ctx)
-		last = why
-		return ok, nil
-	}); err != nil {
-		t.Fatalf("waiting for %s: %v (%s)", what, err, last)
+	took, err := framework.Poll(ctx, 250*time.Millisecond, timeout, cond)
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
-	return time.Since(start)
+	return took
 }
 
 // samePods reports whether the remote pods reflect exactly the consumer
