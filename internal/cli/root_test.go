@@ -3,18 +3,15 @@ package cli
 import (
 	"bytes"
 	"context"
-	"flag"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
 
 // run executes the CLI like main does, with a fixed build identity.
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
@@ -31,23 +28,6 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 		return strings.ReplaceAll(s, runtime.GOOS+"/"+runtime.GOARCH, "PLATFORM")
 	}
 	return normalise(out.String()), normalise(errOut.String()), code
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run with -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (run with -update if the change is intended)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
 }
 
 func TestVersion(t *testing.T) {
@@ -69,7 +49,7 @@ func TestVersion(t *testing.T) {
 			if errOut != "" {
 				t.Errorf("--client wrote to stderr: %q", errOut)
 			}
-			golden(t, tt.golden, out)
+			framework.Golden(t, tt.golden, out)
 		})
 	}
 }

@@ -2,9 +2,7 @@ package offload
 
 import (
 	"context"
-	"flag"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,8 +20,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // installNS is the install namespace the test factory reports.
 const installNS = "offload-system"
@@ -159,21 +155,4 @@ func setReady(no *offloadv1alpha1.NamespaceOffloading, status metav1.ConditionSt
 	meta.SetStatusCondition(&no.Status.Conditions, metav1.Condition{
 		Type: offloadv1alpha1.ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: no.Generation,
 	})
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run with -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (run with -update if the change is intended)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
 }

@@ -87,7 +87,7 @@ func TestDryRunPrintsTheNamespaceOffloadingAndWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "dry-run.yaml", stdout)
+	framework.Golden(t, "dry-run.yaml", stdout)
 	if def, _, err := offload(t, c, args...); err != nil || def != stdout {
 		t.Errorf("--dry-run without -o printed %q (err %v), want the same YAML", def, err)
 	}

@@ -94,7 +94,7 @@ func TestOffloadSectionsJSONIsAStableContract(t *testing.T) {
 	a.createWorld(t, offloadScenarios[2].world())
 	out, _, err := runOffloadStatus(t, a, "-o", "json")
 	assertResult(t, err, offloadScenarios[2].wantErr)
-	golden(t, "offload.json", created.ReplaceAllString(out, `"created": "CREATED"`))
+	framework.Golden(t, "offload.json", created.ReplaceAllString(out, `"created": "CREATED"`))
 
 	var r struct {
 		Sections []struct {
@@ -170,7 +170,7 @@ func TestWithoutTheNamespaceOffloadingCRDNamespacesSayToInstall(t *testing.T) {
 
 	out, _, err := runOffloadStatus(t, fresh)
 	assertResult(t, err, "1 check failed: offloaded namespaces")
-	golden(t, "offload-crd-missing.txt", out)
+	framework.Golden(t, "offload-crd-missing.txt", out)
 	r := Collect(ctx, fresh.env(), []Checker{offloadedNamespacesChecker{}})
 	c := findCheck(r.Sections[0], "offloadedNamespaces")
 	if c == nil || c.Status != StatusFailed || c.Message != "CRD namespaceoffloadings.offload.io not found: run kubectl offload install" {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // fieldValues returns the fields of s by name.
@@ -70,7 +71,7 @@ func TestStatusPeer(t *testing.T) {
 			if errOut != "" {
 				t.Errorf("stderr = %q, want nothing", errOut)
 			}
-			golden(t, tt.golden, out)
+			framework.Golden(t, tt.golden, out)
 		})
 	}
 

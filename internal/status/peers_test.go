@@ -121,13 +121,13 @@ func TestPeersSection(t *testing.T) {
 		if err := writeTable(&b, r, false, plainWidth); err != nil {
 			t.Fatal(err)
 		}
-		golden(t, "peers.txt", b.String())
+		framework.Golden(t, "peers.txt", b.String())
 	})
 
 	t.Run("the JSON carries the table and the checks", func(t *testing.T) {
 		out, _, err := runStatus(t, a, "-o", "json")
 		assertResult(t, err, "3 checks failed: peers")
-		golden(t, "peers.json", out)
+		framework.Golden(t, "peers.json", out)
 		var got Report
 		if err := json.Unmarshal([]byte(out), &got); err != nil {
 			t.Fatalf("-o json is not JSON: %v\n%s", err, out)

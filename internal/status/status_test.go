@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,9 +17,8 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // execute runs cmd like the root command does, with injected streams.
 func execute(t *testing.T, cmd *cobra.Command, out, errOut *bytes.Buffer, args ...string) error {
@@ -43,23 +39,6 @@ func run(t *testing.T, f factory.Factory, args ...string) (stdout, stderr string
 	cmd := NewCmdStatus(f, genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	err = execute(t, cmd, &out, &errOut, args...)
 	return out.String(), errOut.String(), err
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run with -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (run with -update if the change is intended)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
 }
 
 // scenarios are the installations the golden files show.
@@ -129,7 +108,7 @@ func TestStatusTable(t *testing.T) {
 			if strings.Contains(out, "\x1b") {
 				t.Errorf("output to a non-terminal has ANSI escape codes: %q", out)
 			}
-			golden(t, sc.golden+".txt", out)
+			framework.Golden(t, sc.golden+".txt", out)
 		})
 	}
 }
@@ -154,7 +133,7 @@ func TestStatusJSONIsAStableContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "healthy.json", out)
+	framework.Golden(t, "healthy.json", out)
 
 	var r struct {
 		APIVersion string `json:"apiVersion"`

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The cluster IDs of the peers of the offload tests.
@@ -304,7 +305,7 @@ func TestOffloadSectionsTable(t *testing.T) {
 			if errOut != "" {
 				t.Errorf("stderr = %q, want nothing: only cli.Run prints the error", errOut)
 			}
-			golden(t, sc.golden+".txt", out)
+			framework.Golden(t, sc.golden+".txt", out)
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // runWait executes `kubectl offload status --wait args...` against f,
@@ -58,7 +59,7 @@ func TestWaitReturnsOnceTheInstallBecomesHealthy(t *testing.T) {
 	if rounds < 3 {
 		t.Errorf("checked %d times, want at least 3", rounds)
 	}
-	golden(t, "healthy.txt", out.String())
+	framework.Golden(t, "healthy.txt", out.String())
 	if strings.Count(errOut.String(), "not healthy yet") != 1 {
 		t.Errorf("stderr = %q, want one progress line for the unchanged failure", errOut.String())
 	}
