@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/netip"
 	"fmt"
 	"strings"
 	"testing"
@@ -45,6 +46,12 @@ func TestTwoLocalClustersRunDeploymentsOnFakeNodesIndependently(t *testing.T) {
 			}
 			if node.Annotations[framework.FakeNodeAnnotation] != framework.FakeNodeAnnotationValue {
 				t.Errorf("%s: pod %s runs on %s, which is not a kwok fake node", c.Name, p.Name, node.Name)
+			}
+			// Fake pods get addresses in the cluster's pod range, never
+			// in its Service range.
+			ip, err := netip.ParseAddr(p.Status.PodIP)
+			if err != nil || !netip.MustParsePrefix(framework.FakePodCIDR).Contains(ip) || netip.MustParsePrefix(framework.ServiceCIDR).Contains(ip) {
+				t.Errorf("%s: pod %s has IP %q; want one in %s, outside the Service range %s", c.Name, p.Name, p.Status.PodIP, framework.FakePodCIDR, framework.ServiceCIDR)
 			}
 		}
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 // localServiceCIDR is the service range kwokctl gives local clusters.
-const localServiceCIDR = "10.0.0.0/24"
+const localServiceCIDR = framework.ServiceCIDR
 
 func TestDetectReadsALocalClusterWithoutChangingIt(t *testing.T) {
 	c := framework.StartClusters(t, framework.ClusterOptions{Name: "detect", FakeNodes: 2})[0]

@@ -37,9 +37,11 @@ componentsPatches:
     value: "false"
   - key: manage-nodes-with-annotation-selector
     value: %s=%s
+  - key: cidr
+    value: %s
 `, kubeVersion, bin, filepath.Join(bin, "kubectl"), filepath.Join(bin, "kwok"), filepath.Join(bin, "etcd"), cacheDir,
 		p.apiserver, p.etcd, p.etcdPeer, p.controllerManager, p.scheduler, p.kwok, o.DisableQPSLimits, certSANs(node),
-		FakeNodeAnnotation, FakeNodeAnnotationValue)
+		FakeNodeAnnotation, FakeNodeAnnotationValue, fakePodStart)
 	// The CSR signer uses the cluster CA that kwokctl generates in the
 	// cluster's pki directory.
 	fmt.Fprintf(&b, `- name: kube-controller-manager
@@ -63,6 +65,21 @@ componentsPatches:
 	}
 	return b.String()
 }
+
+// Addresses of local clusters. Every cluster declares PodCIDR, as kind and
+// kubeadm do by default, so two clusters' ranges overlap as users' do.
+// Within it, real node i gets 10.244.i.0/24 (i < 128) and kwok's fake pods
+// count up from 10.244.128.1; both stay clear of ServiceCIDR, which kwok's
+// default (10.0.0.1/24, growing past its end) did not.
+const (
+	PodCIDR      = "10.244.0.0/16"
+	FakePodCIDR  = "10.244.128.0/17"
+	ServiceCIDR  = "10.0.0.0/24"
+	fakePodStart = "10.244.128.1/17"
+	// maxRealNodes bounds the real-node index, so node pod ranges stay
+	// below FakePodCIDR.
+	maxRealNodes = 127
+)
 
 // certSANs are the extra API server certificate names a real node needs: the
 // address it reaches the API server at, and the kubernetes Service IP pods use.

@@ -50,12 +50,13 @@ type RealNode struct {
 }
 
 // nodeNetwork creates the network namespace and veth for a node. Index i
-// gives the subnet 10.99.i.0/24: the node is .1 inside, the host .254.
+// gives the subnet 10.99.i.0/24 (the node is .1 inside, the host .254) and
+// the pod range 10.244.i.0/24.
 func nodeNetwork(ctx context.Context, dir string) (*RealNode, error) {
 	if err := acquireHostState(); err != nil {
 		return nil, err
 	}
-	for i := 1; i < 250; i++ {
+	for i := 1; i <= maxRealNodes; i++ {
 		ns := fmt.Sprintf("offload-%d", i)
 		// ip netns add fails when the name exists, so concurrent clusters
 		// (in this or another process) never share a namespace.
@@ -96,7 +97,7 @@ func nodeNetwork(ctx context.Context, dir string) (*RealNode, error) {
 		}
 		return n, nil
 	}
-	return nil, errors.Join(errors.New("no free node network: 249 namespaces offload-N exist (run make clusters-down)"), releaseHostState())
+	return nil, errors.Join(fmt.Errorf("no free node network: %d namespaces offload-N exist (run make clusters-down)", maxRealNodes), releaseHostState())
 }
 
 // apiServerPatches are the kube-apiserver settings a real node needs: listen
