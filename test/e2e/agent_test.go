@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -91,16 +93,17 @@ func TestAgentRunsAsPodsOnARealNode(t *testing.T) {
 func TestAuthServiceAnswersAnotherClusterThroughItsNodePort(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
+	// Isolated as separate machines: only node addresses reach across.
 	clusters := framework.StartClusters(t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
-		framework.ClusterOptions{Name: "provider", FakeNodes: 1, RealNode: true},
+		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true, Isolated: true},
+		framework.ClusterOptions{Name: "provider", FakeNodes: 1, RealNode: true, Isolated: true},
 	)
 	consumer, provider := clusters[0], clusters[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	installAgent(t, provider)
-	waitPodsReady(ctx, t, provider, installNS, "app.kubernetes.io/component=auth", 1)
+	authPod := waitPodsReady(ctx, t, provider, installNS, "app.kubernetes.io/component=auth", 1)[0]
 	svc, err := provider.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +137,29 @@ func TestAuthServiceAnswersAnotherClusterThroughItsNodePort(t *testing.T) {
 	}
 	if !strings.Contains(strings.ToLower(call.Issuer), "offload") {
 		t.Errorf("the auth server's certificate is issued by %q, want the agent's own CA", call.Issuer)
+	}
+
+	// The auth pod's own address answers on its cluster's side (the host
+	// reaches pods as the API server does), but not from the other cluster.
+	var httpsPort int32
+	for _, p := range authPod.Spec.Containers[0].Ports {
+		if p.Name == "https" {
+			httpsPort = p.ContainerPort
+		}
+	}
+	direct := fmt.Sprintf("https://%s:%d/healthz", authPod.Status.PodIP, httpsPort)
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // only the reachability is checked
+	resp, err := insecure.Get(direct)
+	if err != nil {
+		t.Fatalf("the provider's auth pod does not answer at %s from its own side: %v", direct, err)
+	}
+	_ = resp.Body.Close()
+	call.Error, call.TLSHandshake = "", false
+	if err := tryGetJSON("http://"+addr+"/call?insecure=1&url="+direct, &call); err != nil {
+		t.Fatal(err)
+	}
+	if call.TLSHandshake || call.Error == "" {
+		t.Errorf("a pod in %s reached the provider's pod %s directly: %+v; the clusters are not isolated", consumer.Name, direct, call)
 	}
 }
 

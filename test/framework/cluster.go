@@ -35,6 +35,13 @@ type ClusterOptions struct {
 	RealNode bool
 	// Images are image archives to import into the real node; empty means TestImages.
 	Images []string
+	// Isolated makes the cluster as isolated from the others as a separate
+	// machine: the host forwards to its real node's pods only what comes
+	// from the cluster itself, while node addresses and API servers stay
+	// reachable from everywhere. Without it the host routes every
+	// cluster's pods to every other, so a network test would pass with no
+	// fabric at all. Only a real node's pods are routable; it needs RealNode.
+	Isolated bool
 }
 
 type clusterPorts struct {
@@ -111,6 +118,9 @@ func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	if o.Name == "" {
 		return nil, errors.New("cluster name is required")
 	}
+	if o.Isolated && !o.RealNode {
+		return nil, errors.New("an isolated cluster needs a real node: only its pods are routable")
+	}
 	versions, err := Versions()
 	if err != nil {
 		return nil, err
@@ -150,6 +160,15 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 		}
 		if err := node.save(); err != nil {
 			return nil, err
+		}
+		if o.Isolated {
+			iso, err := isolationOf(node)
+			if err != nil {
+				return nil, err
+			}
+			if err := iso.apply(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	cfgPath := filepath.Join(e.Dir, o.Name+".kwokctl.yaml")

@@ -63,6 +63,11 @@ func nodeNetwork(ctx context.Context, dir string) (*RealNode, error) {
 		if _, err := run(ctx, "ip", "netns", "add", ns); err != nil {
 			continue
 		}
+		// Rules a crashed run left for a namespace of this name go.
+		if err := removeIsolation(ns); err != nil {
+			_, _ = run(context.Background(), "ip", "netns", "delete", ns)
+			return nil, errors.Join(err, releaseHostState())
+		}
 		n := &RealNode{
 			IP:         fmt.Sprintf("10.99.%d.1", i),
 			HostIP:     fmt.Sprintf("10.99.%d.254", i),
@@ -253,6 +258,9 @@ func (n *RealNode) stop(ctx context.Context, c *Cluster) error {
 		if _, err := run(ctx, "ip", "netns", "delete", n.NetNS); err != nil && !strings.Contains(err.Error(), "No such file") {
 			errs = append(errs, err)
 		}
+	}
+	if n.NetNS != "" {
+		errs = append(errs, removeIsolation(n.NetNS))
 	}
 	removeContainerLogLinks(n.path("pod-logs"))
 	if err := os.RemoveAll(n.Dir); err != nil {

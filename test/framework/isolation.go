@@ -1,0 +1,137 @@
+package framework
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// The host's nftables objects that isolate local clusters. The table is
+// the harness's own, so removing it removes exactly what it added.
+const (
+	isolationTable = "offload-test-isolation"
+	isolationChain = "forward"
+)
+
+// isolation is what makes one real node's cluster as isolated as a separate
+// machine: the host forwards to its pod ranges only packets from its own
+// members (its node subnets and pod ranges). Node addresses stay reachable
+// from everywhere, and so do the API servers, which run on the host and
+// reach pods through its output path, not its forward path.
+type isolation struct {
+	// key tags the node's rules (its network namespace name, unique on the host).
+	key string
+	// members may reach pods; pods are the ranges protected.
+	members, pods []netip.Prefix
+}
+
+// isolationOf is the isolation of real node n.
+func isolationOf(n *RealNode) (isolation, error) {
+	node, err := netip.ParsePrefix(n.IP + "/24")
+	if err != nil {
+		return isolation{}, err
+	}
+	pods, err := netip.ParsePrefix(n.PodCIDR)
+	if err != nil {
+		return isolation{}, err
+	}
+	return isolation{key: n.NetNS, members: []netip.Prefix{node.Masked(), pods}, pods: []netip.Prefix{pods}}, nil
+}
+
+// apply installs the rules of iso in the host's forward path, replacing
+// any it left before (a crashed run).
+func (iso isolation) apply() error {
+	return withHostLock(func() error {
+		c := &nftables.Conn{}
+		table := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: isolationTable})
+		chain := c.AddChain(&nftables.Chain{
+			Name: isolationChain, Table: table, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
+		})
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("creating nftables table %s: %w", isolationTable, err)
+		}
+		if err := deleteRules(c, table, chain, iso.key); err != nil {
+			return err
+		}
+		for _, p := range iso.pods {
+			// Members pass; everyone else is dropped.
+			for _, m := range iso.members {
+				c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(iso.key),
+					Exprs: append(append(matchPrefix(16, p), matchPrefix(12, m)...), &expr.Verdict{Kind: expr.VerdictAccept})})
+			}
+			c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(iso.key),
+				Exprs: append(matchPrefix(16, p), &expr.Verdict{Kind: expr.VerdictDrop})})
+		}
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("isolating the pods of %s: %w", iso.key, err)
+		}
+		return nil
+	})
+}
+
+// removeIsolation deletes the rules of key, and the table once it holds
+// none. A host without the table is fine.
+func removeIsolation(key string) error {
+	return withHostLock(func() error {
+		c := &nftables.Conn{}
+		table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: isolationTable}
+		chain := &nftables.Chain{Name: isolationChain, Table: table}
+		if _, err := c.ListChain(table, isolationChain); err != nil {
+			return nil // no table, nothing to remove
+		}
+		if err := deleteRules(c, table, chain, key); err != nil {
+			return err
+		}
+		rules, err := c.GetRules(table, chain)
+		if err != nil {
+			return fmt.Errorf("listing nftables table %s: %w", isolationTable, err)
+		}
+		if len(rules) == 0 {
+			c.DelTable(table)
+			if err := c.Flush(); err != nil {
+				return fmt.Errorf("deleting nftables table %s: %w", isolationTable, err)
+			}
+		}
+		return nil
+	})
+}
+
+// deleteRules deletes the rules of chain tagged with key.
+func deleteRules(c *nftables.Conn, table *nftables.Table, chain *nftables.Chain, key string) error {
+	rules, err := c.GetRules(table, chain)
+	if err != nil {
+		return fmt.Errorf("listing nftables table %s: %w", isolationTable, err)
+	}
+	var errs []error
+	for _, r := range rules {
+		if string(r.UserData) == key {
+			errs = append(errs, c.DelRule(r))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("removing the isolation of %s: %w", key, err)
+	}
+	return nil
+}
+
+// matchPrefix matches the IPv4 address at offset (12 source, 16
+// destination) of the network header against prefix p.
+func matchPrefix(offset uint32, p netip.Prefix) []expr.Any {
+	bits := make([]byte, 4)
+	for i := 0; i < p.Bits(); i++ {
+		bits[i/8] |= 0x80 >> (i % 8)
+	}
+	network := p.Masked().Addr().As4()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: bits, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: network[:]},
+	}
+}
