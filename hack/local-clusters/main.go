@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string) error {
 	workdir := fs.String("workdir", filepath.Join(cache, "clusters"), "Directory holding the clusters.")
 	fakeNodes := fs.Int("fake-nodes", 2, "Fake nodes per cluster (up only).")
 	realNode := fs.Bool("real-node", true, "Give each cluster a real node, kubelet and containerd, that runs containers (up only; needs root).")
+	isolated := fs.Bool("isolated", true, "Isolate the clusters as separate machines: only node addresses and API servers reach across, not pods (up only; needs --real-node).")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -56,7 +57,7 @@ func run(ctx context.Context, args []string) error {
 		if len(names) == 0 {
 			names = []string{"consumer", "provider"}
 		}
-		return up(ctx, env, names, framework.ClusterOptions{FakeNodes: *fakeNodes, RealNode: *realNode})
+		return up(ctx, env, names, framework.ClusterOptions{FakeNodes: *fakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode})
 	case "down":
 		if len(names) == 0 {
 			names = env.Names()
