@@ -6,7 +6,7 @@
 #
 # Usage: hack/tools.sh [tool ...]   (default: every control-plane tool)
 # Tools: kube-apiserver kube-controller-manager kube-scheduler kubectl
-#        kubelet kube-proxy etcd kwok kwokctl controller-gen
+#        kubelet kube-proxy etcd kwok kwokctl coredns controller-gen
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -122,6 +122,35 @@ GO
   stamp etcd "${ETCD_VERSION}"
 }
 
+# build_coredns builds CoreDNS, the local clusters' DNS, through a wrapper
+# module as etcd.
+build_coredns() {
+  if up_to_date coredns "${COREDNS_VERSION}"; then return; fi
+  local dir="${SRC}/coredns-${COREDNS_VERSION}"
+  mkdir -p "${dir}"
+  log "building coredns ${COREDNS_VERSION}"
+  if [[ ! -f "${dir}/go.mod" ]]; then
+    cat > "${dir}/go.mod" <<GOMOD
+module offload.local/corednstool
+
+go 1.26
+
+require github.com/coredns/coredns ${COREDNS_VERSION}
+GOMOD
+    cat > "${dir}/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins the CoreDNS server this module builds.
+package tools
+
+import _ "github.com/coredns/coredns"
+GO
+    (cd "${dir}" && go mod tidy)
+  fi
+  (cd "${dir}" && go build -trimpath -ldflags "-s -w" -o "${BIN}/coredns" github.com/coredns/coredns)
+  stamp coredns "${COREDNS_VERSION}"
+}
+
 build_kwok() {
   local tool="$1"
   if up_to_date "${tool}" "${KWOK_VERSION}"; then return; fi
@@ -142,6 +171,7 @@ build() {
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) build_kube "$1" ;;
     etcd) build_etcd ;;
     kwok|kwokctl) build_kwok "$1" ;;
+    coredns) build_coredns ;;
     controller-gen) build_controller_gen ;;
     *) echo "unknown tool $1" >&2; exit 2 ;;
   esac
@@ -149,7 +179,7 @@ build() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl)
+  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl coredns)
 fi
 
 start=$(date +%s)

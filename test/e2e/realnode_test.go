@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
@@ -186,6 +187,26 @@ func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
 	out, err := kubectl(t, c, "-n", ns, "exec", pod.Name, "--", "/testapp", "get", "http://127.0.0.1:8080/hostname")
 	if err != nil || !strings.Contains(out, pod.Name) {
 		t.Errorf("kubectl exec: err=%v, output %q; want the pod's host name", err, out)
+	}
+
+	// Services resolve by name through the cluster's CoreDNS, short and in full.
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "testapp"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "testapp"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := c.Kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitDNS(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"testapp", "testapp." + ns + ".svc." + framework.ClusterDomain} {
+		var out string
+		waitFor(ctx, t, 30*time.Second, "a pod resolving Service "+name, func(context.Context) (bool, string) {
+			out, err = kubectl(t, c, "-n", ns, "exec", pod.Name, "--", "/testapp", "get", "http://"+name+"/hostname")
+			return err == nil && strings.Contains(out, pod.Name), fmt.Sprintf("%v: %s", err, out)
+		})
 	}
 }
 

@@ -208,6 +208,9 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 		if err := node.start(ctx, c, e.bin, images); err != nil {
 			return nil, err
 		}
+		if err := c.deployCoreDNS(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }

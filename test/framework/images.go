@@ -31,6 +31,7 @@ const (
 	pauseImageRef   = "registry.local/offload/pause:test"
 	agentImageRef   = "registry.local/offload/offload-agent:test"
 	testAppImageRef = "registry.local/offload/testapp:test"
+	corednsImageRef = "registry.local/offload/coredns:test"
 )
 
 // imageNonRootUser is the "nonroot" user of distroless images.
@@ -197,14 +198,15 @@ func BuildGoBinary(ctx context.Context, pkg, dir string, ldflags string) (string
 }
 
 // testImageSpecs are the images TestImages builds, by the package of their
-// binary.
+// binary, or the pinned tool (hack/tools.sh) that is their binary.
 var testImageSpecs = []struct {
-	pkg string
-	img Image
+	pkg, tool string
+	img       Image
 }{
 	{pkg: "./test/images/pause", img: Image{Ref: pauseImageRef}},
 	{pkg: "./cmd/offload-agent", img: Image{Ref: agentImageRef, User: imageNonRootUser, Entrypoint: []string{"/offload-agent"}}},
 	{pkg: "./test/images/testapp", img: Image{Ref: testAppImageRef, User: imageNonRootUser}},
+	{tool: "coredns", img: Image{Ref: corednsImageRef, User: imageNonRootUser}},
 }
 
 var (
@@ -220,6 +222,7 @@ var (
 //	registry.local/offload/pause:test          from ./test/images/pause
 //	registry.local/offload/offload-agent:test  from ./cmd/offload-agent, user 65532:65532
 //	registry.local/offload/testapp:test        from ./test/images/testapp, user 65532:65532
+//	registry.local/offload/coredns:test        from CoreDNS (hack/tools.sh), user 65532:65532
 //
 // The binaries are rebuilt by the go command (a no-op when warm); an archive
 // is rewritten only when its binary or Image changed, and the stale
@@ -239,7 +242,7 @@ func buildTestImages(ctx context.Context) (map[string]string, error) {
 	dir := filepath.Join(cache, "images")
 	archives := map[string]string{}
 	for _, s := range testImageSpecs {
-		bin, err := BuildGoBinary(ctx, s.pkg, filepath.Join(dir, "bin"), "-s -w")
+		bin, err := specBinary(ctx, s.pkg, s.tool, filepath.Join(dir, "bin"))
 		if err != nil {
 			return nil, err
 		}
@@ -260,6 +263,22 @@ func buildTestImages(ctx context.Context) (map[string]string, error) {
 		archives[img.Ref] = archive
 	}
 	return archives, nil
+}
+
+// specBinary is the binary of an image: built from package pkg into dir,
+// or the pinned tool.
+func specBinary(ctx context.Context, pkg, tool, dir string) (string, error) {
+	if tool == "" {
+		return BuildGoBinary(ctx, pkg, dir, "-s -w")
+	}
+	if err := EnsureTools(ctx); err != nil {
+		return "", err
+	}
+	bin, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(bin, tool), nil
 }
 
 // imageCacheKey hashes what goes into an archive: the binary and the Image.

@@ -88,6 +88,9 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: %s}
 authorization: {mode: Webhook}
+# CoreDNS (coredns.go) answers behind Service kube-system/kube-dns.
+clusterDNS: [%s]
+clusterDomain: %s
 # Imported images have no registry to come back from: never collect them.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -95,7 +98,7 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "0%%", imagefs.avail
 serializeImagePulls: false
 protectKernelDefaults: false
 maxPods: 110
-`, n.IP, n.CgroupRoot, n.ContainerdAddress, n.path("pod-logs"), filepath.Join(pki, "ca.crt")),
+`, n.IP, n.CgroupRoot, n.ContainerdAddress, n.path("pod-logs"), filepath.Join(pki, "ca.crt"), DNSServiceIP, ClusterDomain),
 		"kube-proxy.yaml": fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %s}
