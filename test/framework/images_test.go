@@ -31,6 +31,7 @@ func TestImagesAreBuiltFromStaticBinaries(t *testing.T) {
 		{ref: pauseImageRef, binary: "pause", entrypoint: []string{"/pause"}},
 		{ref: agentImageRef, binary: "offload-agent", entrypoint: []string{"/offload-agent"}, user: "65532:65532"},
 		{ref: testAppImageRef, binary: "testapp", entrypoint: []string{"/testapp"}, user: "65532:65532"},
+		{ref: corednsImageRef, binary: "coredns", entrypoint: []string{"/coredns"}, user: "65532:65532"},
 	}
 	if len(archives) != len(tests) {
 		t.Errorf("TestImages built %v, want %d images", archives, len(tests))
