@@ -95,60 +95,22 @@ build_kube() {
   stamp "${tool}" "${KUBE_VERSION}"
 }
 
-build_etcd() {
-  if up_to_date etcd "${ETCD_VERSION}"; then return; fi
-  local dir="${SRC}/etcd-${ETCD_VERSION}"
+# build_wrapped TOOL VERSION MODULE PACKAGE builds PACKAGE of MODULE at
+# VERSION through a wrapper module of its own, so the tool's dependencies
+# never meet this repository's (etcd, CoreDNS).
+build_wrapped() {
+  local tool="$1" version="$2" module="$3" pkg="$4"
+  if up_to_date "${tool}" "${version}"; then return; fi
+  local dir="${SRC}/${tool}-${version}"
   mkdir -p "${dir}"
-  log "building etcd ${ETCD_VERSION}"
+  log "building ${tool} ${version}"
   if [[ ! -f "${dir}/go.mod" ]]; then
-    cat > "${dir}/go.mod" <<GOMOD
-module offload.local/etcdtool
-
-go 1.26
-
-require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
-GOMOD
-    cat > "${dir}/tools.go" <<'GO'
-//go:build tools
-
-// Package tools pins the etcd server this module builds.
-package tools
-
-import _ "go.etcd.io/etcd/server/v3"
-GO
+    printf 'module offload.local/%stool\n\ngo 1.26\n\nrequire %s %s\n' "${tool}" "${module}" "${version}" > "${dir}/go.mod"
+    printf '//go:build tools\n\n// Package tools pins the %s this module builds.\npackage tools\n\nimport _ "%s"\n' "${tool}" "${pkg}" > "${dir}/tools.go"
     (cd "${dir}" && go mod tidy)
   fi
-  (cd "${dir}" && go build -trimpath -ldflags "-s -w" -o "${BIN}/etcd" go.etcd.io/etcd/server/v3)
-  stamp etcd "${ETCD_VERSION}"
-}
-
-# build_coredns builds CoreDNS, the local clusters' DNS, through a wrapper
-# module as etcd.
-build_coredns() {
-  if up_to_date coredns "${COREDNS_VERSION}"; then return; fi
-  local dir="${SRC}/coredns-${COREDNS_VERSION}"
-  mkdir -p "${dir}"
-  log "building coredns ${COREDNS_VERSION}"
-  if [[ ! -f "${dir}/go.mod" ]]; then
-    cat > "${dir}/go.mod" <<GOMOD
-module offload.local/corednstool
-
-go 1.26
-
-require github.com/coredns/coredns ${COREDNS_VERSION}
-GOMOD
-    cat > "${dir}/tools.go" <<'GO'
-//go:build tools
-
-// Package tools pins the CoreDNS server this module builds.
-package tools
-
-import _ "github.com/coredns/coredns"
-GO
-    (cd "${dir}" && go mod tidy)
-  fi
-  (cd "${dir}" && go build -trimpath -ldflags "-s -w" -o "${BIN}/coredns" github.com/coredns/coredns)
-  stamp coredns "${COREDNS_VERSION}"
+  (cd "${dir}" && go build -trimpath -ldflags "-s -w" -o "${BIN}/${tool}" "${pkg}")
+  stamp "${tool}" "${version}"
 }
 
 build_kwok() {
@@ -169,9 +131,9 @@ build_controller_gen() {
 build() {
   case "$1" in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) build_kube "$1" ;;
-    etcd) build_etcd ;;
+    etcd) build_wrapped etcd "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
     kwok|kwokctl) build_kwok "$1" ;;
-    coredns) build_coredns ;;
+    coredns) build_wrapped coredns "${COREDNS_VERSION}" github.com/coredns/coredns github.com/coredns/coredns ;;
     controller-gen) build_controller_gen ;;
     *) echo "unknown tool $1" >&2; exit 2 ;;
   esac
