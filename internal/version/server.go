@@ -2,18 +2,16 @@ package version
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/storage/driver"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 )
 
 // ServerVersions asks the cluster for its Kubernetes version and the
@@ -40,17 +38,14 @@ func ServerVersions(ctx context.Context, f factory.Factory) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rel, err := action.NewGet(helm).Run(offloadv1alpha1.ReleaseName)
+	rel, err := helmclient.New(helm, f.Namespace()).Release(offloadv1alpha1.ReleaseName)
 	switch {
-	case errors.Is(err, driver.ErrReleaseNotFound):
-		return s, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading the %s release: %w", offloadv1alpha1.ReleaseName, err)
+		return nil, err
+	case rel == nil:
+		return s, nil
 	}
-	s.Installed = true
-	if rel.Chart != nil && rel.Chart.Metadata != nil {
-		s.Chart = rel.Chart.Metadata.Version
-	}
+	s.Installed, s.Chart = true, rel.ChartVersion
 	dep, err := kube.AppsV1().Deployments(f.Namespace()).Get(ctx, offloadv1alpha1.ControllerManager, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):

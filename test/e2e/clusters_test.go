@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"context"
-	"net/netip"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"

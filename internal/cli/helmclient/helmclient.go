@@ -49,7 +49,9 @@ type Release struct {
 	// Config are the user-supplied values, as stored with the release.
 	Config map[string]any
 	// Values are the chart's default values merged with Config, as
-	// `helm get values --all` shows them.
+	// `helm get values --all` shows them. Config and Values nest plain
+	// maps, never Helm's chartutil.Values, so that their readers need not
+	// know Helm.
 	Values map[string]any
 	// Manifest is the rendered manifest.
 	Manifest string
@@ -127,7 +129,7 @@ func (h *sdkClient) Uninstall(name string, timeout time.Duration) error {
 // fromSDK converts rel, merging its values the way `helm get values --all`
 // does, without reading the release a second time.
 func fromSDK(rel *release.Release) (*Release, error) {
-	out := &Release{Name: rel.Name, Revision: rel.Version, Config: rel.Config, Values: map[string]any{}, Manifest: rel.Manifest}
+	out := &Release{Name: rel.Name, Revision: rel.Version, Config: plainMap(rel.Config), Values: map[string]any{}, Manifest: rel.Manifest}
 	if rel.Info != nil {
 		out.Status = rel.Info.Status.String()
 	}
@@ -139,7 +141,37 @@ func fromSDK(rel *release.Release) (*Release, error) {
 		if err != nil {
 			return nil, fmt.Errorf("merging the values of helm release %s: %w", rel.Name, err)
 		}
-		out.Values = vals.AsMap()
+		out.Values = plainMap(vals)
 	}
 	return out, nil
+}
+
+// plainMap copies values, with every nested table as a map[string]any.
+func plainMap(values map[string]any) map[string]any {
+	if values == nil {
+		return nil
+	}
+	out := make(map[string]any, len(values))
+	for k, v := range values {
+		out[k] = plain(v)
+	}
+	return out
+}
+
+// plain returns v with its tables, chartutil.Values among them, as
+// map[string]any.
+func plain(v any) any {
+	switch v := v.(type) {
+	case chartutil.Values:
+		return plainMap(v)
+	case map[string]any:
+		return plainMap(v)
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = plain(e)
+		}
+		return out
+	}
+	return v
 }

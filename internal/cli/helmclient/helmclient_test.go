@@ -94,3 +94,28 @@ func TestTheReleaseLifecycleInTheProjectsTypes(t *testing.T) {
 		t.Errorf("a second uninstall = %v, want nil", err)
 	}
 }
+
+func TestReleaseValuesNestPlainMaps(t *testing.T) {
+	// Values built with Helm's own type, as chartutil's functions return.
+	vals := map[string]any{"image": chartutil.Values{"tag": "v2"}, "extra": []any{chartutil.Values{"name": "a"}}}
+	rel, err := memoryClient().Install(t.Context(), "offload", testChart("0.1.0"), vals, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string]map[string]any{"config": rel.Config, "values": rel.Values} {
+		img, ok := got["image"].(map[string]any)
+		if !ok || img["tag"] != "v2" {
+			t.Errorf("%s image = %#v, want a map[string]any with tag v2", name, got["image"])
+		}
+		extra, _ := got["extra"].([]any)
+		if len(extra) != 1 {
+			t.Fatalf("%s extra = %#v, want one item", name, got["extra"])
+		}
+		if _, ok := extra[0].(map[string]any); !ok {
+			t.Errorf("%s extra[0] = %#v, want a map[string]any", name, extra[0])
+		}
+	}
+	if _, ok := vals["image"].(chartutil.Values); !ok {
+		t.Error("the caller's values were changed")
+	}
+}
