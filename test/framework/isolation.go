@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/nftexpr"
 )
 
 // The host's nftables objects that isolate local clusters. The table is
@@ -61,10 +63,10 @@ func (iso isolation) apply() error {
 			// Members pass; everyone else is dropped.
 			for _, m := range iso.members {
 				c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(iso.key),
-					Exprs: append(append(matchPrefix(16, p), matchPrefix(12, m)...), &expr.Verdict{Kind: expr.VerdictAccept})})
+					Exprs: nftexpr.Rule(nftexpr.MatchPrefix(nftexpr.Destination, p), nftexpr.MatchPrefix(nftexpr.Source, m), nftexpr.Verdict(expr.VerdictAccept))})
 			}
 			c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(iso.key),
-				Exprs: append(matchPrefix(16, p), &expr.Verdict{Kind: expr.VerdictDrop})})
+				Exprs: nftexpr.Rule(nftexpr.MatchPrefix(nftexpr.Destination, p), nftexpr.Verdict(expr.VerdictDrop))})
 		}
 		if err := c.Flush(); err != nil {
 			return fmt.Errorf("isolating the pods of %s: %w", iso.key, err)
@@ -119,19 +121,4 @@ func deleteRules(c *nftables.Conn, table *nftables.Table, chain *nftables.Chain,
 		return fmt.Errorf("removing the isolation of %s: %w", key, err)
 	}
 	return nil
-}
-
-// matchPrefix matches the IPv4 address at offset (12 source, 16
-// destination) of the network header against prefix p.
-func matchPrefix(offset uint32, p netip.Prefix) []expr.Any {
-	bits := make([]byte, 4)
-	for i := 0; i < p.Bits(); i++ {
-		bits[i/8] |= 0x80 >> (i % 8)
-	}
-	network := p.Masked().Addr().As4()
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: bits, Xor: []byte{0, 0, 0, 0}},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: network[:]},
-	}
 }

@@ -6,41 +6,17 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netns"
 )
-
-// inNetNS runs fn on a thread switched into network namespace name; the
-// sockets fn opens stay in that namespace.
-func inNetNS(name string, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = host.Close() }()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = target.Close() }()
-	if err := netns.Set(target); err != nil {
-		return err
-	}
-	defer func() { _ = netns.Set(host) }()
-	return fn()
-}
 
 // echoServer listens on every address of namespace ns and answers "ok".
 func echoServer(t *testing.T, ns string) int {
 	t.Helper()
 	var l net.Listener
-	if err := inNetNS(ns, func() (err error) {
+	if err := InNetNS(ns, func() (err error) {
 		l, err = net.Listen("tcp4", "0.0.0.0:0")
 		return err
 	}); err != nil {
@@ -79,7 +55,7 @@ func reach(ns, addr string) error {
 	if ns == "" {
 		return dial()
 	}
-	return inNetNS(ns, dial)
+	return InNetNS(ns, dial)
 }
 
 func TestIsolatedClustersReachEachOthersNodesButNotTheirPods(t *testing.T) {

@@ -43,15 +43,7 @@ debugging, pass --kubeconfig or set KUBECONFIG.`,
 			return err
 		},
 	})
-	root.AddCommand(newCmdControllerManager(g), newCmdAuth(g))
-	root.AddCommand(&cobra.Command{
-		Use:   "gateway",
-		Short: "Run the WireGuard network gateway",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fmt.Errorf("%s is not part of this build yet", cmd.Name())
-		},
-	})
+	root.AddCommand(newCmdControllerManager(g), newCmdAuth(g), newCmdGateway(g))
 	return root
 }
 
