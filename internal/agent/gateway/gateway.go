@@ -126,7 +126,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	probes, stop := context.WithCancel(ctx)
 	defer stop()
 	go serveEcho(probes, local)
-	go g.live.probe(probes, local, peer)
+	go g.live.probe(probes, local, peer, g.peerReachable)
 
 	t := time.NewTicker(g.opts.ReloadInterval)
 	defer t.Stop()
@@ -245,6 +245,22 @@ func (g *Gateway) reload() error {
 		}
 	}
 	return g.apply(cfg, raw)
+}
+
+// peerReachable tells whether the device knows where its peer is: always
+// for the client, once the client has connected for the server.
+func (g *Gateway) peerReachable() bool {
+	g.mu.Lock()
+	cfg, dev := g.cfg, g.dev
+	g.mu.Unlock()
+	if cfg == nil || dev == nil {
+		return false
+	}
+	if cfg.Role == RoleClient {
+		return true
+	}
+	_, p, err := dev.peerStats()
+	return err == nil && p != nil && p.Endpoint != nil
 }
 
 // rehandshake lets the client find a restarted server at once. A server

@@ -65,9 +65,11 @@ func serveEcho(ctx context.Context, local netip.Addr) {
 	}
 }
 
-// probe sends a numbered probe to the peer every interval and records the
-// answers, until ctx ends.
-func (l *liveness) probe(ctx context.Context, local, peer netip.Addr) {
+// probe sends a numbered probe to the peer every interval, while
+// reachable says the peer can be reached (the server waits for the client
+// to show up: a packet to a peer without an endpoint only makes WireGuard
+// complain), and records the answers, until ctx ends.
+func (l *liveness) probe(ctx context.Context, local, peer netip.Addr, reachable func() bool) {
 	var c *net.UDPConn
 	defer func() {
 		if c != nil {
@@ -90,7 +92,7 @@ func (l *liveness) probe(ctx context.Context, local, peer netip.Addr) {
 				go l.receive(ctx, c, sent)
 			}
 		}
-		if c != nil {
+		if c != nil && reachable() {
 			seq++
 			var b [8]byte
 			binary.BigEndian.PutUint64(b[:], seq)
