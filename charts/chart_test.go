@@ -34,8 +34,8 @@ func TestEmbeddedChartLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Name() != "offload" || len(c.CRDObjects()) != 5 || c.Schema == nil {
-		t.Errorf("embedded chart %q has %d CRDs, schema %t; want offload, 5 CRDs and a schema", c.Name(), len(c.CRDObjects()), c.Schema != nil)
+	if c.Name() != "offload" || len(c.CRDObjects()) != 7 || c.Schema == nil {
+		t.Errorf("embedded chart %q has %d CRDs, schema %t; want offload, 7 CRDs and a schema", c.Name(), len(c.CRDObjects()), c.Schema != nil)
 	}
 }
 

@@ -35,6 +35,15 @@ type OutgoingPeering struct {
 	Enabled bool `json:"enabled"`
 }
 
+// Networking configures the network fabric toward a peer.
+type Networking struct {
+	// Disabled peers without the fabric, for clusters that already share a
+	// flat network (Cilium ClusterMesh, Submariner, one routed LAN): no
+	// gateway runs and no address is translated.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+}
+
 // ForeignClusterSpec identifies a peer and how to reach it.
 type ForeignClusterSpec struct {
 	// ClusterID is the peer's cluster identity (a UUID).
@@ -57,6 +66,9 @@ type ForeignClusterSpec struct {
 	// OutgoingPeering says whether this cluster consumes the peer's resources.
 	// +optional
 	OutgoingPeering OutgoingPeering `json:"outgoingPeering,omitempty"`
+	// Networking configures the network fabric toward the peer.
+	// +optional
+	Networking Networking `json:"networking,omitempty"`
 }
 
 // ForeignClusterStatus is the observed state of a peering.

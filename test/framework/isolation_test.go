@@ -125,8 +125,22 @@ func TestIsolatedClustersReachEachOthersNodesButNotTheirPods(t *testing.T) {
 	if err := reach(a.NetNS, pod); err != nil {
 		t.Errorf("after removing the isolation, %s cannot reach %s: %v", a.NetNS, pod, err)
 	}
+	// Nothing of b's is left; the table goes with its last rule (another
+	// local cluster on this host may still have rules in it).
 	c := &nftables.Conn{}
-	if _, err := c.ListChain(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: isolationTable}, isolationChain); err == nil {
-		t.Errorf("nftables table %s is left after its last rules went", isolationTable)
+	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: isolationTable}
+	if _, err := c.ListChain(table, isolationChain); err == nil {
+		rules, err := c.GetRules(table, &nftables.Chain{Name: isolationChain, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rules) == 0 {
+			t.Errorf("nftables table %s is left after its last rules went", isolationTable)
+		}
+		for _, r := range rules {
+			if string(r.UserData) == b.NetNS {
+				t.Errorf("a rule of %s is left in table %s", b.NetNS, isolationTable)
+			}
+		}
 	}
 }

@@ -1,0 +1,199 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NetworkPeeringName is the name of the one NetworkPeering in a tenant
+// namespace.
+const NetworkPeeringName = "network"
+
+// CIDRMapping is how one of a peer's real pod CIDRs is seen from a
+// cluster: as itself when it clashes with nothing there, else as a block of
+// the same size from that cluster's remap pools.
+type CIDRMapping struct {
+	// Real is the peer's pod CIDR.
+	Real string `json:"real"`
+	// View is the same addresses as this cluster sees them.
+	View string `json:"view"`
+}
+
+// NetworkPeeringSpec is what the consumer tells the provider about its side
+// of the tunnel.
+type NetworkPeeringSpec struct {
+	// ClusterID is the consumer's cluster identity.
+	ClusterID string `json:"clusterID"`
+	// PublicKey is the consumer gateway's WireGuard public key (base64).
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]{43}=$`
+	PublicKey string `json:"publicKey"`
+	// PodCIDRs are the consumer's real pod CIDRs.
+	// +kubebuilder:validation:MinItems=1
+	PodCIDRs []string `json:"podCIDRs"`
+	// MTU is the tunnel MTU the consumer's path allows.
+	// +kubebuilder:validation:Minimum=576
+	MTU int32 `json:"mtu"`
+}
+
+// NetworkPeeringStatus is the provider's side of the tunnel.
+type NetworkPeeringStatus struct {
+	// PublicKey is the provider gateway's WireGuard public key.
+	// +optional
+	PublicKey string `json:"publicKey,omitempty"`
+	// Endpoint is host:port where the consumer's gateway dials the provider's.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// PodCIDRs are the provider's real pod CIDRs.
+	// +optional
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	// ConsumerViews are how the provider sees the consumer's pod CIDRs:
+	// addresses the consumer puts into objects it reflects to the provider
+	// are translated into these.
+	// +optional
+	ConsumerViews []CIDRMapping `json:"consumerViews,omitempty"`
+	// MTU is the MTU both gateways use: the smaller of the two proposals.
+	// +optional
+	MTU int32 `json:"mtu,omitempty"`
+	// Conditions has Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NetworkPeering lives in the consumer's tenant namespace on the provider:
+// the exchange of keys, endpoints, pod CIDRs and MTU over the peering's
+// authenticated channel. The consumer writes the spec, the provider the
+// status. Neither side can write the other's ForeignCluster.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=offload
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="MTU",type=integer,JSONPath=`.status.mtu`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NetworkPeering struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NetworkPeeringSpec   `json:"spec,omitempty"`
+	Status NetworkPeeringStatus `json:"status,omitempty"`
+}
+
+// NetworkPeeringList is a list of NetworkPeerings.
+// +kubebuilder:object:root=true
+type NetworkPeeringList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NetworkPeering `json:"items"`
+}
+
+// TunnelRole is which end of a tunnel a cluster is.
+// +kubebuilder:validation:Enum=Server;Client
+type TunnelRole string
+
+// The tunnel roles.
+const (
+	// TunnelServer is the provider's end: it listens.
+	TunnelServer TunnelRole = "Server"
+	// TunnelClient is the consumer's end: it dials, so it works behind NAT.
+	TunnelClient TunnelRole = "Client"
+)
+
+// TunnelSpec is one gateway's configuration.
+type TunnelSpec struct {
+	// ClusterID is the peer's cluster identity.
+	ClusterID string `json:"clusterID"`
+	// ClusterName is the peer's cluster name.
+	ClusterName string `json:"clusterName"`
+	// Role is this cluster's end of the tunnel.
+	Role TunnelRole `json:"role"`
+	// PeerPublicKey is the peer gateway's WireGuard public key.
+	// +optional
+	PeerPublicKey string `json:"peerPublicKey,omitempty"`
+	// Endpoint is host:port of the server; set on the client.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// MTU is the tunnel MTU both ends use; 0 until the peers agree.
+	// +optional
+	MTU int32 `json:"mtu,omitempty"`
+	// LocalPodCIDRs are this cluster's real pod CIDRs.
+	LocalPodCIDRs []string `json:"localPodCIDRs"`
+	// Mappings are this cluster's views of the peer's pod CIDRs. They are
+	// allocated once and kept here, so restarts never renumber.
+	// +optional
+	Mappings []CIDRMapping `json:"mappings,omitempty"`
+	// AllowedDestinations are the local pod addresses (CIDRs) the peer may
+	// open connections to: on the server, the pods of the consumer's twin
+	// namespaces. Empty allows every local pod.
+	// +optional
+	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
+}
+
+// TunnelStatus is what the gateway reports.
+type TunnelStatus struct {
+	// Implementation is the WireGuard device that runs: kernel or userspace.
+	// +optional
+	Implementation string `json:"implementation,omitempty"`
+	// PublicKey is this gateway's WireGuard public key.
+	// +optional
+	PublicKey string `json:"publicKey,omitempty"`
+	// Endpoint is the peer's address as the tunnel last saw it.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// LastHandshake is the last completed WireGuard handshake.
+	// +optional
+	LastHandshake *metav1.Time `json:"lastHandshake,omitempty"`
+	// RxBytes and TxBytes count what crossed the tunnel.
+	// +optional
+	RxBytes int64 `json:"rxBytes,omitempty"`
+	// +optional
+	TxBytes int64 `json:"txBytes,omitempty"`
+	// Connected says the peer answered the liveness probe within 10 s.
+	// +optional
+	Connected bool `json:"connected,omitempty"`
+	// PathMTU is the tunnel MTU this side's path allows: the egress MTU
+	// toward the peer minus the tunnel's overhead. The peers use the
+	// smaller of their two.
+	// +optional
+	PathMTU int32 `json:"pathMTU,omitempty"`
+	// MTU is the MTU the device runs with.
+	// +optional
+	MTU int32 `json:"mtu,omitempty"`
+	// Conditions has Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Tunnel is one end of the network tunnel to one peer, in the install
+// namespace: the configuration its gateway runs with and what the gateway
+// reports.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=offload
+// +kubebuilder:printcolumn:name="Peer",type=string,JSONPath=`.spec.clusterName`
+// +kubebuilder:printcolumn:name="Role",type=string,JSONPath=`.spec.role`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Connected",type=boolean,JSONPath=`.status.connected`
+// +kubebuilder:printcolumn:name="Handshake",type=date,JSONPath=`.status.lastHandshake`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Tunnel struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TunnelSpec   `json:"spec,omitempty"`
+	Status TunnelStatus `json:"status,omitempty"`
+}
+
+// TunnelList is a list of Tunnels.
+// +kubebuilder:object:root=true
+type TunnelList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Tunnel `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NetworkPeering{}, &NetworkPeeringList{}, &Tunnel{}, &TunnelList{})
+}
