@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -20,10 +21,13 @@ of the peer's pod CIDRs and the peer's real addresses, let the peer reach
 only the allowed local pods, and clamp TCP's MSS to the tunnel's MTU. A
 UDP echo over the tunnel tells whether the peer really answers.
 
-The configuration is a JSON file (the controller renders it into the
-gateway's Secret); it is re-read when it changes. /healthz and /readyz are
-the probes and /status reports the tunnel as JSON, on
---health-probe-bind-address.
+In a cluster (--tunnel), the configuration is the Tunnel object of that
+name in --namespace, which the controller-manager keeps; the gateway watches
+only that object and writes its status (implementation, endpoint, last
+handshake, bytes, connected, path MTU) back. The private key is a file, from
+the gateway's Secret. Out of a cluster (--config), it is a JSON file,
+re-read when it changes. /healthz and /readyz are the probes and /status
+reports the tunnel as JSON, on --health-probe-bind-address.
 
 --init only sets the network namespace's sysctls (forwarding, reverse-path
 filtering, local sources) and exits: the chart runs it in a privileged init
@@ -32,7 +36,11 @@ container, because containers see /proc/sys read-only.
 The process removes its device, rules and routes on SIGTERM or SIGINT.`
 
 const gatewayExample = `  # In the gateway pod, as the controller runs it
-  offload-agent gateway --config /etc/offload/gateway/config.json
+  offload-agent gateway --tunnel provider --namespace offload-system \
+    --private-key-file /etc/offload/gateway/privateKey
+
+  # Out of a cluster, from a JSON configuration
+  offload-agent gateway --config gateway.json
 
   # The init container
   offload-agent gateway --init`
@@ -40,14 +48,20 @@ const gatewayExample = `  # In the gateway pod, as the controller runs it
 // gatewayOptions are the options of offload-agent gateway.
 type gatewayOptions struct {
 	gateway.Options
-	Init   bool
+	Init bool
+	// Tunnel and Namespace name the Tunnel object of the in-cluster mode.
+	Tunnel, Namespace string
+	// Base is what the pod decides: interface, implementation, key file.
+	Base   gateway.Config
 	global *globalOptions
 }
 
 func newCmdGateway(g *globalOptions) *cobra.Command {
 	o := &gatewayOptions{
 		Options: gateway.Options{HealthProbeBindAddress: ":8083", ReloadInterval: 2 * time.Second},
-		global:  g,
+		Base: gateway.Config{Interface: "offload0", Implementation: gateway.ImplementationAuto,
+			PrivateKeyFile: "/etc/offload/gateway/privateKey"},
+		global: g,
 	}
 	cmd := &cobra.Command{
 		Use:     "gateway",
@@ -59,10 +73,7 @@ func newCmdGateway(g *globalOptions) *cobra.Command {
 			if o.Init {
 				return gateway.SetSysctls()
 			}
-			if o.ConfigFile == "" {
-				return errors.New("--config is required: the gateway's JSON configuration")
-			}
-			return gateway.New(o.Options, o.global.logger("gateway")).Run(cmd.Context())
+			return o.Run(cmd.Context())
 		},
 	}
 	fs := cmd.Flags()
@@ -70,5 +81,40 @@ func newCmdGateway(g *globalOptions) *cobra.Command {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the plain-HTTP /healthz, /readyz and /status endpoints.")
 	fs.DurationVar(&o.ReloadInterval, "reload-interval", o.ReloadInterval, "How often the configuration file is checked for changes.")
 	fs.BoolVar(&o.Init, "init", o.Init, "Only set the network namespace's sysctls, then exit.")
+	fs.StringVar(&o.Tunnel, "tunnel", o.Tunnel, "Name of the Tunnel object to run (in a cluster).")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the Tunnel (default: $POD_NAMESPACE).")
+	fs.StringVar(&o.Base.Interface, "interface", o.Base.Interface, "Name of the WireGuard device (in a cluster).")
+	fs.StringVar((*string)(&o.Base.Implementation), "implementation", string(o.Base.Implementation), "WireGuard device: auto, kernel or userspace (in a cluster).")
+	fs.StringVar(&o.Base.PrivateKeyFile, "private-key-file", o.Base.PrivateKeyFile, "File holding the gateway's private key (in a cluster).")
 	return cmd
+}
+
+// Run runs the gateway from the Tunnel object or the configuration file.
+func (o *gatewayOptions) Run(ctx context.Context) error {
+	log := o.global.logger("gateway")
+	switch {
+	case o.Tunnel != "" && o.ConfigFile != "":
+		return errors.New("--tunnel and --config exclude each other: pass one")
+	case o.Tunnel == "" && o.ConfigFile == "":
+		return errors.New("pass --tunnel NAME (in a cluster) or --config FILE")
+	case o.ConfigFile != "":
+		return gateway.New(o.Options, log).Run(ctx)
+	}
+	ns := fromEnv(o.Namespace, envNamespace)
+	if ns == "" {
+		return errors.New("the namespace is not set: pass --namespace or set POD_NAMESPACE")
+	}
+	cfg, err := o.global.restConfig("gateway")
+	if err != nil {
+		return err
+	}
+	ic, err := gateway.NewInCluster(cfg, ns, o.Tunnel, o.Base)
+	if err != nil {
+		return err
+	}
+	if err := ic.Start(ctx); err != nil {
+		return err
+	}
+	o.Load, o.Report = ic.Load, ic.Report
+	return gateway.New(o.Options, log).Run(ctx)
 }

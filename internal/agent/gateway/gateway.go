@@ -28,8 +28,15 @@ import (
 
 // Options are the settings of a gateway process.
 type Options struct {
-	// ConfigFile is the JSON Config, re-read when it changes.
+	// ConfigFile is the JSON Config, re-read when it changes. Load, when
+	// set, replaces it.
 	ConfigFile string
+	// Load returns the configuration as it is now; it is called every
+	// ReloadInterval and applied when it changed. Until it first succeeds
+	// the gateway waits (the peer's key and endpoint may not be known yet).
+	Load func(ctx context.Context) (*Config, error)
+	// Report, when set, receives the status every ReloadInterval.
+	Report func(ctx context.Context, st Status) error
 	// HealthProbeBindAddress serves /healthz, /readyz and /status.
 	HealthProbeBindAddress string
 	// ReloadInterval is how often the configuration file is checked.
@@ -47,6 +54,8 @@ type Status struct {
 	// Endpoint is the peer's address as the tunnel last saw it.
 	Endpoint string `json:"endpoint,omitempty"`
 	MTU      int    `json:"mtu"`
+	// PathMTU is what this side's path allows: the egress MTU minus 80.
+	PathMTU int `json:"pathMTU,omitempty"`
 	// LastHandshake is the last completed WireGuard handshake.
 	LastHandshake time.Time `json:"lastHandshake,omitzero"`
 	RxBytes       int64     `json:"rxBytes"`
@@ -74,6 +83,7 @@ type Gateway struct {
 	raw     []byte
 	dev     *wgDevice
 	mtu     int
+	pathMTU int
 	key     wgtypes.Key
 	ready   bool
 	lastErr error
@@ -93,34 +103,69 @@ func New(opts Options, log logr.Logger) *Gateway {
 	if opts.ReloadInterval <= 0 {
 		opts.ReloadInterval = 2 * time.Second
 	}
+	if opts.Load == nil {
+		path := opts.ConfigFile
+		opts.Load = func(context.Context) (*Config, error) { return LoadConfig(path) }
+	}
 	return &Gateway{opts: opts, log: log}
 }
 
-// Run sets the tunnel up and keeps it as the configuration file says until
-// ctx ends, then removes what it added.
-func (g *Gateway) Run(ctx context.Context) error {
-	raw, err := os.ReadFile(g.opts.ConfigFile)
+// load returns the configuration and its canonical form, to compare.
+func (g *Gateway) load(ctx context.Context) (*Config, []byte, error) {
+	cfg, err := g.opts.Load(ctx)
 	if err != nil {
-		return fmt.Errorf("reading the gateway configuration: %w", err)
+		return nil, nil, err
 	}
-	cfg, err := LoadConfig(g.opts.ConfigFile)
+	raw, err := json.Marshal(cfg)
+	return cfg, raw, err
+}
+
+// waitConfig polls until the configuration is complete and valid.
+func (g *Gateway) waitConfig(ctx context.Context) (*Config, []byte, error) {
+	last := ""
+	for {
+		cfg, raw, err := g.load(ctx)
+		if err == nil {
+			return cfg, raw, nil
+		}
+		if err.Error() != last {
+			g.log.Info("Waiting for the tunnel's configuration", "reason", err.Error())
+			last = err.Error()
+		}
+		g.mu.Lock()
+		g.lastErr = err
+		g.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(g.opts.ReloadInterval):
+		}
+	}
+}
+
+// Run sets the tunnel up and keeps it as the configuration says until ctx
+// ends, then removes what it added.
+func (g *Gateway) Run(ctx context.Context) error {
+	g.mu.Lock()
+	g.beat = time.Now()
+	g.mu.Unlock()
+	srv, err := g.serveHTTP()
 	if err != nil {
 		return err
 	}
+	defer func() { _ = srv.Close() }()
 	if err := ensureSysctls(namespaceSysctls); err != nil {
 		return err
+	}
+	cfg, raw, err := g.waitConfig(ctx)
+	if err != nil {
+		return nil // stopped while waiting
 	}
 	if err := g.start(cfg, raw); err != nil {
 		g.teardown()
 		return err
 	}
 	defer g.teardown()
-
-	srv, err := g.serveHTTP()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = srv.Close() }()
 
 	local, peer := cfg.tunnelAddrs()
 	probes, stop := context.WithCancel(ctx)
@@ -140,14 +185,25 @@ func (g *Gateway) Run(ctx context.Context) error {
 			wasConnected = c
 		}
 		g.rehandshake(time.Now())
+		g.report(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		if err := g.reload(); err != nil {
+		if err := g.reload(ctx); err != nil {
 			g.log.Error(err, "Applying the changed configuration")
 		}
+	}
+}
+
+// report hands the status to Report.
+func (g *Gateway) report(ctx context.Context) {
+	if g.opts.Report == nil {
+		return
+	}
+	if err := g.opts.Report(ctx, g.Status()); err != nil && ctx.Err() == nil {
+		g.log.Error(err, "Reporting the tunnel's status")
 	}
 }
 
@@ -157,11 +213,13 @@ func (g *Gateway) start(cfg *Config, raw []byte) error {
 	if err != nil {
 		return err
 	}
+	path, err := pathMTU(cfg.PeerEndpoint)
 	mtu := cfg.MTU
 	if mtu == 0 {
-		if mtu, err = pathMTU(cfg.PeerEndpoint); err != nil {
+		if err != nil {
 			return fmt.Errorf("deriving the tunnel MTU (set mtu in the configuration): %w", err)
 		}
+		mtu = path
 	}
 	// Whatever a crashed run left behind goes first.
 	_ = deleteRules()
@@ -171,7 +229,7 @@ func (g *Gateway) start(cfg *Config, raw []byte) error {
 		return err
 	}
 	g.mu.Lock()
-	g.dev, g.key, g.mtu, g.lastReset = dev, key, mtu, time.Now()
+	g.dev, g.key, g.mtu, g.pathMTU, g.lastReset = dev, key, mtu, path, time.Now()
 	g.mu.Unlock()
 	g.log.Info("WireGuard device created", "interface", cfg.Interface, "implementation", dev.implementation, "mtu", mtu)
 	return g.apply(cfg, raw)
@@ -218,10 +276,10 @@ func (g *Gateway) program(cfg *Config) error {
 	return nil
 }
 
-// reload applies the configuration file when its content changed. A change
-// of device (name or implementation) needs a new process: it says so.
-func (g *Gateway) reload() error {
-	raw, err := os.ReadFile(g.opts.ConfigFile)
+// reload applies the configuration when it changed. A change of device
+// (name or implementation) needs a new process: it says so.
+func (g *Gateway) reload(ctx context.Context) error {
+	cfg, raw, err := g.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -231,10 +289,6 @@ func (g *Gateway) reload() error {
 	g.mu.Unlock()
 	if same {
 		return nil
-	}
-	cfg, err := LoadConfig(g.opts.ConfigFile)
-	if err != nil {
-		return err
 	}
 	if cfg.Interface != old.Interface || cfg.Implementation != old.Implementation || cfg.Role != old.Role {
 		return errors.New("the interface, implementation or role changed: restart the gateway to apply it")
@@ -310,8 +364,8 @@ func (g *Gateway) teardown() {
 func (g *Gateway) Status() Status {
 	g.mu.Lock()
 	cfg, dev, mtu, lastErr := g.cfg, g.dev, g.mtu, g.lastErr
+	st := Status{MTU: mtu, PathMTU: g.pathMTU}
 	g.mu.Unlock()
-	st := Status{MTU: mtu}
 	if lastErr != nil {
 		st.Error = lastErr.Error()
 	}

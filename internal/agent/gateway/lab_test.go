@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(runChild(cfg))
 	}
-	os.Exit(m.Run())
+	os.Exit(framework.RunWithAPIServer(m))
 }
 
 // runChild is the gateway process of the lab.

@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+)
+
+// FromTunnel is the gateway configuration a Tunnel describes. base holds
+// what the gateway's pod decides: the interface, the implementation and the
+// private key file.
+func FromTunnel(t *offloadv1alpha1.Tunnel, base Config) (*Config, error) {
+	c := base
+	switch t.Spec.Role {
+	case offloadv1alpha1.TunnelServer:
+		c.Role = RoleServer
+	case offloadv1alpha1.TunnelClient:
+		c.Role = RoleClient
+	default:
+		return nil, fmt.Errorf("tunnel %s has no role", t.Name)
+	}
+	if t.Spec.PeerPublicKey == "" {
+		return nil, fmt.Errorf("tunnel %s: the peer's public key is not known yet", t.Name)
+	}
+	if c.Role == RoleClient && t.Spec.Endpoint == "" {
+		return nil, fmt.Errorf("tunnel %s: the provider's endpoint is not known yet", t.Name)
+	}
+	if len(t.Spec.Mappings) == 0 {
+		return nil, fmt.Errorf("tunnel %s: the peer's pod CIDRs have no view yet", t.Name)
+	}
+	c.PeerPublicKey, c.PeerEndpoint, c.MTU = t.Spec.PeerPublicKey, t.Spec.Endpoint, int(t.Spec.MTU)
+	var err error
+	var errs []error
+	if c.LocalPodCIDRs, err = prefixes(t.Spec.LocalPodCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("localPodCIDRs: %w", err))
+	}
+	if c.AllowedDestinations, err = prefixes(t.Spec.AllowedDestinations); err != nil {
+		errs = append(errs, fmt.Errorf("allowedDestinations: %w", err))
+	}
+	c.Peer = nil
+	for _, m := range t.Spec.Mappings {
+		r, err1 := netip.ParsePrefix(m.Real)
+		v, err2 := netip.ParsePrefix(m.View)
+		if err := errors.Join(err1, err2); err != nil {
+			errs = append(errs, fmt.Errorf("mapping %s -> %s: %w", m.Real, m.View, err))
+			continue
+		}
+		c.Peer = append(c.Peer, Mapping{Real: r, View: v})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("tunnel %s: %w", t.Name, err)
+	}
+	c.Default()
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("tunnel %s: %w", t.Name, err)
+	}
+	return &c, nil
+}
+
+func prefixes(cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// TunnelStatus is st as the Tunnel reports it, with the Ready condition.
+func TunnelStatus(st Status, generation int64, old []metav1.Condition) offloadv1alpha1.TunnelStatus {
+	out := offloadv1alpha1.TunnelStatus{
+		Implementation: string(st.Implementation), PublicKey: st.PublicKey, Endpoint: st.Endpoint,
+		RxBytes: st.RxBytes, TxBytes: st.TxBytes, Connected: st.Connected,
+		PathMTU: int32(st.PathMTU), MTU: int32(st.MTU),
+		Conditions: append([]metav1.Condition(nil), old...),
+	}
+	if !st.LastHandshake.IsZero() {
+		out.LastHandshake = &metav1.Time{Time: st.LastHandshake.Truncate(time.Second)}
+	}
+	c := metav1.Condition{Type: offloadv1alpha1.ConditionReady, ObservedGeneration: generation}
+	switch {
+	case st.Error != "":
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "ConfigurationFailed", st.Error
+	case st.Connected:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "Connected", fmt.Sprintf("the peer answers through the tunnel (%s, %d bytes in, %d out)", st.Implementation, st.RxBytes, st.TxBytes)
+	case st.Implementation == "":
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Waiting", "the gateway waits for the peer's key, endpoint and pod CIDRs"
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Disconnected", "the peer does not answer the liveness probe through the tunnel"
+	}
+	meta.SetStatusCondition(&out.Conditions, c)
+	return out
+}
+
+// InCluster is the gateway's link to its Tunnel: a cache that watches only
+// that object (which is all the gateway's RBAC allows), the source of its
+// configuration and the writer of its status.
+type InCluster struct {
+	key    types.NamespacedName
+	base   Config
+	cache  cache.Cache
+	client client.Client
+
+	mu       sync.Mutex
+	reported offloadv1alpha1.TunnelStatus
+	at       time.Time
+}
+
+// NewInCluster watches Tunnel namespace/name through cfg.
+func NewInCluster(cfg *rest.Config, namespace, name string, base Config) (*InCluster, error) {
+	c, err := cache.New(cfg, cache.Options{
+		Scheme:            scheme.Scheme,
+		DefaultNamespaces: map[string]cache.Config{namespace: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			&offloadv1alpha1.Tunnel{}: {Field: fields.OneTermEqualSelector("metadata.name", name)},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the Tunnel cache: %w", err)
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	return &InCluster{key: types.NamespacedName{Namespace: namespace, Name: name}, base: base, cache: c, client: cl}, nil
+}
+
+// Start runs the cache until ctx ends; it returns once the cache synced.
+func (ic *InCluster) Start(ctx context.Context) error {
+	go func() { _ = ic.cache.Start(ctx) }()
+	if !ic.cache.WaitForCacheSync(ctx) {
+		return fmt.Errorf("watching Tunnel %s: the cache did not sync", ic.key)
+	}
+	return nil
+}
+
+// Load implements Options.Load.
+func (ic *InCluster) Load(ctx context.Context) (*Config, error) {
+	t := &offloadv1alpha1.Tunnel{}
+	if err := ic.cache.Get(ctx, ic.key, t); err != nil {
+		return nil, fmt.Errorf("reading Tunnel %s: %w", ic.key, err)
+	}
+	return FromTunnel(t, ic.base)
+}
+
+// statusRefresh is how often an unchanged status is written anyway, so the
+// byte counters and the handshake stay current.
+const statusRefresh = 30 * time.Second
+
+// Report implements Options.Report: it writes the Tunnel's status when it
+// changed (byte counters aside) or statusRefresh passed.
+func (ic *InCluster) Report(ctx context.Context, st Status) error {
+	t := &offloadv1alpha1.Tunnel{}
+	if err := ic.cache.Get(ctx, ic.key, t); err != nil {
+		return err
+	}
+	want := TunnelStatus(st, t.Generation, t.Status.Conditions)
+	ic.mu.Lock()
+	prev, at := ic.reported, ic.at
+	ic.mu.Unlock()
+	if sameExceptCounters(prev, want) && time.Since(at) < statusRefresh {
+		return nil
+	}
+	patch := client.MergeFrom(t.DeepCopy())
+	t.Status = want
+	if err := ic.client.Status().Patch(ctx, t, patch); err != nil {
+		return fmt.Errorf("writing the status of Tunnel %s: %w", ic.key, err)
+	}
+	ic.mu.Lock()
+	ic.reported, ic.at = want, time.Now()
+	ic.mu.Unlock()
+	return nil
+}
+
+func sameExceptCounters(a, b offloadv1alpha1.TunnelStatus) bool {
+	a.RxBytes, a.TxBytes, b.RxBytes, b.TxBytes = 0, 0, 0, 0
+	strip := func(cs []metav1.Condition) []metav1.Condition {
+		out := make([]metav1.Condition, len(cs))
+		for i, c := range cs {
+			c.LastTransitionTime, c.Message = metav1.Time{}, ""
+			out[i] = c
+		}
+		return out
+	}
+	a.Conditions, b.Conditions = strip(a.Conditions), strip(b.Conditions)
+	return reflect.DeepEqual(a, b)
+}

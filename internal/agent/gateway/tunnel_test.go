@@ -1,0 +1,110 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// The gateway's in-cluster link, against a real API server, with the RBAC
+// the chart gives a gateway: its own Tunnel, by name, and nothing else.
+func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
+	cfg := framework.APIServer(t)
+	admin := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, admin)
+	ctx := t.Context()
+	ns := framework.NewNamespace(t, admin, "gateway")
+
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{offloadv1alpha1.GroupVersion.Group}, Resources: []string{"tunnels"}, ResourceNames: []string{"provider"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{offloadv1alpha1.GroupVersion.Group}, Resources: []string{"tunnels/status"}, ResourceNames: []string{"provider"}, Verbs: []string{"get", "patch"}},
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "gateway", Namespace: ns}, Rules: rules}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "gateway", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "gateway"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "offload-gateway", Namespace: ns}},
+	}
+	for _, o := range []client.Object{role, binding} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asGateway := rest.CopyConfig(cfg)
+	asGateway.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":offload-gateway"}
+
+	// Another peer's Tunnel in the same namespace stays out of its reach.
+	other := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns},
+		Spec: offloadv1alpha1.TunnelSpec{ClusterID: "x", ClusterName: "other", Role: offloadv1alpha1.TunnelClient, LocalPodCIDRs: []string{"10.244.0.0/16"}}}
+	tunnel := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Name: "provider", Namespace: ns},
+		Spec: offloadv1alpha1.TunnelSpec{ClusterID: "y", ClusterName: "provider", Role: offloadv1alpha1.TunnelClient, LocalPodCIDRs: []string{"10.244.0.0/16"}}}
+	for _, o := range []client.Object{other, tunnel} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	base := Config{Interface: "offload0", PrivateKeyFile: "/key"}
+	ic, err := NewInCluster(asGateway, ns, "provider", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ic.Start(ctx); err != nil {
+		t.Fatalf("the gateway cannot watch its own Tunnel: %v", err)
+	}
+	if _, err := ic.Load(ctx); err == nil || !strings.Contains(err.Error(), "the peer's public key is not known yet") {
+		t.Errorf("an incomplete Tunnel: %v", err)
+	}
+	if err := framework.NewClient(t, asGateway).Get(ctx, client.ObjectKeyFromObject(other), &offloadv1alpha1.Tunnel{}); err == nil {
+		t.Error("the gateway read another peer's Tunnel")
+	}
+
+	// The controller fills it in: the gateway sees the change.
+	key := validConfig(t).PeerPublicKey
+	tunnel.Spec.PeerPublicKey, tunnel.Spec.Endpoint, tunnel.Spec.MTU = key, "192.0.2.1:31820", 1380
+	tunnel.Spec.Mappings = []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.70.0.0/16"}}
+	if err := admin.Update(ctx, tunnel); err != nil {
+		t.Fatal(err)
+	}
+	var got *Config
+	framework.Eventually(t, 10*time.Second, "the gateway sees its completed Tunnel", func(ctx context.Context) bool {
+		got, err = ic.Load(ctx)
+		return err == nil
+	})
+	if got.Role != RoleClient || got.PeerEndpoint != "192.0.2.1:31820" || got.MTU != 1380 || got.Peer[0].View.String() != "10.70.0.0/16" || got.Interface != "offload0" {
+		t.Errorf("configuration from the Tunnel: %+v", got)
+	}
+
+	// It reports, and its report becomes the Tunnel's status.
+	st := Status{Implementation: ImplementationUserspace, Endpoint: "192.0.2.1:31820", MTU: 1380, PathMTU: 1420,
+		LastHandshake: time.Now(), RxBytes: 2048, TxBytes: 1024, Connected: true}
+	if err := ic.Report(ctx, st); err != nil {
+		t.Fatalf("the gateway cannot write its status: %v", err)
+	}
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); err != nil {
+		t.Fatal(err)
+	}
+	ready := meta.FindStatusCondition(tunnel.Status.Conditions, offloadv1alpha1.ConditionReady)
+	if tunnel.Status.Implementation != "userspace" || !tunnel.Status.Connected || tunnel.Status.RxBytes != 2048 ||
+		tunnel.Status.PathMTU != 1420 || tunnel.Status.LastHandshake == nil || ready == nil || ready.Status != metav1.ConditionTrue {
+		t.Errorf("Tunnel status: %+v", tunnel.Status)
+	}
+	st.Connected = false
+	if err := ic.Report(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	_ = admin.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel)
+	if ready := meta.FindStatusCondition(tunnel.Status.Conditions, offloadv1alpha1.ConditionReady); ready == nil || ready.Reason != "Disconnected" {
+		t.Errorf("a lost tunnel is reported at once: %+v", tunnel.Status.Conditions)
+	}
+}
