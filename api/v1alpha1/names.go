@@ -81,3 +81,45 @@ func TwinNamespace(ns, consumerName, consumerID string) string {
 	}
 	return prefix + suffix
 }
+
+// The network fabric's names and labels.
+const (
+	// LabelTunnel names the Tunnel a gateway's objects belong to.
+	LabelTunnel = "offload.io/tunnel"
+	// LabelComponent is the component label of the agent's workloads.
+	LabelComponent = "app.kubernetes.io/component"
+	// ComponentGateway is the component of gateway pods.
+	ComponentGateway = "gateway"
+	// GatewayTemplateConfigMap holds the gateway pod template the chart
+	// renders from its values (image, resources, scheduling).
+	GatewayTemplateConfigMap = "offload-gateway-template"
+	// GatewayTemplateKey is the key of the template in that ConfigMap.
+	GatewayTemplateKey = "pod.yaml"
+	// GatewayPrivateKeyKey is the key of the private key in a gateway's Secret.
+	GatewayPrivateKeyKey = "privateKey"
+	// GatewayPort is the UDP port gateways listen on, in their pods.
+	GatewayPort = 51820
+)
+
+// TunnelName is the name of this cluster's Tunnel to peer: out-PEER when
+// this cluster consumes the peer (it is the client), in-PEER when the peer
+// consumes it (it is the server).
+func TunnelName(role TunnelRole, peer string) string {
+	if role == TunnelServer {
+		return "in-" + peer
+	}
+	return "out-" + peer
+}
+
+// GatewayName is the name of the Deployment, Secret, ServiceAccount, Role
+// and Service of tunnel's gateway: offload-gateway-TUNNEL, cut to the 63
+// characters of a Service name with a hash that keeps it unique.
+func GatewayName(tunnel string) string {
+	name := "offload-gateway-" + tunnel
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(tunnel))
+	suffix := "-" + hex.EncodeToString(sum[:])[:6]
+	return strings.TrimRight(name[:63-len(suffix)], "-") + suffix
+}

@@ -29,9 +29,11 @@ type NetworkPeeringSpec struct {
 	// PodCIDRs are the consumer's real pod CIDRs.
 	// +kubebuilder:validation:MinItems=1
 	PodCIDRs []string `json:"podCIDRs"`
-	// MTU is the tunnel MTU the consumer's path allows.
-	// +kubebuilder:validation:Minimum=576
-	MTU int32 `json:"mtu"`
+	// MTU is the tunnel MTU the consumer's path allows; 0 until its gateway
+	// measured it.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MTU int32 `json:"mtu,omitempty"`
 }
 
 // NetworkPeeringStatus is the provider's side of the tunnel.

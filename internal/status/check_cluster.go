@@ -3,7 +3,9 @@ package status
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,20 +77,44 @@ func (networkChecker) Check(_ context.Context, env *Env) Section {
 	}{
 		{"podCIDR", "Pod CIDR", "pod CIDR", "kubectl offload upgrade --pod-cidr CIDR"},
 		{"serviceCIDR", "Service CIDR", "service CIDR", "kubectl offload upgrade --service-cidr CIDR"},
-		{"externalCIDR", "External CIDR", "external CIDR", "kubectl offload upgrade --set network.externalCIDR=CIDR"},
+		{"remapPools", "Remap pools", "remap pool", "kubectl offload upgrade --set 'network.remapPools={CIDR}'"},
 	}
 	for _, cidr := range cidrs {
-		v := stringValue(rel.Values, "network", cidr.name)
+		values := cidrValues(rel.Values, cidr.name)
+		v := strings.Join(values, ", ")
 		s.Fields = append(s.Fields, Field{Name: cidr.name, Label: cidr.label, Value: v})
+		bad := ""
+		for _, c := range values {
+			if _, _, err := net.ParseCIDR(c); err != nil {
+				bad = c
+			}
+		}
 		if v == "" {
 			s.Checks = append(s.Checks, warn(cidr.name, "%s is not set: peers cannot remap overlapping ranges; run %s", cidr.what, cidr.remedy))
-		} else if _, _, err := net.ParseCIDR(v); err != nil {
-			s.Checks = append(s.Checks, warn(cidr.name, "%s %q is not a CIDR: run %s", cidr.what, v, cidr.remedy))
+		} else if bad != "" {
+			s.Checks = append(s.Checks, warn(cidr.name, "%s %q is not a CIDR: run %s", cidr.what, bad, cidr.remedy))
 		} else {
 			s.Checks = append(s.Checks, ok(cidr.name, "%s is set", cidr.what))
 		}
 	}
 	return s
+}
+
+// cidrValues reads network.NAME, a CIDR or a list of them.
+func cidrValues(values map[string]any, name string) []string {
+	switch v := lookup(values, "network", name).(type) {
+	case string:
+		if v != "" {
+			return []string{v}
+		}
+	case []any:
+		var out []string
+		for _, item := range v {
+			out = append(out, fmt.Sprint(item))
+		}
+		return out
+	}
+	return nil
 }
 
 // endpointsChecker shows the URLs peers use to reach this cluster.

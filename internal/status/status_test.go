@@ -198,7 +198,7 @@ func TestStatusJSONIsAStableContract(t *testing.T) {
 		"localCluster.agentVersion": testVersion,
 		"network.podCIDR":           "10.244.0.0/16",
 		"network.serviceCIDR":       "10.96.0.0/12",
-		"network.externalCIDR":      "10.70.0.0/16",
+		"network.remapPools":        "10.64.0.0/12",
 		"endpoints.authURL":         "https://172.18.0.2:31443",
 		"endpoints.apiServerURL":    "https://172.18.0.2:6443",
 	}

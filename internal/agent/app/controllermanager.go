@@ -2,19 +2,27 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/incoming"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/ipam"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/namespaceoffloading"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/network"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/resourceoffer"
@@ -53,12 +61,21 @@ type controllerManagerOptions struct {
 	NodeIP string
 	// KubeletPort is the port of the virtual nodes' kubelet API; 0 serves none.
 	KubeletPort int32
-	global      *globalOptions
+	// Network runs the network fabric's controllers.
+	Network bool
+	// PodCIDRs, ServiceCIDRs, RemapPools and ReservedCIDRs are this
+	// cluster's network settings, as the install detected or was told.
+	PodCIDRs, ServiceCIDRs, RemapPools, ReservedCIDRs []string
+	// GatewayServiceType and GatewayAddress publish this cluster's gateways
+	// to its consumers.
+	GatewayServiceType, GatewayAddress string
+	global                             *globalOptions
 }
 
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage,
-		UnreachableTolerationSeconds: -1, KubeletPort: 10250, global: g}
+		UnreachableTolerationSeconds: -1, KubeletPort: 10250, RemapPools: []string{"10.64.0.0/12"},
+		GatewayServiceType: string(corev1.ServiceTypeNodePort), global: g}
 	cmd := &cobra.Command{
 		Use:     "controller-manager",
 		Short:   "Run the controllers, the webhook and the virtual kubelets",
@@ -84,6 +101,13 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 		"How long offloaded pods stay bound to an unreachable or NotReady virtual node; negative means for ever.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the virtual nodes, where their kubelet API is served (default: $POD_IP).")
 	fs.Int32Var(&o.KubeletPort, "kubelet-port", o.KubeletPort, "Port of the virtual nodes' kubelet API (logs, exec, attach, port-forward); 0 turns it off.")
+	fs.BoolVar(&o.Network, "network", o.Network, "Run the network fabric: a WireGuard gateway per peering, with pod CIDRs remapped where they overlap.")
+	fs.StringSliceVar(&o.PodCIDRs, "pod-cidr", o.PodCIDRs, "This cluster's pod CIDR (repeatable); needed with --network.")
+	fs.StringSliceVar(&o.ServiceCIDRs, "service-cidr", o.ServiceCIDRs, "This cluster's service CIDR (repeatable); never used by a peer's view.")
+	fs.StringSliceVar(&o.RemapPools, "remap-pool", o.RemapPools, "CIDR from which overlapping peer pod CIDRs get their view here (repeatable).")
+	fs.StringSliceVar(&o.ReservedCIDRs, "reserved-cidr", o.ReservedCIDRs, "CIDR no peer's view may use, such as the node network (repeatable).")
+	fs.StringVar(&o.GatewayServiceType, "gateway-service-type", o.GatewayServiceType, "Service type that publishes this cluster's gateways to consumers: NodePort or LoadBalancer.")
+	fs.StringVar(&o.GatewayAddress, "gateway-address", o.GatewayAddress, "Address consumers dial to reach this cluster's gateways (host or host:port), behind NAT or a fixed load balancer.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "How long the controllers may take to stop after SIGTERM.")
 	return cmd
 }
@@ -107,7 +131,43 @@ func (o *controllerManagerOptions) Validate() error {
 	if o.SharingPercentage < 0 || o.SharingPercentage > 100 {
 		return fmt.Errorf("--sharing-percentage must be between 0 and 100, got %d", o.SharingPercentage)
 	}
+	if o.Network {
+		if _, err := o.networkSettings(); err != nil {
+			return err
+		}
+	}
 	return o.Options.Validate()
+}
+
+// networkSettings parses the network flags.
+func (o *controllerManagerOptions) networkSettings() (network.Settings, error) {
+	s := network.Settings{Namespace: o.Namespace, GatewayAddress: o.GatewayAddress}
+	var err error
+	if s.PodCIDRs, err = ipam.ParsePrefixes("--pod-cidr", o.PodCIDRs); err != nil {
+		return s, err
+	}
+	if len(s.PodCIDRs) == 0 {
+		return s, errors.New("--network needs --pod-cidr: reinstall with kubectl offload install --pod-cidr CIDR")
+	}
+	if s.ServiceCIDRs, err = ipam.ParsePrefixes("--service-cidr", o.ServiceCIDRs); err != nil {
+		return s, err
+	}
+	if s.Pools, err = ipam.ParsePrefixes("--remap-pool", o.RemapPools); err != nil {
+		return s, err
+	}
+	if s.Reserved, err = ipam.ParsePrefixes("--reserved-cidr", o.ReservedCIDRs); err != nil {
+		return s, err
+	}
+	if err := (ipam.Space{Pools: s.Pools, Reserved: s.Reserved}).Validate(); err != nil {
+		return s, err
+	}
+	switch corev1.ServiceType(o.GatewayServiceType) {
+	case corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+		s.GatewayServiceType = corev1.ServiceType(o.GatewayServiceType)
+	default:
+		return s, fmt.Errorf("--gateway-service-type must be NodePort or LoadBalancer, got %q", o.GatewayServiceType)
+	}
+	return s, nil
 }
 
 // Run runs the controller-manager until ctx is cancelled.
@@ -183,6 +243,26 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 			return addKubeletAPI(mgr, o, r)
 		},
 	)
+	if o.Network {
+		settings, err := o.networkSettings()
+		if err != nil {
+			return err
+		}
+		// The gateways' objects live in this namespace only, and RBAC allows
+		// no more: their caches watch just here.
+		o.NamespacedObjects = []client.Object{&offloadv1alpha1.Tunnel{}, &appsv1.Deployment{}, &corev1.Service{}, &corev1.ServiceAccount{}, &rbacv1.Role{}}
+		o.Controllers = append(o.Controllers,
+			// Provider side: each consumer's tunnel and gateway.
+			func(mgr ctrlmanager.Manager) error {
+				return (&network.ProviderReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: settings}).SetupWithManager(mgr)
+			},
+			// Consumer side: the tunnel to each provider, and NetworkReady.
+			func(mgr ctrlmanager.Manager) error {
+				r := &network.ConsumerReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: settings, Providers: providers(mgr)}
+				return r.SetupWithManager(mgr)
+			},
+		)
+	}
 	return manager.Run(ctx, cfg, o.Options)
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -44,6 +45,9 @@ type Options struct {
 	GracefulShutdownTimeout time.Duration
 	// Logger receives the manager's logs; the zero value discards them.
 	Logger klog.Logger
+	// NamespacedObjects are types whose cache watches only Namespace (the
+	// agent's RBAC allows no more for them).
+	NamespacedObjects []client.Object
 	// Controllers add the controllers to the manager New creates. They are
 	// functions so that controller packages may import this one.
 	Controllers []func(ctrlmanager.Manager) error
@@ -81,6 +85,10 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 		return nil, err
 	}
 	shutdown := o.GracefulShutdownTimeout
+	byObject := map[client.Object]cache.ByObject{}
+	for _, obj := range o.NamespacedObjects {
+		byObject[obj] = cache.ByObject{Namespaces: map[string]cache.Config{o.Namespace: {}}}
+	}
 	mgr, err := ctrlmanager.New(cfg, ctrlmanager.Options{
 		Scheme:                  scheme.Scheme,
 		Logger:                  o.Logger,
@@ -95,7 +103,7 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 		GracefulShutdownTimeout:       &shutdown,
 		// The cache holds every Pod and Node of the cluster; managed fields
 		// are a third of a pod's size and no controller reads them.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: byObject},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller manager: %w", err)

@@ -1,0 +1,369 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+// ProviderControllerName names the provider side's controller.
+const ProviderControllerName = "network-provider"
+
+// ProviderReconciler answers each consumer's NetworkPeering: it runs the
+// server Tunnel in-CONSUMER and its gateway, publishes the gateway, and
+// writes back its key, endpoint, pod CIDRs, its view of the consumer and
+// the MTU both use. The gateway's tenant filter lets the consumer reach
+// only the pods of its twin namespaces.
+type ProviderReconciler struct {
+	Client client.Client
+	// Reader reads Secrets and ConfigMaps of the install namespace uncached.
+	Reader   client.Reader
+	Settings Settings
+}
+
+// SetupWithManager registers the controller.
+func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named(ProviderControllerName).
+		For(&offloadv1alpha1.NetworkPeering{}).
+		// A Tunnel whose NetworkPeering went while the agent was down is
+		// found at start; its gateway's state wakes the answer.
+		Watches(&offloadv1alpha1.Tunnel{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfTunnel)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfPod)).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfTunnelObject)).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the %s controller: %w", ProviderControllerName, err)
+	}
+	return nil
+}
+
+// peeringOfTunnel maps a server Tunnel to its consumer's NetworkPeering.
+func (r *ProviderReconciler) peeringOfTunnel(_ context.Context, o client.Object) []reconcile.Request {
+	t, ok := o.(*offloadv1alpha1.Tunnel)
+	if !ok || t.Namespace != r.Settings.Namespace || t.Spec.Role != offloadv1alpha1.TunnelServer {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{
+		Namespace: offloadv1alpha1.TenantNamespace(t.Spec.ClusterName), Name: offloadv1alpha1.NetworkPeeringName}}}
+}
+
+// peeringOfTunnelObject maps a gateway's object to its NetworkPeering.
+func (r *ProviderReconciler) peeringOfTunnelObject(_ context.Context, o client.Object) []reconcile.Request {
+	tunnel := o.GetLabels()[offloadv1alpha1.LabelTunnel]
+	consumer, ok := strings.CutPrefix(tunnel, "in-")
+	if o.GetNamespace() != r.Settings.Namespace || !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: offloadv1alpha1.TenantNamespace(consumer), Name: offloadv1alpha1.NetworkPeeringName}}}
+}
+
+// peeringOfPod maps a pod of a twin namespace (its allowed address) or of
+// a server gateway (its node is the endpoint) to the NetworkPeering.
+func (r *ProviderReconciler) peeringOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	if reqs := r.peeringOfTunnelObject(ctx, o); len(reqs) > 0 {
+		return reqs
+	}
+	var ns corev1.Namespace
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: o.GetNamespace()}, &ns); err != nil {
+		return nil
+	}
+	id := ns.Labels[offloadv1alpha1.LabelTenant]
+	if id == "" || strings.HasPrefix(ns.Name, offloadv1alpha1.TenantNamespacePrefix) {
+		return nil
+	}
+	var peerings offloadv1alpha1.NetworkPeeringList
+	if err := r.Client.List(ctx, &peerings); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, np := range peerings.Items {
+		if np.Spec.ClusterID == id {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&np)})
+		}
+	}
+	return out
+}
+
+// Reconcile answers one NetworkPeering, or removes the Tunnel of one that
+// went.
+func (r *ProviderReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := klog.FromContext(ctx)
+	consumer, ok := strings.CutPrefix(req.Namespace, offloadv1alpha1.TenantNamespacePrefix)
+	if !ok || req.Name != offloadv1alpha1.NetworkPeeringName {
+		return reconcile.Result{}, nil // not a tenant's: never served
+	}
+	tunnel := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: r.Settings.Namespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, consumer)}}
+	var np offloadv1alpha1.NetworkPeering
+	err := r.Client.Get(ctx, req.NamespacedName, &np)
+	if apierrors.IsNotFound(err) || err == nil && !np.DeletionTimestamp.IsZero() {
+		// The consumer unpeered (its tenant namespace went) or withdrew:
+		// the gateway and everything it owns go with the Tunnel.
+		if err := r.Client.Delete(ctx, tunnel); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting Tunnel %s: %w", klog.KObj(tunnel), err)
+		} else if err == nil {
+			log.Info("Removed the gateway of a consumer that left", "tunnel", klog.KObj(tunnel))
+		}
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	ready, err := r.serve(ctx, &np, consumer, tunnel)
+	if err != nil {
+		ready = metav1.Condition{Status: metav1.ConditionFalse, Reason: "Failed", Message: err.Error()}
+	}
+	ready.Type, ready.ObservedGeneration = offloadv1alpha1.ConditionReady, np.Generation
+	meta.SetStatusCondition(&np.Status.Conditions, ready)
+	if serr := r.Client.Status().Update(ctx, &np); apierrors.IsConflict(serr) {
+		return reconcile.Result{Requeue: true}, nil // the consumer changed it meanwhile
+	} else if serr != nil {
+		return reconcile.Result{}, fmt.Errorf("writing the status of NetworkPeering %s: %w", klog.KObj(&np), serr)
+	}
+	if err != nil {
+		log.Error(err, "Serving the network peering", "networkPeering", klog.KObj(&np))
+	}
+	return reconcile.Result{}, nil
+}
+
+// serve brings the Tunnel, the gateway and the NetworkPeering's status in
+// line, and says how ready the answer is.
+func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.NetworkPeering, consumer string, tunnel *offloadv1alpha1.Tunnel) (metav1.Condition, error) {
+	if err := validSpec(np.Spec); err != nil {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "InvalidSpec", Message: err.Error()}, nil
+	}
+	mappings, err := views(ctx, r.Client, r.Settings, tunnel.Name, np.Spec.PodCIDRs)
+	if err != nil {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoFreeView", Message: err.Error()}, nil
+	}
+	allowed, err := r.tenantPods(ctx, np.Spec.ClusterID)
+	if err != nil {
+		return metav1.Condition{}, err
+	}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); client.IgnoreNotFound(err) != nil {
+		return metav1.Condition{}, err
+	}
+	spec := offloadv1alpha1.TunnelSpec{
+		ClusterID: np.Spec.ClusterID, ClusterName: consumer, Role: offloadv1alpha1.TunnelServer,
+		PeerPublicKey: np.Spec.PublicKey, MTU: agreedMTU(np.Spec.MTU, tunnel.Status.PathMTU),
+		LocalPodCIDRs: r.Settings.podCIDRStrings(), Mappings: mappings, AllowedDestinations: allowed,
+	}
+	// The consumer's Tenant owns the Tunnel: when the tenant goes, even
+	// while this agent is down, the gateway goes too.
+	var tenant offloadv1alpha1.Tenant
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: consumer}, &tenant); err != nil {
+		return metav1.Condition{}, fmt.Errorf("reading the Tenant of consumer %s: %w", consumer, err)
+	}
+	if tenant.Spec.ClusterID != np.Spec.ClusterID {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "InvalidSpec",
+			Message: fmt.Sprintf("clusterID %s is not the one of this tenant", np.Spec.ClusterID)}, nil
+	}
+	if err := applyTunnelOwned(ctx, r.Client, tunnel, spec, &tenant); err != nil {
+		return metav1.Condition{}, err
+	}
+	pub, err := gatewayKey(ctx, r.Client, r.Reader, r.Settings.Namespace, tunnel.Name, tunnel)
+	if err != nil {
+		return metav1.Condition{}, err
+	}
+	if err := ensureGateway(ctx, r.Client, r.Reader, tunnel); err != nil {
+		return metav1.Condition{}, err
+	}
+	svc, err := ensureService(ctx, r.Client, tunnel, r.Settings.GatewayServiceType)
+	if err != nil {
+		return metav1.Condition{}, err
+	}
+	np.Status.PublicKey, np.Status.PodCIDRs, np.Status.MTU = pub, r.Settings.podCIDRStrings(), spec.MTU
+	np.Status.ConsumerViews = mappings
+	endpoint, why := r.endpoint(ctx, tunnel, svc)
+	np.Status.Endpoint = endpoint
+	if endpoint == "" {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoEndpoint", Message: why}, nil
+	}
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Served",
+		Message: fmt.Sprintf("the gateway listens at %s and sees the consumer's pods as %s", endpoint, describe(mappings))}, nil
+}
+
+// applyTunnel creates the Tunnel or updates its spec.
+func applyTunnel(ctx context.Context, c client.Client, t *offloadv1alpha1.Tunnel, spec offloadv1alpha1.TunnelSpec) error {
+	if t.UID == "" {
+		t.Spec = spec
+		t.Labels = map[string]string{offloadv1alpha1.LabelRemoteClusterID: spec.ClusterID}
+		if err := c.Create(ctx, t); err != nil {
+			return fmt.Errorf("creating Tunnel %s: %w", klog.KObj(t), err)
+		}
+		return nil
+	}
+	if equalSpec(t.Spec, spec) {
+		return nil
+	}
+	t.Spec = spec
+	if err := c.Update(ctx, t); err != nil {
+		return fmt.Errorf("updating Tunnel %s: %w", klog.KObj(t), err)
+	}
+	return nil
+}
+
+func equalSpec(a, b offloadv1alpha1.TunnelSpec) bool {
+	return a.ClusterID == b.ClusterID && a.ClusterName == b.ClusterName && a.Role == b.Role && a.PeerPublicKey == b.PeerPublicKey &&
+		a.Endpoint == b.Endpoint && a.MTU == b.MTU && slices.Equal(a.LocalPodCIDRs, b.LocalPodCIDRs) &&
+		slices.Equal(a.Mappings, b.Mappings) && slices.Equal(a.AllowedDestinations, b.AllowedDestinations)
+}
+
+// agreedMTU is the smaller of the two sides' path MTUs, once both are
+// known; 0 until then (each gateway uses its own path's).
+func agreedMTU(a, b int32) int32 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	return min(a, b)
+}
+
+// tenantPods are the addresses of the pods in the consumer's twin
+// namespaces: what its traffic may reach here.
+func (r *ProviderReconciler) tenantPods(ctx context.Context, consumerID string) ([]string, error) {
+	var namespaces corev1.NamespaceList
+	if err := r.Client.List(ctx, &namespaces, client.MatchingLabels{offloadv1alpha1.LabelTenant: consumerID}); err != nil {
+		return nil, fmt.Errorf("listing the consumer's twin namespaces: %w", err)
+	}
+	var out []string
+	for _, ns := range namespaces.Items {
+		if strings.HasPrefix(ns.Name, offloadv1alpha1.TenantNamespacePrefix) {
+			continue
+		}
+		var pods corev1.PodList
+		if err := r.Client.List(ctx, &pods, client.InNamespace(ns.Name)); err != nil {
+			return nil, fmt.Errorf("listing the pods of twin namespace %s: %w", ns.Name, err)
+		}
+		for _, p := range pods.Items {
+			if p.Spec.HostNetwork {
+				continue
+			}
+			for _, ip := range p.Status.PodIPs {
+				if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is4() {
+					out = append(out, netip.PrefixFrom(a, 32).String())
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) == 0 && len(r.Settings.PodCIDRs) > 0 {
+		// No pod yet: the pod CIDR's network address, which no pod has, so
+		// the filter allows nothing (an empty list would allow every pod).
+		out = []string{netip.PrefixFrom(r.Settings.PodCIDRs[0].Masked().Addr(), 32).String()}
+	}
+	return out, nil
+}
+
+// endpoint is where the consumer dials the gateway: the configured
+// address, else the load balancer's, else the NodePort on the gateway
+// pod's node. It says why when there is none yet.
+func (r *ProviderReconciler) endpoint(ctx context.Context, t *offloadv1alpha1.Tunnel, svc *corev1.Service) (string, string) {
+	port := svc.Spec.Ports[0].NodePort
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		port = svc.Spec.Ports[0].Port
+	}
+	if a := r.Settings.GatewayAddress; a != "" {
+		if _, _, err := net.SplitHostPort(a); err == nil {
+			return a, ""
+		}
+		return net.JoinHostPort(a, strconv.Itoa(int(port))), ""
+	}
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if host := cmpOr(in.IP, in.Hostname); host != "" {
+				return net.JoinHostPort(host, strconv.Itoa(int(port))), ""
+			}
+		}
+		return "", fmt.Sprintf("waiting for a load balancer address for Service %s (or install with --set network.gateway.address=HOST)", klog.KObj(svc))
+	}
+	if port == 0 {
+		return "", fmt.Sprintf("Service %s has no NodePort yet", klog.KObj(svc))
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels(gatewayLabels(t.Name))); err != nil {
+		return "", err.Error()
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		var node corev1.Node
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &node); err != nil {
+			continue
+		}
+		if addr := nodeAddress(&node); addr != "" {
+			return net.JoinHostPort(addr, strconv.Itoa(int(port))), ""
+		}
+	}
+	return "", "waiting for the gateway pod to be scheduled: its node's address is the endpoint"
+}
+
+// nodeAddress prefers the node's external address.
+func nodeAddress(n *corev1.Node) string {
+	for _, typ := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
+		for _, a := range n.Status.Addresses {
+			if a.Type == typ && a.Address != "" {
+				return a.Address
+			}
+		}
+	}
+	return ""
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// validSpec checks what the consumer wrote.
+func validSpec(s offloadv1alpha1.NetworkPeeringSpec) error {
+	var errs []error
+	if _, err := wgtypes.ParseKey(s.PublicKey); err != nil {
+		errs = append(errs, fmt.Errorf("publicKey: %w", err))
+	}
+	if len(s.PodCIDRs) == 0 {
+		errs = append(errs, errors.New("podCIDRs is empty"))
+	}
+	for _, c := range s.PodCIDRs {
+		if p, err := netip.ParsePrefix(c); err != nil || !p.Addr().Is4() {
+			errs = append(errs, fmt.Errorf("podCIDRs: %q is not an IPv4 CIDR", c))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func describe(ms []offloadv1alpha1.CIDRMapping) string {
+	var parts []string
+	for _, m := range ms {
+		if m.Real == m.View {
+			parts = append(parts, m.Real)
+		} else {
+			parts = append(parts, m.View+" (real "+m.Real+")")
+		}
+	}
+	return strings.Join(parts, ", ")
+}
