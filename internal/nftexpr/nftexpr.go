@@ -242,3 +242,13 @@ func mask(bits int) []byte {
 	}
 	return m
 }
+
+// KeepSource is `snat to ip saddr`: a source NAT binding to the packet's
+// own source. It changes nothing, but once a connection has a binding the
+// kernel runs no later source NAT chain for it (a CNI's masquerade).
+func KeepSource() []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: Source, Len: 4},
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
+	}
+}

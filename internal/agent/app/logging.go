@@ -17,6 +17,7 @@ const (
 	envNamespace   = "POD_NAMESPACE"
 	envClusterName = "OFFLOAD_CLUSTER_NAME"
 	envPodIP       = "POD_IP"
+	envNodeName    = "NODE_NAME"
 )
 
 // logger returns the structured logger of a component, writing klog's text

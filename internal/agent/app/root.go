@@ -43,7 +43,7 @@ debugging, pass --kubeconfig or set KUBECONFIG.`,
 			return err
 		},
 	})
-	root.AddCommand(newCmdControllerManager(g), newCmdAuth(g), newCmdGateway(g))
+	root.AddCommand(newCmdControllerManager(g), newCmdAuth(g), newCmdGateway(g), newCmdFabric(g))
 	return root
 }
 

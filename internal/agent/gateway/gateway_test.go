@@ -35,67 +35,67 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 	l := newLab(t)
 
 	// The consumer: a node, two pods and the gateway pod.
-	cn := l.node("cn")
-	pn := l.node("pn")
-	l.sh("ip", "link", "add", "ul", "netns", cn, "mtu", fmt.Sprint(underlayMTU), "type", "veth", "peer", "name", "ul", "netns", pn, "mtu", fmt.Sprint(underlayMTU))
+	cn := l.Node("cn")
+	pn := l.Node("pn")
+	l.Sh("ip", "link", "add", "ul", "netns", cn, "mtu", fmt.Sprint(underlayMTU), "type", "veth", "peer", "name", "ul", "netns", pn, "mtu", fmt.Sprint(underlayMTU))
 	for ns, addr := range map[string]string{cn: "10.98.0.1/30", pn: "10.98.0.2/30"} {
-		l.sh("ip", "-n", ns, "addr", "add", addr, "dev", "ul")
-		l.sh("ip", "-n", ns, "link", "set", "ul", "up")
+		l.Sh("ip", "-n", ns, "addr", "add", addr, "dev", "ul")
+		l.Sh("ip", "-n", ns, "link", "set", "ul", "up")
 	}
-	cpod := l.pod(cn, "cpod", "10.244.1.5", underlayMTU)
-	cpod2 := l.pod(cn, "cpod2", "10.244.1.6", underlayMTU)
-	cgw := l.pod(cn, "cgw", "10.244.1.9", underlayMTU)
+	cpod := l.Pod(cn, "cpod", "10.244.1.5", underlayMTU)
+	cpod2 := l.Pod(cn, "cpod2", "10.244.1.6", underlayMTU)
+	cgw := l.Pod(cn, "cgw", "10.244.1.9", underlayMTU)
 	// The provider: the same pod addresses, one equal to the consumer
 	// gateway's, a pod of another tenant and the gateway pod.
-	ppod := l.pod(pn, "ppod", "10.244.1.5", underlayMTU)
-	ppod2 := l.pod(pn, "ppod2", "10.244.1.9", underlayMTU)
-	pother := l.pod(pn, "pother", "10.244.3.3", underlayMTU)
-	l.pod(pn, "pgw", "10.244.2.9", underlayMTU)
-	pgw := l.ns("pgw")
+	ppod := l.Pod(pn, "ppod", "10.244.1.5", underlayMTU)
+	ppod2 := l.Pod(pn, "ppod2", "10.244.1.9", underlayMTU)
+	pother := l.Pod(pn, "pother", "10.244.3.3", underlayMTU)
+	l.Pod(pn, "pgw", "10.244.2.9", underlayMTU)
+	pgw := l.NS("pgw")
 
 	// What the fabric DaemonSet does: each view via the gateway pod.
-	l.sh("ip", "-n", cn, "route", "add", consumerView, "via", "10.244.1.9")
-	l.sh("ip", "-n", pn, "route", "add", providerView, "via", "10.244.2.9")
+	l.Sh("ip", "-n", cn, "route", "add", consumerView, "via", "10.244.1.9")
+	l.Sh("ip", "-n", pn, "route", "add", providerView, "via", "10.244.2.9")
 	// What CNIs and kube-proxy do: pods leave the node masqueraded; the
 	// provider publishes its gateway on a NodePort; the consumer has a
 	// ClusterIP Service with a local and a remote endpoint.
 	for _, ns := range []string{cn, pn} {
-		l.nft(ns, func(c *nftables.Conn, tb *nftables.Table) {
-			post := natChain(c, tb, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
+		l.NFT(ns, func(c *nftables.Conn, tb *nftables.Table) {
+			post := framework.NATChain(c, tb, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
 			c.AddRule(&nftables.Rule{Table: tb, Chain: post, Exprs: nftexpr.Rule(nftexpr.Interface(false, "ul", true),
 				nftexpr.MatchPrefix(nftexpr.Source, netip.MustParsePrefix(podCIDR)), nftexpr.Masquerade())})
 		})
 	}
-	l.nft(pn, func(c *nftables.Conn, tb *nftables.Table) {
-		pre := natChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+	l.NFT(pn, func(c *nftables.Conn, tb *nftables.Table) {
+		pre := framework.NATChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
 		c.AddRule(&nftables.Rule{Table: tb, Chain: pre, Exprs: nftexpr.Rule(nftexpr.Interface(true, "ul", true),
 			nftexpr.Protocol(unix.IPPROTO_UDP), nftexpr.DestinationPort(31820), nftexpr.DNAT(netip.MustParseAddr("10.244.2.9"), 51820))})
 	})
-	l.nft(cn, func(c *nftables.Conn, tb *nftables.Table) {
-		pre := natChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+	l.NFT(cn, func(c *nftables.Conn, tb *nftables.Table) {
+		pre := framework.NATChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
 		for _, r := range sourcePortParity(netip.MustParseAddr("10.0.0.50"), 8080, netip.MustParseAddr("10.244.1.6"), netip.MustParseAddr("10.70.1.5")) {
 			c.AddRule(&nftables.Rule{Table: tb, Chain: pre, Exprs: r})
 		}
 	})
 	for ns, name := range map[string]string{cpod: "cpod", cpod2: "cpod2", ppod: "ppod", ppod2: "ppod2", pother: "pother"} {
-		l.serve(ns, name)
+		l.Serve(ns, name)
 	}
 
 	// Without gateways nothing crosses: whatever passes later is theirs.
-	if out, err := call(cpod, "10.70.1.5:8080", 0); err == nil {
+	if out, err := framework.Call(cpod, "10.70.1.5:8080", 0); err == nil {
 		t.Fatalf("before any gateway runs, the consumer pod reached the provider's: %q", out)
 	}
 
 	ckey, cpub := key(t, l.dir, "consumer")
 	pkey, ppub := key(t, l.dir, "provider")
 	consumer := &Config{
-		Role: RoleClient, Interface: l.prefix + "c", Implementation: ImplementationAuto,
+		Role: RoleClient, Interface: l.Prefix + "c", Implementation: ImplementationAuto,
 		PrivateKeyFile: ckey, PeerPublicKey: ppub, PeerEndpoint: "10.98.0.2:31820",
 		LocalPodCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)},
 		Peer:          []Mapping{{Real: netip.MustParsePrefix(podCIDR), View: netip.MustParsePrefix(consumerView)}},
 	}
 	provider := &Config{
-		Role: RoleServer, Interface: l.prefix + "p", Implementation: ImplementationUserspace,
+		Role: RoleServer, Interface: l.Prefix + "p", Implementation: ImplementationUserspace,
 		PrivateKeyFile: pkey, PeerPublicKey: cpub, ListenPort: 51820,
 		LocalPodCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)},
 		Peer:          []Mapping{{Real: netip.MustParsePrefix(podCIDR), View: netip.MustParsePrefix(providerView)}},
@@ -158,7 +158,7 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 	t.Run("the tenant filter drops a provider pod that is not allowed", func(t *testing.T) {
 		expectAnswer(t, pn, "10.244.3.3:8080", 0, "pother 169.254.1.1") // it is alive
 		before, _ := l.status("provider")
-		if out, err := call(cpod, "10.70.3.3:8080", 0); err == nil {
+		if out, err := framework.Call(cpod, "10.70.3.3:8080", 0); err == nil {
 			t.Fatalf("the consumer reached another tenant's pod: %q", out)
 		}
 		after, _ := l.status("provider")
@@ -167,9 +167,9 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 		}
 	})
 	t.Run("1 MiB crosses the lowered MTU both ways", func(t *testing.T) {
-		want := mebibyte()
+		want := framework.Mebibyte()
 		for _, c := range []struct{ from, to string }{{cpod, "10.70.1.5:8081"}, {ppod, "10.71.1.5:8081"}} {
-			got, err := callRaw(c.from, c.to, 0)
+			got, err := framework.CallRaw(c.from, c.to, 0)
 			if err != nil || !bytes.Equal(got, want) {
 				t.Errorf("%s -> %s: %d bytes, equal %v, err %v", c.from, c.to, len(got), bytes.Equal(got, want), err)
 			}
@@ -191,14 +191,14 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 			sig  syscall.Signal
 		}{{"consumer", syscall.SIGKILL}, {"provider", syscall.SIGTERM}} {
 			l.stop(c.name, c.sig)
-			if _, err := call(cpod, "10.70.1.5:8080", 0); err == nil {
+			if _, err := framework.Call(cpod, "10.70.1.5:8080", 0); err == nil {
 				t.Fatalf("with the %s gateway stopped, traffic still crossed", c.name)
 			}
 			start := time.Now()
 			p := l.gws[c.name]
 			l.run(c.name, p.ns, p.config)
 			took, err := framework.Poll(t.Context(), 50*time.Millisecond, 60*time.Second, func(context.Context) (bool, string) {
-				out, err := call(cpod, "10.70.1.5:8080", 0)
+				out, err := framework.Call(cpod, "10.70.1.5:8080", 0)
 				return err == nil && out == "ppod 10.71.1.5", fmt.Sprintf("%q %v", out, err)
 			})
 			if err != nil {
@@ -230,7 +230,7 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 
 func expectAnswer(t *testing.T, from, to string, sport int, want string) {
 	t.Helper()
-	out, err := call(from, to, sport)
+	out, err := framework.Call(from, to, sport)
 	if err != nil || out != want {
 		t.Errorf("%s -> %s: answer %q, err %v; want %q", from, to, out, err, want)
 	}

@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,9 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"k8s.io/klog/v2/textlogger"
@@ -61,10 +56,10 @@ func runChild(cfg string) int {
 
 // lab is one run's namespaces and gateway processes.
 type lab struct {
-	t      *testing.T
-	prefix string
-	dir    string
-	gws    map[string]*gatewayProc
+	*framework.NetLab
+	t   *testing.T
+	dir string
+	gws map[string]*gatewayProc
 }
 
 type gatewayProc struct {
@@ -75,83 +70,7 @@ type gatewayProc struct {
 
 func newLab(t *testing.T) *lab {
 	t.Helper()
-	b := make([]byte, 2)
-	_, _ = rand.Read(b)
-	l := &lab{t: t, prefix: "gwl" + hex.EncodeToString(b), dir: t.TempDir(), gws: map[string]*gatewayProc{}}
-	return l
-}
-
-// ns is the full name of the lab's namespace short.
-func (l *lab) ns(short string) string { return l.prefix + "-" + short }
-
-func (l *lab) sh(args ...string) {
-	l.t.Helper()
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		l.t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
-// addNS creates a namespace with loopback up; the test deletes it.
-func (l *lab) addNS(short string) string {
-	l.t.Helper()
-	ns := l.ns(short)
-	l.sh("ip", "netns", "add", ns)
-	l.t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
-			l.t.Errorf("deleting namespace %s: %v: %s", ns, err, out)
-		}
-	})
-	l.sh("ip", "-n", ns, "link", "set", "lo", "up")
-	return ns
-}
-
-func (l *lab) sysctl(ns, key, value string) {
-	l.t.Helper()
-	l.sh("ip", "netns", "exec", ns, "sysctl", "-qw", key+"="+value)
-}
-
-// node creates a node namespace that forwards.
-func (l *lab) node(short string) string {
-	ns := l.addNS(short)
-	l.sysctl(ns, "net.ipv4.ip_forward", "1")
-	return ns
-}
-
-// pod wires namespace short to node as a routed CNI does: a veth, the
-// pod's /32, a default route through a link-local gateway address on the
-// node's side.
-func (l *lab) pod(node, short, ip string, mtu int) string {
-	ns := l.addNS(short)
-	veth := "v" + short
-	l.sh("ip", "link", "add", veth, "netns", node, "mtu", fmt.Sprint(mtu), "type", "veth", "peer", "name", "eth0", "netns", ns, "mtu", fmt.Sprint(mtu))
-	l.sh("ip", "-n", node, "addr", "add", "169.254.1.1/32", "dev", veth)
-	l.sh("ip", "-n", node, "link", "set", veth, "up")
-	l.sh("ip", "-n", node, "route", "add", ip+"/32", "dev", veth)
-	l.sh("ip", "-n", ns, "addr", "add", ip+"/32", "dev", "eth0")
-	l.sh("ip", "-n", ns, "link", "set", "eth0", "up")
-	l.sh("ip", "-n", ns, "route", "add", "169.254.1.1", "dev", "eth0")
-	l.sh("ip", "-n", ns, "route", "add", "default", "via", "169.254.1.1", "dev", "eth0")
-	return ns
-}
-
-// nft programs the node namespace ns with rules in table offload-lab.
-func (l *lab) nft(ns string, build func(c *nftables.Conn, t *nftables.Table)) {
-	l.t.Helper()
-	h, err := netns.GetFromName(ns)
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	defer func() { _ = h.Close() }()
-	c := &nftables.Conn{NetNS: int(h)}
-	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "offload-lab"})
-	build(c, t)
-	if err := c.Flush(); err != nil {
-		l.t.Fatalf("programming the node %s: %v", ns, err)
-	}
-}
-
-func natChain(c *nftables.Conn, t *nftables.Table, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
-	return c.AddChain(&nftables.Chain{Name: "nat" + fmt.Sprint(*prio), Table: t, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: prio})
+	return &lab{NetLab: framework.NewNetLab(t, "gwl"), t: t, dir: t.TempDir(), gws: map[string]*gatewayProc{}}
 }
 
 // startGateway runs the gateway of cfg inside namespace ns.
@@ -256,74 +175,6 @@ func (l *lab) waitConnected(timeout time.Duration, names ...string) time.Duratio
 		l.t.Fatalf("the tunnel did not come up: %v", err)
 	}
 	return took
-}
-
-// serve runs, in namespace ns, a server on :8080 that answers
-// "<name> <client address it sees>" and one on :8081 that sends 1 MiB.
-func (l *lab) serve(ns, name string) {
-	l.t.Helper()
-	listen := func(port int) net.Listener {
-		var ln net.Listener
-		if err := framework.InNetNS(ns, func() (err error) {
-			ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
-			return err
-		}); err != nil {
-			l.t.Fatal(err)
-		}
-		l.t.Cleanup(func() { _ = ln.Close() })
-		return ln
-	}
-	accept := func(ln net.Listener, handle func(net.Conn)) {
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); handle(c) }()
-			}
-		}()
-	}
-	accept(listen(8080), func(c net.Conn) {
-		ip := c.RemoteAddr().(*net.TCPAddr).IP
-		_, _ = fmt.Fprintf(c, "%s %s\n", name, ip)
-	})
-	accept(listen(8081), func(c net.Conn) { _, _ = c.Write(mebibyte()) })
-}
-
-func mebibyte() []byte {
-	b := make([]byte, 1<<20)
-	for i := range b {
-		b[i] = byte(i * 7 / 3)
-	}
-	return b
-}
-
-// call connects from namespace ns to addr, from local port sport when
-// non-zero, and returns the whole answer.
-func call(ns, addr string, sport int) (string, error) {
-	b, err := callRaw(ns, addr, sport)
-	return strings.TrimSpace(string(b)), err
-}
-
-// callRaw is call without trimming the answer.
-func callRaw(ns, addr string, sport int) ([]byte, error) {
-	var out []byte
-	err := framework.InNetNS(ns, func() error {
-		d := net.Dialer{Timeout: 2 * time.Second}
-		if sport != 0 {
-			d.LocalAddr = &net.TCPAddr{Port: sport}
-		}
-		c, err := d.Dial("tcp4", addr)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		out, err = io.ReadAll(bufio.NewReader(c))
-		return err
-	})
-	return out, err
 }
 
 func key(t *testing.T, dir, name string) (path string, public string) {
