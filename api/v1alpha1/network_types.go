@@ -124,6 +124,10 @@ type TunnelSpec struct {
 	// allocated once and kept here, so restarts never renumber.
 	// +optional
 	Mappings []CIDRMapping `json:"mappings,omitempty"`
+	// PeerViews are how the peer sees this cluster's pod CIDRs, as it said:
+	// addresses this cluster reflects to the peer are translated into them.
+	// +optional
+	PeerViews []CIDRMapping `json:"peerViews,omitempty"`
 	// AllowedDestinations are the local pod addresses (CIDRs) the peer may
 	// open connections to: on the server, the pods of the consumer's twin
 	// namespaces. Empty allows every local pod.

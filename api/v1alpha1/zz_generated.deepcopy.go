@@ -781,6 +781,11 @@ func (in *TunnelSpec) DeepCopyInto(out *TunnelSpec) {
 		*out = make([]CIDRMapping, len(*in))
 		copy(*out, *in)
 	}
+	if in.PeerViews != nil {
+		in, out := &in.PeerViews, &out.PeerViews
+		*out = make([]CIDRMapping, len(*in))
+		copy(*out, *in)
+	}
 	if in.AllowedDestinations != nil {
 		in, out := &in.AllowedDestinations, &out.AllowedDestinations
 		*out = make([]string, len(*in))

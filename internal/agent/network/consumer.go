@@ -147,6 +147,7 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 		return offloadv1alpha1.PhaseFailed, metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoFreeView", Message: err.Error()}, nil
 	}
 	spec.PeerPublicKey, spec.Endpoint, spec.MTU, spec.Mappings = np.Status.PublicKey, np.Status.Endpoint, np.Status.MTU, mappings
+	spec.PeerViews = np.Status.ConsumerViews
 	if err := applyTunnelOwned(ctx, r.Client, tunnel, spec, fc); err != nil {
 		return "", metav1.Condition{}, err
 	}

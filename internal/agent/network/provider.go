@@ -227,7 +227,7 @@ func applyTunnel(ctx context.Context, c client.Client, t *offloadv1alpha1.Tunnel
 func equalSpec(a, b offloadv1alpha1.TunnelSpec) bool {
 	return a.ClusterID == b.ClusterID && a.ClusterName == b.ClusterName && a.Role == b.Role && a.PeerPublicKey == b.PeerPublicKey &&
 		a.Endpoint == b.Endpoint && a.MTU == b.MTU && slices.Equal(a.LocalPodCIDRs, b.LocalPodCIDRs) &&
-		slices.Equal(a.Mappings, b.Mappings) && slices.Equal(a.AllowedDestinations, b.AllowedDestinations)
+		slices.Equal(a.Mappings, b.Mappings) && slices.Equal(a.PeerViews, b.PeerViews) && slices.Equal(a.AllowedDestinations, b.AllowedDestinations)
 }
 
 // agreedMTU is the smaller of the two sides' path MTUs, once both are

@@ -61,7 +61,7 @@ func (res *resource[T]) cached(inf cache.SharedIndexInformer, ns, name string) (
 
 func (res *resource[T]) reconcile(ctx context.Context, r *Reflector, p *pair, name string) error {
 	log := r.opts.Logger.WithValues("kind", res.Name, "object", klog.KRef(p.twin, name), "namespace", p.consumer)
-	o := reflection.Origin{ClusterID: r.opts.ConsumerClusterID, TwinNamespace: p.twin}
+	o := reflection.Origin{ClusterID: r.opts.ConsumerClusterID, TwinNamespace: p.twin, Addresses: r.opts.addresses()}
 	local, haveLocal := res.cached(p.local[res.Name], p.consumer, name)
 	remote, haveRemote := res.cached(p.remote[res.Name], p.twin, name)
 

@@ -28,6 +28,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -61,8 +63,19 @@ type Options struct {
 	TwinNamespaces func(ctx context.Context) (map[string]string, error)
 	// Resync is how often TwinNamespaces is called. Default DefaultResync.
 	Resync time.Duration
+	// Addresses returns the address translation of the peering's network
+	// fabric; nil (or a nil func) translates nothing.
+	Addresses func() *reflection.Addresses
 	// Logger logs what the Reflector does.
 	Logger klog.Logger
+}
+
+// addresses is the current address translation.
+func (o Options) addresses() *reflection.Addresses {
+	if o.Addresses == nil {
+		return nil
+	}
+	return o.Addresses()
 }
 
 // Reflector reflects the objects of the offloaded namespaces into their twin

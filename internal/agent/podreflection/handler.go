@@ -69,6 +69,10 @@ type Options struct {
 	// VirtualNodeLabels are the virtual node's labels; see
 	// reflection.Origin.VirtualNodeLabels. Optional.
 	VirtualNodeLabels map[string]string
+	// Addresses returns the address translation of the peering's network
+	// fabric: pods show their provider IPs in the consumer's view. nil (or
+	// a nil func) translates nothing.
+	Addresses func() *reflection.Addresses
 	// NodeIP is the virtual node's address, published as the host IP of
 	// its pods. Empty keeps the pods' host IP as it is.
 	NodeIP string
@@ -147,6 +151,14 @@ func (h *Handler) Start(ctx context.Context) error {
 	h.mu.Unlock()
 	_, err := h.syncAll(ctx)
 	return err
+}
+
+// addresses is the current address translation.
+func (h *Handler) addresses() *reflection.Addresses {
+	if h.opts.Addresses == nil {
+		return nil
+	}
+	return h.opts.Addresses()
 }
 
 // origin is the reflection origin of the pods of twin namespace twin.

@@ -204,7 +204,7 @@ func (h *Handler) statusPod(ctx context.Context, ti *twinInformer, remote *corev
 		return nil
 	}
 	out := local.DeepCopy()
-	out.Status = reflection.ConsumerStatus(remote, local, h.opts.NodeIP)
+	out.Status = reflection.ConsumerStatus(remote, local, h.opts.NodeIP, h.addresses())
 	return out
 }
 
@@ -214,5 +214,5 @@ func (h *Handler) consumerView(ctx context.Context, ti *twinInformer, remote *co
 	if _, ok := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ok {
 		return nil
 	}
-	return reflection.ConsumerView(remote, h.localPod(ctx, ti, remote), ti.consumer, h.opts.VirtualNodeName, h.opts.NodeIP)
+	return reflection.ConsumerView(remote, h.localPod(ctx, ti, remote), ti.consumer, h.opts.VirtualNodeName, h.opts.NodeIP, h.addresses())
 }

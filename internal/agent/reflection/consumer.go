@@ -18,8 +18,21 @@ const ReasonRemotePodDeleted = "RemotePodDeleted"
 // RemotePodDeleted: the provider's kubelet may end such a pod Succeeded
 // (its containers exit 0 on SIGTERM), which would tell the consumer the
 // workload completed. Its controller then replaces it.
-func ConsumerStatus(remote, local *corev1.Pod, hostIP string) corev1.PodStatus {
+//
+// With the network fabric, the pod's addresses are the provider's
+// translated into the consumer's view (addrs), so the consumer reaches the
+// pod by the IP it shows, and the consumer's own EndpointSlices, built
+// from it, include remote pods.
+func ConsumerStatus(remote, local *corev1.Pod, hostIP string, addrs *Addresses) corev1.PodStatus {
 	st := LocalStatus(remote, local, hostIP)
+	if addrs != nil && st.PodIP != "" {
+		st.PodIP = addrs.ConsumerIP(st.PodIP)
+		ips := make([]corev1.PodIP, len(st.PodIPs))
+		for i, ip := range st.PodIPs {
+			ips[i] = corev1.PodIP{IP: addrs.ConsumerIP(ip.IP)}
+		}
+		st.PodIPs = ips
+	}
 	if remote.DeletionTimestamp != nil && local.DeletionTimestamp == nil &&
 		(st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed) {
 		st.Phase = corev1.PodFailed
@@ -36,7 +49,7 @@ func ConsumerStatus(remote, local *corev1.Pod, hostIP string) corev1.PodStatus {
 // and the status remote implies (ConsumerStatus). The virtual-kubelet
 // PodController compares it with the consumer pod to decide whether to
 // update the remote pod, so it differs exactly when the remote pod lags.
-func ConsumerView(remote, local *corev1.Pod, namespace, nodeName, hostIP string) *corev1.Pod {
+func ConsumerView(remote, local *corev1.Pod, namespace, nodeName, hostIP string, addrs *Addresses) *corev1.Pod {
 	var out *corev1.Pod
 	if local != nil {
 		out = local.DeepCopy()
@@ -57,7 +70,7 @@ func ConsumerView(remote, local *corev1.Pod, namespace, nodeName, hostIP string)
 		d := *remote.Spec.ActiveDeadlineSeconds
 		out.Spec.ActiveDeadlineSeconds = &d
 	}
-	out.Status = ConsumerStatus(remote, local, hostIP)
+	out.Status = ConsumerStatus(remote, local, hostIP, addrs)
 	return out
 }
 

@@ -30,7 +30,7 @@ func TestAPodWhoseRemotePodWasDeletedOnTheProviderIsFailed(t *testing.T) {
 		if tc.consumer {
 			local.DeletionTimestamp = &now
 		}
-		st := reflection.ConsumerStatus(remote, local, "")
+		st := reflection.ConsumerStatus(remote, local, "", nil)
 		if st.Phase != tc.want {
 			t.Errorf("%s: phase %s, want %s", tc.name, st.Phase, tc.want)
 		}
@@ -74,7 +74,7 @@ func TestConsumerView(t *testing.T) {
 		{"of a consumer pod that is gone", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := reflection.ConsumerView(remote, tc.local, "shop", vnName, "172.18.0.2")
+			got := reflection.ConsumerView(remote, tc.local, "shop", vnName, "172.18.0.2", nil)
 			assertEqual(t, "identity", []string{"web", "shop", "u-1", vnName}, []string{got.Name, got.Namespace, string(got.UID), got.Spec.NodeName})
 			assertEqual(t, "labels", map[string]string{"app": "web"}, got.Labels)
 			assertEqual(t, "annotations", map[string]string{"team": "payments"}, got.Annotations)

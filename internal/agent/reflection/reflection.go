@@ -64,6 +64,9 @@ type Origin struct {
 	// kubernetes.io/hostname=spec.nodeName) and expressions on other
 	// offload.io/ keys are taken as satisfied.
 	VirtualNodeLabels map[string]string
+	// Addresses translates the addresses of reflected EndpointSlices into
+	// ones the provider reaches; nil when the peering has no networking.
+	Addresses *Addresses
 }
 
 // originLabels are the labels that mark an object as reflected by o.

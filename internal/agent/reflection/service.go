@@ -104,7 +104,10 @@ func ownedPorts(in []corev1.ServicePort) []corev1.ServicePort {
 // kubernetes.io/service-name kept (it names the reflected Service) and
 // endpointslice.kubernetes.io/managed-by set to ManagedByReflection. Node
 // names, zones, target references and hints are dropped: they name consumer
-// nodes and pods. It reports false for slices that belong to no Service and
+// nodes and pods. With the network fabric (o.Addresses), addresses become
+// ones the provider reaches (consumer pods in its view of them, pods
+// offloaded there as their real address) and endpoints it cannot reach are
+// dropped. It reports false for slices that belong to no Service and
 // for slices that are reflections themselves.
 func RemoteEndpointSlice(local *discoveryv1.EndpointSlice, o Origin) (*discoveryv1.EndpointSlice, bool) {
 	if local.Labels[discoveryv1.LabelServiceName] == "" || local.Labels[discoveryv1.LabelManagedBy] == ManagedByReflection {
@@ -118,8 +121,17 @@ func RemoteEndpointSlice(local *discoveryv1.EndpointSlice, o Origin) (*discovery
 	}
 	out.Labels[discoveryv1.LabelManagedBy] = ManagedByReflection
 	for _, e := range l.Endpoints {
+		var addrs []string
+		for _, a := range e.Addresses {
+			if p, ok := o.Addresses.ProviderIP(a); ok {
+				addrs = append(addrs, p)
+			}
+		}
+		if len(addrs) == 0 {
+			continue // not reachable from the provider through this peering
+		}
 		out.Endpoints = append(out.Endpoints, discoveryv1.Endpoint{
-			Addresses:  e.Addresses,
+			Addresses:  addrs,
 			Conditions: e.Conditions,
 			Hostname:   e.Hostname,
 		})

@@ -1,0 +1,48 @@
+package virtualnode
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+)
+
+// addressesTTL is how long a read of the peering's Tunnel is used.
+const addressesTTL = 10 * time.Second
+
+// tunnelAddresses reads the address translation of the peering with
+// provider from its client Tunnel out-PROVIDER, at most every addressesTTL:
+// nil while the peering has no Tunnel (networking off, or not set up yet).
+// It reads uncached, as the Tunnel type is watched only where the network
+// controllers run.
+func tunnelAddresses(reader client.Reader, namespace, provider string) func() *reflection.Addresses {
+	var mu sync.Mutex
+	var cached *reflection.Addresses
+	var at time.Time
+	key := client.ObjectKey{Namespace: namespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider)}
+	return func() *reflection.Addresses {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(at) < addressesTTL {
+			return cached
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var t offloadv1alpha1.Tunnel
+		err := reader.Get(ctx, key, &t)
+		switch {
+		case err == nil && len(t.Spec.Mappings) > 0:
+			cached = reflection.AddressesOf(&t)
+		case err == nil || client.IgnoreNotFound(err) == nil:
+			cached = nil
+		default:
+			return cached // keep the last answer through an API hiccup
+		}
+		at = time.Now()
+		return cached
+	}
+}
