@@ -143,8 +143,8 @@ func applyRules(p Plan) error {
 	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
 	c.AddTable(t)
 	c.DelTable(t)
-	c.AddTable(t)
-	if len(p.Routes) > 0 && len(p.LocalPodCIDRs) > 0 {
+	if len(p.Routes) > 0 && len(p.LocalPodCIDRs) > 0 { // else no table at all
+		c.AddTable(t)
 		local := &nftables.Set{Table: t, Name: "local-pods", KeyType: nftables.TypeIPAddr, Interval: true}
 		views := &nftables.Set{Table: t, Name: "views", KeyType: nftables.TypeIPAddr, Interval: true}
 		if err := errors.Join(c.AddSet(local, nftexpr.IntervalElements(p.LocalPodCIDRs)), c.AddSet(views, nftexpr.IntervalElements(p.views()))); err != nil {

@@ -102,6 +102,9 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 		if have, err := Routes(); err != nil || len(have) != 0 {
 			t.Errorf("routes left after their view went: %v %v", have, err)
 		}
+		if tables, _ := (&nftables.Conn{}).ListTables(); slices.ContainsFunc(tables, func(tb *nftables.Table) bool { return tb.Name == tableName }) {
+			t.Errorf("table %s left after the last view went", tableName)
+		}
 		if err := Apply(p); err != nil {
 			return err
 		}

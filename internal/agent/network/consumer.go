@@ -177,6 +177,11 @@ func tunnelPhase(t *offloadv1alpha1.Tunnel) (offloadv1alpha1.PeeringPhase, metav
 
 // setNetwork writes NetworkReady and the NETWORK column.
 func (r *ConsumerReconciler) setNetwork(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, phase offloadv1alpha1.PeeringPhase, c metav1.Condition) error {
+	return setNetwork(ctx, r.Client, fc, phase, c)
+}
+
+// setNetwork writes fc's NetworkReady and NETWORK column when they change.
+func setNetwork(ctx context.Context, cl client.Client, fc *offloadv1alpha1.ForeignCluster, phase offloadv1alpha1.PeeringPhase, c metav1.Condition) error {
 	c.Type, c.ObservedGeneration = offloadv1alpha1.ConditionNetworkReady, fc.Generation
 	old := meta.FindStatusCondition(fc.Status.Conditions, c.Type)
 	if fc.Status.Network == phase && old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
@@ -184,7 +189,7 @@ func (r *ConsumerReconciler) setNetwork(ctx context.Context, fc *offloadv1alpha1
 	}
 	meta.SetStatusCondition(&fc.Status.Conditions, c)
 	fc.Status.Network = phase
-	if err := r.Client.Status().Update(ctx, fc); err != nil && !apierrors.IsConflict(err) {
+	if err := cl.Status().Update(ctx, fc); err != nil && !apierrors.IsConflict(err) {
 		return fmt.Errorf("writing the network status of ForeignCluster %s: %w", fc.Name, err)
 	} // a conflict: another controller wrote it; the next poll writes ours
 	return nil

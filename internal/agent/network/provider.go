@@ -144,7 +144,29 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if err != nil {
 		log.Error(err, "Serving the network peering", "networkPeering", klog.KObj(&np))
 	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{}, r.mirror(ctx, np.Spec.ClusterID, tunnel)
+}
+
+// mirror shows the server tunnel on the consumer's ForeignCluster here:
+// NetworkReady and the NETWORK column. When this cluster also consumes
+// that peer, the consumer side owns them.
+func (r *ProviderReconciler) mirror(ctx context.Context, consumerID string, tunnel *offloadv1alpha1.Tunnel) error {
+	var fcs offloadv1alpha1.ForeignClusterList
+	if err := r.Client.List(ctx, &fcs); err != nil {
+		return err
+	}
+	for i := range fcs.Items {
+		fc := &fcs.Items[i]
+		if fc.Spec.ClusterID != consumerID || fc.Spec.OutgoingPeering.Enabled || !fc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		phase, c, _ := tunnelPhase(tunnel)
+		return setNetwork(ctx, r.Client, fc, phase, c)
+	}
+	return nil
 }
 
 // serve brings the Tunnel, the gateway and the NetworkPeering's status in

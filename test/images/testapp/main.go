@@ -146,6 +146,8 @@ func (a *app) routes() http.Handler {
 		fmt.Fprint(w, "ok")
 	})
 	mux.HandleFunc("GET /hostname", a.handleHostname)
+	mux.HandleFunc("GET /whoami", a.handleWhoami)
+	mux.HandleFunc("GET /bytes", handleBytes)
 	mux.HandleFunc("GET /env", a.handleEnv)
 	mux.HandleFunc("GET /call", a.handleCall)
 	mux.HandleFunc("GET /kube", a.handleKube)
@@ -159,6 +161,40 @@ func (a *app) handleHostname(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	fmt.Fprint(w, name)
+}
+
+// handleWhoami answers "<hostname> <client address>": who served, and whom
+// it saw calling, so a network test can tell the path a request took.
+func (a *app) handleWhoami(w http.ResponseWriter, r *http.Request) {
+	name, err := a.hostname()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	fmt.Fprintf(w, "%s %s", name, host)
+}
+
+// handleBytes sends ?n= bytes (at most 64 MiB) of a repeating pattern,
+// for transfers larger than one packet.
+func handleBytes(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.Atoi(r.URL.Query().Get("n"))
+	if err != nil || n < 0 || n > 64<<20 {
+		http.Error(w, "n must be a byte count up to 64 MiB", http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(n))
+	buf := make([]byte, 32<<10)
+	for i := range buf {
+		buf[i] = byte(i % 251)
+	}
+	for n > 0 {
+		k := min(n, len(buf))
+		if _, err := w.Write(buf[:k]); err != nil {
+			return
+		}
+		n -= k
+	}
 }
 
 func (a *app) handleEnv(w http.ResponseWriter, _ *http.Request) {

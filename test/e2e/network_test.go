@@ -1,0 +1,275 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// networkValues turn the fabric on, with both clusters declaring the same
+// pod CIDR, so every flow between them must be translated.
+func networkValues() []string {
+	return []string{"--pod-cidr", "10.244.0.0/16", "--set", "network.enabled=true",
+		"--set", `network.gateway.nodeSelector.offload\.io/test-node=real`}
+}
+
+// execIn runs the test application's client in pod ns/name of c.
+func execIn(t *testing.T, c *framework.Cluster, ns, pod string, args ...string) (string, error) {
+	t.Helper()
+	out, err := kubectl(t, c, append([]string{"-n", ns, "exec", pod, "--", "/testapp"}, args...)...)
+	return strings.TrimSpace(out), err
+}
+
+// answers asks url from pod n times (or until want is all seen) and
+// returns the set of first words of the answers.
+func answers(t *testing.T, c *framework.Cluster, ns, pod, url string, n int, want ...string) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	for i := 0; i < n; i++ {
+		out, err := execIn(t, c, ns, pod, "get", url)
+		if err == nil {
+			seen[strings.Fields(out + " ")[0]] = true
+		}
+		if all(seen, want) {
+			break
+		}
+	}
+	return seen
+}
+
+func all(seen map[string]bool, want []string) bool {
+	for _, w := range want {
+		if !seen[w] {
+			return false
+		}
+	}
+	return len(want) > 0
+}
+
+func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T) {
+	before := snapshotHost(t)
+	t.Cleanup(func() { expectHostRestored(t, before) })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	// Isolated as separate machines: only node addresses and API servers
+	// reach across. Every pod really runs.
+	consumer, provider := peerableClustersWith(ctx, t,
+		framework.ClusterOptions{Name: "consumer", RealNode: true, Isolated: true},
+		framework.ClusterOptions{Name: "provider", RealNode: true, Isolated: true},
+		networkValues()...)
+	start := time.Now()
+	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
+		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
+	}
+	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
+
+	// One command: the tunnel comes up with the peering.
+	waitFor(ctx, t, 2*time.Minute, "NetworkReady on both sides", func(ctx context.Context) (bool, string) {
+		var why []string
+		for c, name := range map[client.Client]string{cc: "provider", pc: "consumer"} {
+			var fc offloadv1alpha1.ForeignCluster
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &fc); err != nil {
+				return false, err.Error()
+			}
+			cond := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)
+			if cond == nil || cond.Status != metav1.ConditionTrue || fc.Status.Network != offloadv1alpha1.PhaseEstablished {
+				why = append(why, fmt.Sprintf("%s: %s %+v", name, fc.Status.Network, cond))
+			}
+		}
+		return len(why) == 0, strings.Join(why, "; ")
+	})
+	t.Logf("network Established on both sides %s after peer out-of-band started", time.Since(start).Round(time.Millisecond))
+	var tunnel offloadv1alpha1.Tunnel
+	if err := cc.Get(ctx, client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}, &tunnel); err != nil {
+		t.Fatal(err)
+	}
+	wantImpl := "userspace"
+	if _, err := exec.Command("test", "-d", "/sys/module/wireguard").CombinedOutput(); err == nil {
+		wantImpl = "kernel"
+	}
+	if tunnel.Status.Implementation != wantImpl || !strings.HasPrefix(tunnel.Spec.Endpoint, provider.Node.IP+":") ||
+		tunnel.Status.LastHandshake == nil || time.Since(tunnel.Status.LastHandshake.Time) > 3*time.Minute ||
+		len(tunnel.Spec.Mappings) != 1 || tunnel.Spec.Mappings[0].Real == tunnel.Spec.Mappings[0].View {
+		t.Errorf("the consumer's Tunnel: spec %+v, status %+v; want %s, the provider node's endpoint, a recent handshake and a remapped view", tunnel.Spec, tunnel.Status, wantImpl)
+	}
+	addrs := reflection.AddressesOf(&tunnel)
+
+	// A namespace with a Service over one local and one offloaded replica,
+	// and a client pod on the consumer.
+	createNamespace(ctx, t, cc, "net")
+	mustOffload(t, consumer, "namespace", "net", "--timeout", "2m")
+	local := testAppDeployment("web-local", 1)
+	remote := offloadedApp("web-remote", 1)
+	remote.Spec.Template.Spec.NodeSelector = map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}
+	client1 := testAppDeployment("client", 1)
+	for _, d := range []*appsv1.Deployment{local, remote} {
+		d.Spec.Template.Labels["tier"] = "web"
+	}
+	for _, d := range []*appsv1.Deployment{local, remote, client1} {
+		if _, err := consumer.Kube.AppsV1().Deployments("net").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "net"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"tier": "web"}, Ports: []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080)}}}}
+	if _, err := consumer.Kube.CoreV1().Services("net").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	localPod := waitPodsReady(ctx, t, consumer, "net", "app=web-local", 1)[0]
+	remotePod := waitPodsReady(ctx, t, consumer, "net", "app=web-remote", 1)[0]
+	clientPod := waitPodsReady(ctx, t, consumer, "net", "app=client", 1)[0]
+	twin := offloadv1alpha1.TwinNamespace("net", consumer.Name, identity(ctx, t, consumer)["clusterID"])
+	real := waitPodsReady(ctx, t, provider, twin, "app=web-remote", 1)[0]
+
+	// The offloaded pod's IP on the consumer is its provider IP in the
+	// consumer's view.
+	viewIP := addrs.ConsumerIP(real.Status.PodIP)
+	waitFor(ctx, t, time.Minute, "the offloaded pod's IP in the consumer's view", func(ctx context.Context) (bool, string) {
+		p, err := consumer.Kube.CoreV1().Pods("net").Get(ctx, remotePod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.PodIP == viewIP && viewIP != real.Status.PodIP, fmt.Sprintf("consumer sees %s, provider IP %s, view %s", p.Status.PodIP, real.Status.PodIP, viewIP)
+	})
+
+	// A consumer pod reaches it by that IP, and the server sees the client
+	// in the provider's view of the consumer: the path went through both
+	// gateways' translation.
+	clientSeen := (&reflection.Addresses{Provider: addrs.Consumer}).ConsumerIP(clientPod.Status.PodIP)
+	rxBefore := gatewayStatus(ctx, t, consumer, tunnel.Name).RxBytes
+	if out, err := execIn(t, consumer, "net", clientPod.Name, "get", "http://"+viewIP+":8080/whoami"); err != nil || out != real.Name+" "+clientSeen {
+		t.Errorf("client -> offloaded pod %s: %q, %v; want %q", viewIP, out, err, real.Name+" "+clientSeen)
+	}
+	// A 1 MiB response crosses the tunnel whole.
+	if out, err := kubectl(t, consumer, "-n", "net", "exec", clientPod.Name, "--", "/testapp", "get", "http://"+viewIP+":8080/bytes?n=1048576"); err != nil || len(out) != 1<<20 {
+		t.Errorf("1 MiB through the tunnel: %d bytes, %v", len(out), err)
+	}
+	if rx := gatewayStatus(ctx, t, consumer, tunnel.Name).RxBytes; rx-rxBefore < 1<<20 {
+		t.Errorf("the consumer gateway's received bytes grew by %d, less than the 1 MiB that came through it", rx-rxBefore)
+	}
+
+	// The consumer's ClusterIP Service answers from both clusters.
+	seen := answers(t, consumer, "net", clientPod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
+	if !seen[localPod.Name] || !seen[remotePod.Name] {
+		t.Errorf("Service web from a consumer pod answered from %v, want %s (local) and %s (offloaded)", seen, localPod.Name, remotePod.Name)
+	}
+	// The offloaded pod calls the consumer Service by name, and both
+	// replicas answer it.
+	seen = answers(t, consumer, "net", remotePod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
+	if !seen[localPod.Name] || !seen[remotePod.Name] {
+		t.Errorf("Service web from the offloaded pod answered from %v, want %s and %s", seen, localPod.Name, remotePod.Name)
+	}
+
+	// A provider pod outside the consumer's twin namespaces stays out of
+	// reach (the auth pod's health port).
+	auth := waitPodsReady(ctx, t, provider, installNS, "app.kubernetes.io/component=auth", 1)[0]
+	if out, err := execIn(t, consumer, "net", clientPod.Name, "get", "http://"+addrs.ConsumerIP(auth.Status.PodIP)+":8081/healthz"); err == nil {
+		t.Errorf("a consumer pod reached the provider's auth pod through the tunnel: %q", out)
+	}
+
+	// A gateway pod deleted on either side: traffic recovers.
+	for _, side := range []struct {
+		c      *framework.Cluster
+		tunnel string
+	}{{consumer, tunnel.Name}, {provider, offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer")}} {
+		pods := waitPodsReady(ctx, t, side.c, installNS, offloadv1alpha1.LabelTunnel+"="+side.tunnel, 1)
+		start := time.Now()
+		if err := side.c.Kube.CoreV1().Pods(installNS).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, 2*time.Minute, "traffic after the "+side.c.Name+" gateway pod was deleted", func(ctx context.Context) (bool, string) {
+			out, err := execIn(t, consumer, "net", clientPod.Name, "get", "http://"+viewIP+":8080/hostname")
+			return err == nil && out == real.Name, fmt.Sprintf("%q %v", out, err)
+		})
+		t.Logf("traffic recovered %s after the %s gateway pod was deleted", time.Since(start).Round(time.Millisecond), side.c.Name)
+	}
+
+	// unpeer leaves no gateway, object, route or rule behind.
+	mustOffload(t, consumer, "unoffload", "namespace", "net", "--timeout", "2m")
+	mustOffload(t, consumer, "unpeer", "provider", "--timeout", "2m")
+	for _, c := range []*framework.Cluster{consumer, provider} {
+		expectNoNetworkLeft(ctx, t, c)
+	}
+}
+
+// gatewayStatus reads the /status of tunnel's gateway through a port-forward.
+func gatewayStatus(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel string) struct{ RxBytes, TxBytes int64 } {
+	t.Helper()
+	pod := waitPodsReady(ctx, t, c, installNS, offloadv1alpha1.LabelTunnel+"="+tunnel, 1)[0]
+	addr := portForward(t, c, installNS, "pod/"+pod.Name, 8083)
+	body, err := httpGet("http://" + addr + "/status")
+	if err != nil {
+		t.Fatalf("reading the gateway's status: %v", err)
+	}
+	var st struct{ RxBytes, TxBytes int64 }
+	if err := jsonUnmarshal(body, &st); err != nil {
+		t.Fatalf("the gateway's status %q: %v", body, err)
+	}
+	return st
+}
+
+// expectNoNetworkLeft waits until c has no Tunnel, gateway object, fabric
+// route or rule, in the API and on its node.
+func expectNoNetworkLeft(ctx context.Context, t *testing.T, c *framework.Cluster) {
+	t.Helper()
+	waitFor(ctx, t, 2*time.Minute, "no network left on "+c.Name, func(ctx context.Context) (bool, string) {
+		var left []string
+		var tunnels offloadv1alpha1.TunnelList
+		if err := ctrlClient(t, c).List(ctx, &tunnels, client.InNamespace(installNS)); err != nil {
+			return false, err.Error()
+		}
+		for _, tn := range tunnels.Items {
+			left = append(left, "Tunnel "+tn.Name)
+		}
+		sel := metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelComponent + "=" + offloadv1alpha1.ComponentGateway}
+		if l, err := c.Kube.AppsV1().Deployments(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+			left = append(left, "gateway Deployment "+l.Items[0].Name)
+		}
+		if l, err := c.Kube.CoreV1().Services(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+			left = append(left, "gateway Service "+l.Items[0].Name)
+		}
+		if l, err := c.Kube.CoreV1().Secrets(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+			left = append(left, "gateway Secret "+l.Items[0].Name)
+		}
+		if l, err := c.Kube.CoreV1().ServiceAccounts(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+			left = append(left, "gateway ServiceAccount "+l.Items[0].Name)
+		}
+		if l, err := c.Kube.RbacV1().Roles(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+			left = append(left, "gateway Role "+l.Items[0].Name)
+		}
+		out, err := exec.Command("ip", "-n", c.Node.NetNS, "route", "show", "proto", "0x6f").CombinedOutput()
+		if err != nil {
+			return false, fmt.Sprintf("%v: %s", err, out)
+		}
+		if strings.TrimSpace(string(out)) != "" {
+			left = append(left, "routes "+strings.TrimSpace(string(out)))
+		}
+		if err := framework.InNetNS(c.Node.NetNS, func() error {
+			tables, err := (&nftables.Conn{}).ListTables()
+			if slices.ContainsFunc(tables, func(tb *nftables.Table) bool { return tb.Name == "offload-fabric" }) {
+				left = append(left, "nftables table offload-fabric")
+			}
+			return err
+		}); err != nil {
+			return false, err.Error()
+		}
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+}
+
