@@ -272,4 +272,3 @@ func expectNoNetworkLeft(ctx context.Context, t *testing.T, c *framework.Cluster
 		return len(left) == 0, strings.Join(left, ", ")
 	})
 }
-
