@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -137,7 +138,7 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	ready.Type, ready.ObservedGeneration = offloadv1alpha1.ConditionReady, np.Generation
 	meta.SetStatusCondition(&np.Status.Conditions, ready)
 	if serr := r.Client.Status().Update(ctx, &np); apierrors.IsConflict(serr) {
-		return reconcile.Result{Requeue: true}, nil // the consumer changed it meanwhile
+		return reconcile.Result{RequeueAfter: time.Second}, nil // the consumer changed it meanwhile
 	} else if serr != nil {
 		return reconcile.Result{}, fmt.Errorf("writing the status of NetworkPeering %s: %w", klog.KObj(&np), serr)
 	}
