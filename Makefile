@@ -54,6 +54,10 @@ bench-offload: ## Run BenchmarkOffload (direct vs offloaded, N from OFFLOAD_BENC
 	@hack/setup.sh
 	$(GO) test -p 1 -run '^$$' -bench 'Offload' -benchtime 1x -timeout 90m ./bench/...
 
+.PHONY: bench-network
+bench-network: ## Run BenchmarkNetwork (P6: bare wireguard-go, the fabric, the underlay; throughput, latency, gateway CPU and RSS); needs root.
+	$(GO) test -p 1 -run '^$$' -bench 'Network' -benchtime 1x -timeout 10m ./bench/...
+
 .PHONY: lint
 lint: ## gofmt, go vet, and golangci-lint (built from the module proxy into .cache/bin).
 	@hack/lint.sh $(GOLANGCI_LINT_VERSION)

@@ -4,8 +4,10 @@
 # both with its agent running as real pods, and the consumer peered with the
 # provider through the command peer generate prints, then namespace demo
 # offloaded with a Deployment spread over local and virtual nodes; the
-# offloaded replicas run on the provider. Everything it needs is
-# built on the first run. The clusters keep running; `make clusters-down`
+# offloaded replicas run on the provider. Both clusters declare the same pod
+# CIDR and the network fabric joins them: a Service of the consumer answers
+# from replicas in both clusters, and an offloaded pod calls it by name.
+# Everything it needs is built on the first run. The clusters keep running; `make clusters-down`
 # removes them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +20,10 @@ KUBECTL="${ROOT}/.cache/bin/kubectl"
 OFFLOAD="${ROOT}/bin/kubectl-offload"
 # The agent image imported into the real nodes, and its pods pinned to them.
 AGENT=(--set image.repository=registry.local/offload/offload-agent --set image.tag=test --set image.pullPolicy=Never
-  --set 'controllerManager.nodeSelector.offload\.io/test-node=real' --set 'auth.nodeSelector.offload\.io/test-node=real')
+  --set 'controllerManager.nodeSelector.offload\.io/test-node=real' --set 'auth.nodeSelector.offload\.io/test-node=real'
+  # The network fabric, with the same pod CIDR on both sides (kind's and
+  # kubeadm's default): every flow between the clusters is translated.
+  --set network.enabled=true --pod-cidr 10.244.0.0/16 --set 'network.gateway.nodeSelector.offload\.io/test-node=real')
 
 declare -A KUBECONFIGS
 while read -r name kubeconfig apiserver; do
@@ -109,6 +114,76 @@ POD="$("${KUBECTL}" --kubeconfig "${PROVIDER}" -n "${TWIN}" get pods --field-sel
 echo
 echo "== consumer: kubectl -n demo logs ${POD} --tail 5 (the container runs on the provider)"
 "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo logs "${POD}" --tail 5
+
+echo
+echo "== the network: kubectl get foreignclusters; kubectl -n offload-system get tunnels"
+"${KUBECTL}" --kubeconfig "${CONSUMER}" wait foreigncluster provider --for=condition=NetworkReady --timeout 2m >/dev/null
+"${KUBECTL}" --kubeconfig "${CONSUMER}" get foreignclusters
+"${KUBECTL}" --kubeconfig "${CONSUMER}" -n offload-system get tunnels
+# Service hello over one replica on the consumer's real node and one on the
+# virtual node (so on the provider's real node), and a client pod.
+"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Service
+metadata: {name: hello}
+spec:
+  selector: {tier: hello}
+  ports: [{port: 8080}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: hello-local}
+spec:
+  selector: {matchLabels: {app: hello-local}}
+  template:
+    metadata: {labels: {app: hello-local, tier: hello}}
+    spec:
+      nodeSelector: {offload.io/test-node: real}
+      containers: [{name: app, image: registry.local/offload/testapp:test, imagePullPolicy: Never, readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: hello-remote}
+spec:
+  selector: {matchLabels: {app: hello-remote}}
+  template:
+    metadata: {labels: {app: hello-remote, tier: hello}}
+    spec:
+      nodeSelector: {offload.io/type: virtual-node}
+      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: demo.kubectl-offload.dev/simulated, operator: DoesNotExist}]}]}}}
+      containers: [{name: app, image: registry.local/offload/testapp:test, imagePullPolicy: Never, readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: client}
+spec:
+  selector: {matchLabels: {app: client}}
+  template:
+    metadata: {labels: {app: client}}
+    spec:
+      nodeSelector: {offload.io/test-node: real}
+      containers: [{name: app, image: registry.local/offload/testapp:test, imagePullPolicy: Never}]
+YAML
+for d in hello-local hello-remote client; do
+  "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo rollout status "deployment/${d}" --timeout 3m >/dev/null
+done
+echo
+echo "== consumer: kubectl -n demo get pods -l tier=hello -o wide (the offloaded pod's IP is in the consumer's view of the provider)"
+"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l tier=hello -o wide
+CLIENT="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l app=client -o jsonpath='{.items[0].metadata.name}')"
+echo
+echo "== a consumer pod calls Service hello: answers from both clusters (server, and the caller as the server sees it)"
+for _ in 1 2 3 4 5 6; do
+  "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo exec "${CLIENT}" -- /testapp get http://hello:8080/whoami
+  echo
+done
+REMOTE="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l app=hello-remote -o jsonpath='{.items[0].metadata.name}')"
+echo
+echo "== the offloaded pod ${REMOTE}, on the provider, calls the consumer's Service hello by name"
+for _ in 1 2 3 4; do
+  "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo exec "${REMOTE}" -- /testapp get http://hello:8080/whoami
+  echo
+done
 echo
 echo "Try: ${KUBECTL} --kubeconfig ${CONSUMER} -n demo exec ${POD} -- /testapp get http://127.0.0.1:8080/hostname"
 echo "     ${OFFLOAD} --kubeconfig ${CONSUMER} status peer provider"

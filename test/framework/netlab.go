@@ -21,14 +21,14 @@ import (
 // default route through a link-local address on the node), and servers
 // that say who called. Every namespace is deleted when the test ends.
 type NetLab struct {
-	T *testing.T
+	T testing.TB
 	// Prefix starts every namespace name of this lab, unique per run.
 	Prefix string
 }
 
 // NewNetLab returns a lab whose namespaces start with prefix and a random
 // suffix.
-func NewNetLab(t *testing.T, prefix string) *NetLab {
+func NewNetLab(t testing.TB, prefix string) *NetLab {
 	b := make([]byte, 2)
 	_, _ = rand.Read(b)
 	return &NetLab{T: t, Prefix: prefix + hex.EncodeToString(b)}
