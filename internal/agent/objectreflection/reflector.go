@@ -31,6 +31,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
@@ -88,6 +89,9 @@ type Reflector struct {
 	mu      sync.Mutex
 	pairs   map[string]*pair // by twin namespace
 	started bool
+	// addressesSeen is the address translation the slices were last
+	// reflected with.
+	addressesSeen string
 
 	created, updated, recreated, deleted, refused, conflicts atomic.Int64
 }
@@ -150,6 +154,7 @@ func (r *Reflector) Start(ctx context.Context) error {
 	defer ticker.Stop()
 	for {
 		r.syncPairs(ctx)
+		r.followAddresses()
 		select {
 		case <-ctx.Done():
 			r.queue.ShutDown()
@@ -157,6 +162,31 @@ func (r *Reflector) Start(ctx context.Context) error {
 			r.stopAll()
 			return nil
 		case <-ticker.C:
+		}
+	}
+}
+
+// followAddresses re-reflects every EndpointSlice when the peering's
+// address translation changed (the tunnel came up after the slices were
+// reflected, say): their addresses depend on it, their objects did not
+// change.
+func (r *Reflector) followAddresses() {
+	fp := fmt.Sprint(r.opts.addresses())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if fp == r.addressesSeen {
+		return
+	}
+	first := r.addressesSeen == ""
+	r.addressesSeen = fp
+	if first {
+		return
+	}
+	for _, p := range r.pairs {
+		for _, k := range p.local[kindEndpointSlice].GetIndexer().ListKeys() {
+			if _, n, err := cache.SplitMetaNamespaceKey(k); err == nil {
+				r.queue.Add(key{kind: kindEndpointSlice, twin: p.twin, name: n})
+			}
 		}
 	}
 }

@@ -157,18 +157,8 @@ func (h *Handler) send(p *corev1.Pod) {
 func (h *Handler) NotifyPods(_ context.Context, cb func(*corev1.Pod)) {
 	h.mu.Lock()
 	h.notify = cb
-	twins := make([]*twinInformer, 0, len(h.twins))
-	for _, ti := range h.twins {
-		twins = append(twins, ti)
-	}
 	h.mu.Unlock()
-	go func() {
-		for _, ti := range twins {
-			for _, obj := range ti.informer.GetStore().List() {
-				h.remoteChanged(ti, obj)
-			}
-		}
-	}()
+	go h.replay()
 }
 
 // localPod returns the consumer pod that remote reflects, or nil when there

@@ -29,11 +29,22 @@ const DefaultTokenRenewInterval = 5 * time.Minute
 func (h *Handler) Run(ctx context.Context) error {
 	ticker := time.NewTicker(cmp.Or(h.opts.TokenRenewInterval, DefaultTokenRenewInterval))
 	defer ticker.Stop()
+	addresses := time.NewTicker(addressesInterval)
+	defer addresses.Stop()
 	collected := h.collectOrphansOnce(ctx)
+	seen := fmt.Sprint(h.addresses())
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-addresses.C:
+			// Pod IPs depend on the peering's address translation: when it
+			// changes (the tunnel came up), every status is sent again.
+			if now := fmt.Sprint(h.addresses()); now != seen {
+				seen = now
+				h.replay()
+			}
+			continue
 		case <-ticker.C:
 		}
 		if !collected {
@@ -41,6 +52,24 @@ func (h *Handler) Run(ctx context.Context) error {
 		}
 		if err := h.RenewTokens(ctx); err != nil {
 			h.opts.Logger.Info("Cannot renew the service-account tokens of offloaded pods", "error", err.Error())
+		}
+	}
+}
+
+// addressesInterval is how often Run looks for a new address translation.
+const addressesInterval = 5 * time.Second
+
+// replay sends the status of every remote pod the informers know.
+func (h *Handler) replay() {
+	h.mu.Lock()
+	twins := make([]*twinInformer, 0, len(h.twins))
+	for _, ti := range h.twins {
+		twins = append(twins, ti)
+	}
+	h.mu.Unlock()
+	for _, ti := range twins {
+		for _, obj := range ti.informer.GetStore().List() {
+			h.remoteChanged(ti, obj)
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // addressesTTL is how long a read of the peering's Tunnel is used.
-const addressesTTL = 10 * time.Second
+const addressesTTL = 5 * time.Second
 
 // tunnelAddresses reads the address translation of the peering with
 // provider from its client Tunnel out-PROVIDER, at most every addressesTTL:
