@@ -171,13 +171,19 @@ echo
 echo "== consumer: kubectl -n demo get pods -l tier=hello -o wide (the offloaded pod's IP is in the consumer's view of the provider)"
 "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l tier=hello -o wide
 CLIENT="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l app=client -o jsonpath='{.items[0].metadata.name}')"
+REMOTE="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l app=hello-remote -o jsonpath='{.items[0].metadata.name}')"
+# A new pod is reachable once the provider's gateway lets it in (its
+# tenant filter follows the twin namespaces' pods within seconds).
+for _ in $(seq 1 30); do
+  "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo exec "${CLIENT}" -- /testapp get "http://$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pod "${REMOTE}" -o jsonpath='{.status.podIP}'):8080/healthz" >/dev/null 2>&1 && break
+  sleep 1
+done
 echo
 echo "== a consumer pod calls Service hello: answers from both clusters (server, and the caller as the server sees it)"
 for _ in 1 2 3 4 5 6; do
   "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo exec "${CLIENT}" -- /testapp get http://hello:8080/whoami
   echo
 done
-REMOTE="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l app=hello-remote -o jsonpath='{.items[0].metadata.name}')"
 echo
 echo "== the offloaded pod ${REMOTE}, on the provider, calls the consumer's Service hello by name"
 for _ in 1 2 3 4; do

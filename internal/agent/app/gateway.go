@@ -58,7 +58,7 @@ type gatewayOptions struct {
 
 func newCmdGateway(g *globalOptions) *cobra.Command {
 	o := &gatewayOptions{
-		Options: gateway.Options{HealthProbeBindAddress: ":8083", ReloadInterval: 2 * time.Second},
+		Options: gateway.Options{HealthProbeBindAddress: ":8083", ReloadInterval: time.Second},
 		Base: gateway.Config{Interface: "offload0", Implementation: gateway.ImplementationAuto,
 			PrivateKeyFile: "/etc/offload/gateway/privateKey"},
 		global: g,
