@@ -181,8 +181,8 @@ func runNetworkBench(b *testing.B) {
 	nb.bare(pn, bareConfig{Name: l.Prefix + "b", Addr: "10.200.0.2/24", PrivateKey: bk.String(), PeerKey: ak.PublicKey().String(), ListenPort: 41820})
 
 	for _, ns := range []string{pn, ppod} {
-		serveBulk(b, ns)
-		serveEcho(b, ns)
+		serveBulk(l, ns)
+		serveEcho(l, ns)
 	}
 	paths := []struct{ name, from, to string }{
 		{"bare", cn, "10.200.0.2"}, {"fabric", cpod, "10.70.1.5"}, {"underlay", cn, "10.98.0.2"},
@@ -322,9 +322,9 @@ func (nb *netBench) rssKiB(name string) int {
 }
 
 // serveBulk sends bulkBytes to every connection on :9000 of ns.
-func serveBulk(b *testing.B, ns string) {
+func serveBulk(l *framework.NetLab, ns string) {
 	buf := make([]byte, 256<<10)
-	listen(b, ns, 9000, func(c net.Conn) {
+	l.Listen(ns, 9000, func(c net.Conn) {
 		for sent := 0; sent < bulkBytes; sent += len(buf) {
 			if _, err := c.Write(buf); err != nil {
 				return
@@ -334,33 +334,13 @@ func serveBulk(b *testing.B, ns string) {
 }
 
 // serveEcho answers one byte on :9001 of ns.
-func serveEcho(b *testing.B, ns string) {
-	listen(b, ns, 9001, func(c net.Conn) {
+func serveEcho(l *framework.NetLab, ns string) {
+	l.Listen(ns, 9001, func(c net.Conn) {
 		var one [1]byte
 		if _, err := io.ReadFull(c, one[:]); err == nil {
 			_, _ = c.Write(one[:])
 		}
 	})
-}
-
-func listen(b *testing.B, ns string, port int, handle func(net.Conn)) {
-	var ln net.Listener
-	if err := framework.InNetNS(ns, func() (err error) {
-		ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); handle(c) }()
-		}
-	}()
 }
 
 // dial connects from namespace ns.

@@ -2,8 +2,18 @@
 // packages below it, and which side of a peering each one serves.
 //
 // Both sides:
-//   - app: the offload-agent command tree (controller-manager, auth).
+//   - app: the offload-agent command tree (controller-manager, auth,
+//     gateway, fabric).
 //   - manager: the controller-runtime manager, its caches and the identity check.
+//   - network: the network fabric's controllers, one per side (the
+//     consumer's tunnel to each provider and NetworkReady; the provider's
+//     answer to each consumer's NetworkPeering), rendering one gateway per
+//     Tunnel.
+//   - ipam: the views of peers' pod CIDRs, pure.
+//   - gateway: offload-agent gateway, one per peering, in its own pod: the
+//     WireGuard device, the address translation, the tenant filter.
+//   - fabric: offload-agent fabric, a DaemonSet: routes to the gateways on
+//     every node.
 //
 // Consumer side (this cluster runs its pods in a provider):
 //   - foreigncluster: authenticates with each provider, rotates the

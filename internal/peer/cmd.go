@@ -70,7 +70,10 @@ const outOfBandExample = `  # Run the command peer generate printed on the provi
     --ca-cert-hash sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 
   # Return as soon as the ForeignCluster is created
-  kubectl offload peer out-of-band provider --wait=false ...`
+  kubectl offload peer out-of-band provider --wait=false ...
+
+  # Clusters that already share a flat network (Cilium ClusterMesh, one routed LAN): no tunnel
+  kubectl offload peer out-of-band provider --networking=false ...`
 
 func newCmdOutOfBand(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewOutOfBandOptions(streams)
@@ -95,6 +98,7 @@ func newCmdOutOfBand(f factory.Factory, streams genericiooptions.IOStreams) *cob
 	cmd.Flags().StringVar(&o.Args.CACertHash, CACertHashFlag, o.Args.CACertHash, "The pin of the provider's auth CA, sha256:HEX.")
 	cmd.Flags().BoolVar(&o.Wait, "wait", o.Wait, "Wait until the peering steps succeed or one fails.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long --wait waits.")
+	cmd.Flags().BoolVar(&o.Networking, "networking", o.Networking, "Set up the network fabric toward the provider when the install has it on; false where the clusters already share a flat network.")
 	return cmd
 }
 

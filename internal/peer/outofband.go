@@ -47,6 +47,9 @@ type OutOfBandOptions struct {
 	Wait bool
 	// Timeout bounds the wait.
 	Timeout time.Duration
+	// Networking sets up the network fabric toward the provider; false for
+	// clusters that already share a flat network.
+	Networking bool
 
 	extraArgs    int
 	namespace    string
@@ -56,7 +59,7 @@ type OutOfBandOptions struct {
 
 // NewOutOfBandOptions returns OutOfBandOptions with defaults.
 func NewOutOfBandOptions(streams genericiooptions.IOStreams) *OutOfBandOptions {
-	return &OutOfBandOptions{IOStreams: streams, Wait: true, Timeout: DefaultPeerTimeout, pollInterval: pollInterval}
+	return &OutOfBandOptions{IOStreams: streams, Wait: true, Timeout: DefaultPeerTimeout, Networking: true, pollInterval: pollInterval}
 }
 
 // Complete takes the provider's name from args and builds the client.
@@ -237,6 +240,7 @@ func (o *OutOfBandOptions) applyForeignCluster(ctx context.Context, fc *offloadv
 	fc.Spec.AuthURL = o.Args.AuthURL
 	fc.Spec.CACertHash = o.Args.CACertHash
 	fc.Spec.OutgoingPeering.Enabled = true
+	fc.Spec.Networking.Disabled = !o.Networking
 	// A ForeignCluster that recorded NAME as a consumer of this cluster now
 	// stands for both directions.
 	delete(fc.Labels, offloadv1alpha1.LabelIncomingOnly)

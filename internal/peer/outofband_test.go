@@ -178,6 +178,26 @@ func TestOutOfBandStoresTheTokenAndTheForeignClusterIdempotently(t *testing.T) {
 	}
 }
 
+func TestOutOfBandWithoutNetworkingAsksForNoTunnel(t *testing.T) {
+	c := newFakeClient(consumerIdentity())
+	ctx := context.Background()
+	for _, tc := range []struct {
+		flag     string
+		disabled bool
+	}{{"--networking=false", true}, {"--networking=true", false}, {"--networking=false", true}} {
+		if _, _, err := runPeer(t, c, outOfBandArgs(testArgs, "--wait=false", tc.flag)...); err != nil {
+			t.Fatalf("%s: %v", tc.flag, err)
+		}
+		var fc offloadv1alpha1.ForeignCluster
+		if err := c.Get(ctx, client.ObjectKey{Name: "provider"}, &fc); err != nil {
+			t.Fatal(err)
+		}
+		if fc.Spec.Networking.Disabled != tc.disabled {
+			t.Errorf("%s: spec.networking.disabled = %t, want %t", tc.flag, fc.Spec.Networking.Disabled, tc.disabled)
+		}
+	}
+}
+
 func TestOutOfBandRefusesANameThatStandsForAnotherCluster(t *testing.T) {
 	other := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "provider"},
 		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: consumerID[:35] + "2", ClusterName: "provider"}}

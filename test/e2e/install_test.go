@@ -137,7 +137,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 			t.Errorf("--dry-run created %s", o)
 		}
 	}
-	for kind, want := range map[string]int{"CustomResourceDefinition": 5, "Deployment": 2, "ServiceAccount": 2, "Service": 2, "ConfigMap": 1, "MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 2} {
+	for kind, want := range map[string]int{"CustomResourceDefinition": 7, "Deployment": 2, "ServiceAccount": 2, "Service": 2, "ConfigMap": 1, "MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 2} {
 		if kinds[kind] != want {
 			t.Errorf("dry-run manifest has %d %s, want %d (kinds: %v)", kinds[kind], kind, want, kinds)
 		}

@@ -153,9 +153,13 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	// gateways' translation.
 	clientSeen := (&reflection.Addresses{Provider: addrs.Consumer}).ConsumerIP(clientPod.Status.PodIP)
 	rxBefore := gatewayStatus(ctx, t, consumer, tunnel.Name).RxBytes
-	if out, err := execIn(t, consumer, "net", clientPod.Name, "get", "http://"+viewIP+":8080/whoami"); err != nil || out != real.Name+" "+clientSeen {
-		t.Errorf("client -> offloaded pod %s: %q, %v; want %q", viewIP, out, err, real.Name+" "+clientSeen)
-	}
+	// A new pod is let in once the provider's tenant filter lists it, within
+	// seconds of getting its IP: the first answer is waited for.
+	took := waitFor(ctx, t, 30*time.Second, "the offloaded pod answering the consumer pod by its view", func(ctx context.Context) (bool, string) {
+		out, err := execIn(t, consumer, "net", clientPod.Name, "get", "http://"+viewIP+":8080/whoami")
+		return err == nil && out == real.Name+" "+clientSeen, fmt.Sprintf("answer %q, %v; want %q", out, err, real.Name+" "+clientSeen)
+	})
+	t.Logf("the offloaded pod answered by its view %s after it was Ready", took.Round(time.Millisecond))
 	// A 1 MiB response crosses the tunnel whole.
 	if out, err := kubectl(t, consumer, "-n", "net", "exec", clientPod.Name, "--", "/testapp", "get", "http://"+viewIP+":8080/bytes?n=1048576"); err != nil || len(out) != 1<<20 {
 		t.Errorf("1 MiB through the tunnel: %d bytes, %v", len(out), err)

@@ -114,33 +114,34 @@ func NATChain(c *nftables.Conn, t *nftables.Table, hook *nftables.ChainHook, pri
 // "<name> <client address it sees>" and one on :8081 that sends 1 MiB.
 func (l *NetLab) Serve(ns, name string) {
 	l.T.Helper()
-	listen := func(port int) net.Listener {
-		var ln net.Listener
-		if err := InNetNS(ns, func() (err error) {
-			ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
-			return err
-		}); err != nil {
-			l.T.Fatal(err)
-		}
-		l.T.Cleanup(func() { _ = ln.Close() })
-		return ln
-	}
-	accept := func(ln net.Listener, handle func(net.Conn)) {
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); handle(c) }()
-			}
-		}()
-	}
-	accept(listen(8080), func(c net.Conn) {
+	l.Listen(ns, 8080, func(c net.Conn) {
 		ip := c.RemoteAddr().(*net.TCPAddr).IP
 		_, _ = fmt.Fprintf(c, "%s %s\n", name, ip)
 	})
-	accept(listen(8081), func(c net.Conn) { _, _ = c.Write(Mebibyte()) })
+	l.Listen(ns, 8081, func(c net.Conn) { _, _ = c.Write(Mebibyte()) })
+}
+
+// Listen serves TCP port of every address of namespace ns with handle,
+// one goroutine per connection, until the test ends.
+func (l *NetLab) Listen(ns string, port int, handle func(net.Conn)) {
+	l.T.Helper()
+	var ln net.Listener
+	if err := InNetNS(ns, func() (err error) {
+		ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+		return err
+	}); err != nil {
+		l.T.Fatal(err)
+	}
+	l.T.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); handle(c) }()
+		}
+	}()
 }
 
 // Mebibyte is the 1 MiB that Serve sends on :8081.

@@ -145,7 +145,10 @@ func (n *RealNode) drain(ctx context.Context, c *Cluster) error {
 	if err != nil {
 		return nil // not registered: nothing runs there
 	}
-	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "offload.io/teardown", Effect: corev1.TaintEffectNoSchedule})
+	// NoExecute, not NoSchedule: DaemonSets that tolerate every NoSchedule
+	// taint (node agents such as the network fabric) would put their pods
+	// back at once, and the node would never be empty.
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "offload.io/teardown", Effect: corev1.TaintEffectNoExecute})
 	if _, err := c.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("tainting node %s for teardown: %w", n.Name, err)
 	}

@@ -31,6 +31,9 @@ func TestHelpListsTheFlagsTheChartPasses(t *testing.T) {
 	}{
 		{"controller-manager", []string{"--health-probe-bind-address", "--metrics-bind-address", "--leader-elect", "--namespace", "--cluster-name", "--kubeconfig"}},
 		{"auth", []string{"--listen", "--health-probe-bind-address", "--tls-san", "--namespace", "--kubeconfig"}},
+		{"controller-manager", []string{"--network", "--pod-cidr", "--service-cidr", "--remap-pool", "--reserved-cidr", "--gateway-service-type", "--gateway-address"}},
+		{"gateway", []string{"--tunnel", "--namespace", "--implementation", "--private-key-file", "--init", "--config", "--health-probe-bind-address"}},
+		{"fabric", []string{"--namespace", "--node-name"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.component, func(t *testing.T) {
@@ -42,6 +45,27 @@ func TestHelpListsTheFlagsTheChartPasses(t *testing.T) {
 				if !strings.Contains(out.String(), f) {
 					t.Errorf("--help does not mention %s:\n%s", f, out.String())
 				}
+			}
+		})
+	}
+}
+
+func TestTheNetworkRefusesBadSettingsBeforeStarting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no pod CIDR", []string{"--network"}, "--network needs --pod-cidr"},
+		{"a pod CIDR that is not one", []string{"--network", "--pod-cidr", "10.244.0.0"}, `--pod-cidr "10.244.0.0" is not a CIDR`},
+		{"overlapping pools", []string{"--network", "--pod-cidr", "10.244.0.0/16", "--remap-pool", "10.64.0.0/12", "--remap-pool", "10.70.0.0/16"}, "overlap"},
+		{"an unknown Service type", []string{"--network", "--pod-cidr", "10.244.0.0/16", "--gateway-service-type", "ClusterIP"}, "NodePort or LoadBalancer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Run(context.Background(), &out, &errOut, append([]string{"controller-manager", "--namespace", "offload-system"}, tc.args...))
+			if code != 1 || !strings.Contains(errOut.String(), tc.want) || strings.Count(errOut.String(), "Error:") != 1 {
+				t.Errorf("exit %d, stderr %q; want 1 and one error saying %q", code, errOut.String(), tc.want)
 			}
 		})
 	}
