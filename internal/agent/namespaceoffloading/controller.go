@@ -84,9 +84,8 @@ type Reconciler struct {
 	// Namespace.
 	Providers *providerclient.Set
 
-	mu        sync.Mutex
-	identity  *peering.Identity
-	providers map[string]*provider
+	mu       sync.Mutex
+	identity *peering.Identity
 
 	// skipNameValidation lets tests start the controller more than once
 	// in a process.

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,7 +77,7 @@ func (r *ConsumerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		if !fc.Spec.OutgoingPeering.Enabled {
 			return reconcile.Result{}, nil
 		}
-		return reconcile.Result{}, r.setNetwork(ctx, &fc, offloadv1alpha1.PhaseNone, metav1.Condition{Status: metav1.ConditionFalse, Reason: "NetworkingDisabled",
+		return reconcile.Result{}, setNetwork(ctx, r.Client, &fc, offloadv1alpha1.PhaseNone, metav1.Condition{Status: metav1.ConditionFalse, Reason: "NetworkingDisabled",
 			Message: "networking is disabled for this peering (spec.networking.disabled): the clusters are expected to share a network already"})
 	}
 
@@ -87,7 +86,7 @@ func (r *ConsumerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		phase, cond = offloadv1alpha1.PhasePending, metav1.Condition{Status: metav1.ConditionFalse, Reason: "Pending", Message: err.Error()}
 		klog.FromContext(ctx).V(1).Info("The network peering waits", "foreignCluster", fc.Name, "reason", err.Error())
 	}
-	if err := r.setNetwork(ctx, &fc, phase, cond); err != nil {
+	if err := setNetwork(ctx, r.Client, &fc, phase, cond); err != nil {
 		return reconcile.Result{}, err
 	}
 	if phase == offloadv1alpha1.PhaseEstablished {
@@ -124,7 +123,7 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 	if err != nil {
 		return "", metav1.Condition{}, err
 	}
-	p, err := tenantClient(creds, r.Client.Scheme())
+	p, err := creds.TenantClient(r.Client.Scheme())
 	if err != nil {
 		return "", metav1.Condition{}, err
 	}
@@ -175,11 +174,6 @@ func tunnelPhase(t *offloadv1alpha1.Tunnel) (offloadv1alpha1.PeeringPhase, metav
 	}
 }
 
-// setNetwork writes NetworkReady and the NETWORK column.
-func (r *ConsumerReconciler) setNetwork(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, phase offloadv1alpha1.PeeringPhase, c metav1.Condition) error {
-	return setNetwork(ctx, r.Client, fc, phase, c)
-}
-
 // setNetwork writes fc's NetworkReady and NETWORK column when they change.
 func setNetwork(ctx context.Context, cl client.Client, fc *offloadv1alpha1.ForeignCluster, phase offloadv1alpha1.PeeringPhase, c metav1.Condition) error {
 	c.Type, c.ObservedGeneration = offloadv1alpha1.ConditionNetworkReady, fc.Generation
@@ -204,16 +198,6 @@ func applyTunnelOwned(ctx context.Context, c client.Client, t *offloadv1alpha1.T
 		}
 	}
 	return applyTunnel(ctx, c, t, spec)
-}
-
-// tenantClient is a client of the consumer's tenant namespace on the
-// provider, which knows only NetworkPeerings.
-func tenantClient(creds *providerclient.Credentials, scheme *runtime.Scheme) (client.Client, error) {
-	cfg := creds.Config()
-	cfg.Timeout = 10 * time.Second
-	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(offloadv1alpha1.GroupVersion.WithKind("NetworkPeering"), meta.RESTScopeNamespace)
-	return client.New(cfg, client.Options{Scheme: scheme, Mapper: mapper})
 }
 
 // askForTunnel creates or updates the NetworkPeering in the tenant

@@ -17,10 +17,13 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/oauth2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
@@ -42,6 +45,34 @@ type Credentials struct {
 	Namespace string
 	token     atomic.Pointer[string]
 	key       string
+
+	tenantOnce   sync.Once
+	tenantClient client.Client
+	tenantErr    error
+}
+
+// TenantTimeout bounds every request of TenantClient, so that a provider
+// that does not answer holds a reconciliation for no longer than that.
+const TenantTimeout = 10 * time.Second
+
+// TenantClient returns the client of the kinds the consumer writes in its
+// tenant namespace (RemoteNamespaces, NetworkPeerings), built once per
+// Credentials: a renewal swaps the token in place, so it stays valid. It
+// knows its kinds' scope and needs no discovery.
+func (c *Credentials) TenantClient(scheme *runtime.Scheme) (client.Client, error) {
+	c.tenantOnce.Do(func() {
+		cfg := c.Config()
+		cfg.Timeout = TenantTimeout
+		mapper := meta.NewDefaultRESTMapper(nil)
+		for _, kind := range []string{"RemoteNamespace", "NetworkPeering"} {
+			mapper.Add(offloadv1alpha1.GroupVersion.WithKind(kind), meta.RESTScopeNamespace)
+		}
+		c.tenantClient, c.tenantErr = client.New(cfg, client.Options{Scheme: scheme, Mapper: mapper})
+		if c.tenantErr != nil {
+			c.tenantErr = fmt.Errorf("creating the client of the tenant namespace %s: %w", c.Namespace, c.tenantErr)
+		}
+	})
+	return c.tenantClient, c.tenantErr
 }
 
 // Parse reads the kubeconfig of peer, whose context namespace is the
