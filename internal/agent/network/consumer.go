@@ -25,8 +25,8 @@ import (
 const ConsumerControllerName = "network-consumer"
 
 // How often the consumer looks at its NetworkPeering on the provider, which
-// it cannot watch across clusters: often while the tunnel comes up, then
-// to follow changes (a moved endpoint, a new key).
+// it cannot watch across clusters: often until the tunnel is up and the MTU
+// agreed, then to follow changes (a moved endpoint, a new key).
 const (
 	pollPending     = 5 * time.Second
 	pollEstablished = time.Minute
@@ -89,7 +89,9 @@ func (r *ConsumerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if err := setNetwork(ctx, r.Client, &fc, phase, cond); err != nil {
 		return reconcile.Result{}, err
 	}
-	if phase == offloadv1alpha1.PhaseEstablished {
+	// The exchange is over once the tunnel is up and the MTU agreed (the
+	// provider agrees it only after both gateways measured their path).
+	if phase == offloadv1alpha1.PhaseEstablished && tunnel.Spec.MTU != 0 {
 		return reconcile.Result{RequeueAfter: pollEstablished}, nil
 	}
 	return reconcile.Result{RequeueAfter: pollPending}, nil
