@@ -201,7 +201,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// running clients use it from their next request on.
 		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
 	}
-	rt, err := newRuntime(&fc, creds, key)
+	rt, err := newRuntime(&fc, creds, key, tunnelAddresses(r.Reader, r.Namespace, fc.Name))
 	if err != nil {
 		return ctrl.Result{}, err
 	}

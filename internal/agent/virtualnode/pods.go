@@ -74,7 +74,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 		VirtualNodeName:    name,
 		VirtualNodeLabels:  newNode(p.fc, r.endpoint(), nil).Labels,
 		NodeIP:             r.NodeIP,
-		Addresses:          tunnelAddresses(r.Reader, r.Namespace, p.fc.Name),
+		Addresses:          p.addresses,
 		TokenRenewInterval: r.TokenRenewInterval,
 		Logger:             logger.WithName("pods"),
 	})
@@ -151,7 +151,7 @@ func (r *Reconciler) runObjectReflection(ctx context.Context, p *peer) error {
 		Consumer:          r.podsKube(),
 		ConsumerClusterID: consumerID,
 		TwinNamespaces:    objectreflection.ReadyTwinNamespaces(r.Client, p.fc.Spec.ClusterID),
-		Addresses:         tunnelAddresses(r.Reader, r.Namespace, p.fc.Name),
+		Addresses:         p.addresses,
 		Logger:            log.FromContext(ctx).WithName("objects"),
 	})
 	if err != nil {

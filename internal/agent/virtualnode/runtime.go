@@ -21,6 +21,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/podreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
 
 // maxRestartDelay bounds the wait before a failed step restarts.
@@ -38,6 +39,9 @@ type peer struct {
 	// rates of reflection.
 	providerConfig *rest.Config
 	provider       kubernetes.Interface
+	// addresses is the peering's address translation, one read of the
+	// Tunnel shared by pod and object reflection.
+	addresses func() *reflection.Addresses
 }
 
 // node is the name of the peer's virtual node.
@@ -110,9 +114,9 @@ func (rt *peerRuntime) setPods(run, was *podsRun) {
 	}
 }
 
-// newRuntime prepares the runtime of fc: the provider's client. It starts
-// nothing.
-func newRuntime(fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials, key string) (*peerRuntime, error) {
+// newRuntime prepares the runtime of fc: the provider's client and the
+// peering's address translation. It starts nothing.
+func newRuntime(fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials, key string, addresses func() *reflection.Addresses) (*peerRuntime, error) {
 	cfg := creds.Config()
 	cfg.QPS, cfg.Burst = reflectionQPS, reflectionBurst
 	provider, err := kubernetes.NewForConfig(cfg)
@@ -120,7 +124,7 @@ func newRuntime(fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Creden
 		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)
 	}
 	return &peerRuntime{key: key, peer: &peer{
-		fc: fc.DeepCopy(), creds: creds, providerConfig: cfg, provider: provider,
+		fc: fc.DeepCopy(), creds: creds, providerConfig: cfg, provider: provider, addresses: addresses,
 	}}, nil
 }
 
