@@ -252,3 +252,14 @@ func KeepSource() []expr.Any {
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
 	}
 }
+
+// DeleteTable queues on c the deletion of IPv4 table name, whether it
+// exists or not, and returns the table. It takes effect with c's next
+// Flush, in one transaction with what is queued after it: adding the table
+// again replaces one left by an earlier run atomically.
+func DeleteTable(c *nftables.Conn, name string) *nftables.Table {
+	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: name}
+	c.AddTable(t) // deleting a table that does not exist would fail the batch
+	c.DelTable(t)
+	return t
+}

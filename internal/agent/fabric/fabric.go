@@ -95,9 +95,7 @@ func Remove() error {
 		errs = append(errs, deleteRoute(r.View))
 	}
 	c := &nftables.Conn{}
-	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
-	c.AddTable(t)
-	c.DelTable(t)
+	nftexpr.DeleteTable(c, tableName)
 	if err := c.Flush(); err != nil {
 		errs = append(errs, fmt.Errorf("deleting nftables table %s: %w", tableName, err))
 	}
@@ -140,9 +138,7 @@ func deleteRoute(view netip.Prefix) error {
 // (CNI masquerade, kube-proxy) leave them alone.
 func applyRules(p Plan) error {
 	c := &nftables.Conn{}
-	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
-	c.AddTable(t)
-	c.DelTable(t)
+	t := nftexpr.DeleteTable(c, tableName)
 	if len(p.Routes) > 0 && len(p.LocalPodCIDRs) > 0 { // else no table at all
 		c.AddTable(t)
 		local := &nftables.Set{Table: t, Name: "local-pods", KeyType: nftables.TypeIPAddr, Interval: true}

@@ -330,7 +330,7 @@ func (g *Gateway) rehandshake(now time.Time) {
 	if cfg == nil || cfg.Role != RoleClient {
 		return
 	}
-	pong, _, _, _ := g.live.snapshot()
+	pong, _ := g.live.snapshot()
 	// A new process (last is its start) first gives its own handshake time.
 	if now.Sub(pong) < resetAfter || now.Sub(last) < resetAfter {
 		return
@@ -391,7 +391,7 @@ func (g *Gateway) Status() Status {
 		}
 		st.LastHandshake, st.RxBytes, st.TxBytes = p.LastHandshakeTime, p.ReceiveBytes, p.TransmitBytes
 	}
-	st.LastPong, st.RTT, _, _ = g.live.snapshot()
+	st.LastPong, st.RTT = g.live.snapshot()
 	st.Connected = g.live.connected(time.Now())
 	st.Filtered, _ = filteredPackets()
 	return st

@@ -25,21 +25,19 @@ type liveness struct {
 	mu       sync.Mutex
 	lastPong time.Time
 	rtt      time.Duration
-	sent     uint64
-	answered uint64
 }
 
 // snapshot returns when the peer last answered and how fast.
-func (l *liveness) snapshot() (time.Time, time.Duration, uint64, uint64) {
+func (l *liveness) snapshot() (time.Time, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.lastPong, l.rtt, l.sent, l.answered
+	return l.lastPong, l.rtt
 }
 
 // connected tells whether the peer answered within the last probeMisses
 // intervals.
 func (l *liveness) connected(now time.Time) bool {
-	last, _, _, _ := l.snapshot()
+	last, _ := l.snapshot()
 	return !last.IsZero() && now.Sub(last) < probeMisses*probeInterval
 }
 
@@ -99,7 +97,6 @@ func (l *liveness) probe(ctx context.Context, local, peer netip.Addr, reachable 
 			l.mu.Lock()
 			sent[seq] = time.Now()
 			delete(sent, seq-probeMisses*2)
-			l.sent++
 			l.mu.Unlock()
 			_, _ = c.Write(b[:])
 		}
@@ -129,7 +126,6 @@ func (l *liveness) receive(ctx context.Context, c *net.UDPConn, sent map[uint64]
 		l.mu.Lock()
 		if at, ok := sent[seq]; ok {
 			l.lastPong, l.rtt = now, now.Sub(at)
-			l.answered++
 			delete(sent, seq)
 		}
 		l.mu.Unlock()

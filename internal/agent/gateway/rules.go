@@ -42,11 +42,9 @@ const (
 // never see half of it.
 func ruleset(c *nftables.Conn, cfg *Config, podIP netip.Addr) {
 	wg := cfg.Interface
-	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
-	// Add, delete, add: replaces a table left by an earlier run or an older
-	// configuration within the same transaction.
-	c.AddTable(t)
-	c.DelTable(t)
+	// Replaces a table left by an earlier run or an older configuration
+	// within the same transaction.
+	t := nftexpr.DeleteTable(c, tableName)
 	c.AddTable(t)
 
 	local := &nftables.Set{Table: t, Name: "local-pods", KeyType: nftables.TypeIPAddr, Interval: true}
@@ -117,9 +115,7 @@ func applyRules(cfg *Config, podIP netip.Addr) error {
 // deleteRules removes the table; a namespace without it is fine.
 func deleteRules() error {
 	c := &nftables.Conn{}
-	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
-	c.AddTable(t)
-	c.DelTable(t)
+	nftexpr.DeleteTable(c, tableName)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("deleting nftables table %s: %w", tableName, err)
 	}

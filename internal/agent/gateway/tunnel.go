@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/ipam"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 
@@ -46,11 +47,11 @@ func FromTunnel(t *offloadv1alpha1.Tunnel, base Config) (*Config, error) {
 	c.PeerPublicKey, c.PeerEndpoint, c.MTU = t.Spec.PeerPublicKey, t.Spec.Endpoint, int(t.Spec.MTU)
 	var err error
 	var errs []error
-	if c.LocalPodCIDRs, err = prefixes(t.Spec.LocalPodCIDRs); err != nil {
-		errs = append(errs, fmt.Errorf("localPodCIDRs: %w", err))
+	if c.LocalPodCIDRs, err = ipam.ParsePrefixes("localPodCIDRs", t.Spec.LocalPodCIDRs); err != nil {
+		errs = append(errs, err)
 	}
-	if c.AllowedDestinations, err = prefixes(t.Spec.AllowedDestinations); err != nil {
-		errs = append(errs, fmt.Errorf("allowedDestinations: %w", err))
+	if c.AllowedDestinations, err = ipam.ParsePrefixes("allowedDestinations", t.Spec.AllowedDestinations); err != nil {
+		errs = append(errs, err)
 	}
 	c.Peer = nil
 	for _, m := range t.Spec.Mappings {
@@ -70,18 +71,6 @@ func FromTunnel(t *offloadv1alpha1.Tunnel, base Config) (*Config, error) {
 		return nil, fmt.Errorf("tunnel %s: %w", t.Name, err)
 	}
 	return &c, nil
-}
-
-func prefixes(cidrs []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range cidrs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
 }
 
 // TunnelStatus is st as the Tunnel reports it, with the Ready condition.

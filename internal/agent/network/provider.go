@@ -1,6 +1,7 @@
 package network
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -315,7 +316,7 @@ func (r *ProviderReconciler) endpoint(ctx context.Context, t *offloadv1alpha1.Tu
 	}
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 		for _, in := range svc.Status.LoadBalancer.Ingress {
-			if host := cmpOr(in.IP, in.Hostname); host != "" {
+			if host := cmp.Or(in.IP, in.Hostname); host != "" {
 				return net.JoinHostPort(host, strconv.Itoa(int(port))), ""
 			}
 		}
@@ -353,13 +354,6 @@ func nodeAddress(n *corev1.Node) string {
 		}
 	}
 	return ""
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // validSpec checks what the consumer wrote.
