@@ -23,6 +23,11 @@ const (
 // no longer accepts its credentials.
 const ReasonUnauthorized = "Unauthorized"
 
+// ReasonNetworkingDisabled is the reason of NetworkReady=False when the
+// peering runs without the network fabric (spec.networking.disabled): the
+// clusters share a network already, so nothing is broken.
+const ReasonNetworkingDisabled = "NetworkingDisabled"
+
 // ConditionUnpeered is set on a ForeignCluster being deleted: False while the
 // consumer's agent cannot get the provider to remove its tenant, with the
 // reason in the message.

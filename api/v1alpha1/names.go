@@ -90,6 +90,8 @@ const (
 	LabelComponent = "app.kubernetes.io/component"
 	// ComponentGateway is the component of gateway pods.
 	ComponentGateway = "gateway"
+	// Fabric is the DaemonSet that routes peers' pod views on every node.
+	Fabric = "offload-fabric"
 	// GatewayTemplateConfigMap holds the gateway pod template the chart
 	// renders from its values (image, resources, scheduling).
 	GatewayTemplateConfigMap = "offload-gateway-template"

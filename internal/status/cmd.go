@@ -25,8 +25,10 @@ const statusLong = `Check the health of kubectl-offload in the current cluster.
 The report has one section per concern: the install namespace and Helm
 release, the control plane Deployments, the offload.io CRDs, the local
 cluster identity, the network CIDRs, the endpoints peers use, the peers, the
-virtual nodes (Ready, capacity, pods) and the offloaded namespaces (the
-remote namespace and phase on each peer).
+network tunnel to each peer (endpoint, WireGuard device, how each side sees
+the other's pods, MTU, last handshake, bytes, and the first broken hop:
+exchange, gateway or tunnel), the virtual nodes (Ready, capacity, pods) and
+the offloaded namespaces (the remote namespace and phase on each peer).
 Each check is marked ✓ (ok), ! (warning) or ✗ (failed), and says what to do
 next. kubectl offload status peer NAME shows one peer in detail.
 
@@ -47,12 +49,16 @@ const statusExample = `  # Show the health of kubectl-offload in the current clu
 
 const peerLong = `Show one peer of this cluster in detail: its identity and endpoints, the
 state of each direction of the peering, its virtual node, when the
-credentials expire and when it was last seen, and one check per condition of
-its ForeignCluster.
+credentials expire and when it was last seen, its network tunnels, and one
+check per condition of its ForeignCluster.
 
 A condition that is True is ✓ (ok), False is ✗ (failed) and Unknown is !
 (warning). OutgoingPeering and VirtualNodeReady are ok while outgoing
-peering is disabled. kubectl offload status peer exits 1 when a check failed
+peering is disabled, NetworkReady while networking is disabled, and a
+network still coming up is a warning. Each tunnel's check names the first
+hop that fails: the exchange of keys and endpoints through the provider's
+API server, this cluster's gateway pod, or the tunnel to the peer's gateway;
+the fabric check fails when a node has no routes to the peers. kubectl offload status peer exits 1 when a check failed
 or there is no peer NAME; kubectl offload status lists the peers.`
 
 const peerExample = `  # Show the peer called provider

@@ -18,3 +18,9 @@ func stringValue(values map[string]any, path ...string) string {
 	s, _ := lookup(values, path...).(string)
 	return s
 }
+
+// boolValue returns the bool at path in nested Helm values, or false.
+func boolValue(values map[string]any, path ...string) bool {
+	b, _ := lookup(values, path...).(bool)
+	return b
+}

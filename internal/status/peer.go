@@ -136,6 +136,18 @@ func PeerReport(ctx context.Context, env *Env, name string) (Report, error) {
 	p := completePeer(ctx, env, *fc, tenants)
 	s := p.detail(env)
 	s.Name = "peer"
+	if fc.Spec.ClusterID != "" {
+		ends, err := readTunnels(ctx, env, []offloadv1alpha1.ForeignCluster{*fc}, map[string]bool{fc.Spec.ClusterID: true})
+		if err != nil {
+			s.Checks = append(s.Checks, fail("tunnels", "%v", err))
+		} else if len(ends) > 0 {
+			tunnels, checks := tunnelReports(ctx, env, ends, nil)
+			s.Tunnels, s.Checks = tunnels, append(s.Checks, checks...)
+			for _, rt := range tunnels {
+				s.Fields = append(s.Fields, rt.fields(env.now())...)
+			}
+		}
+	}
 	if s.Checks == nil {
 		s.Checks = []Check{}
 	}
@@ -197,8 +209,9 @@ func (p *peer) detail(env *Env) Section {
 // conditionChecks returns one check per condition of the ForeignCluster,
 // named condition/TYPE: True is ok, False failed and Unknown a warning.
 // OutgoingPeering and VirtualNodeReady are ok while outgoing peering is
-// disabled, since they are then False on purpose. Unpeered is left to the
-// unpeer check.
+// disabled, and NetworkReady while networking is, since they are then
+// False on purpose; a pending NetworkReady is a warning. Unpeered is left
+// to the unpeer check.
 func (p *peer) conditionChecks() []Check {
 	conds := append([]metav1.Condition{}, p.fc.Status.Conditions...)
 	rank := func(t string) int {
@@ -222,10 +235,15 @@ func (p *peer) conditionChecks() []Check {
 			continue
 		}
 		name := "condition/" + c.Type
-		disabled := !p.outgoing() && (c.Type == offloadv1alpha1.ConditionOutgoingPeering || c.Type == offloadv1alpha1.ConditionVirtualNodeReady)
+		disabled := !p.outgoing() && (c.Type == offloadv1alpha1.ConditionOutgoingPeering || c.Type == offloadv1alpha1.ConditionVirtualNodeReady) ||
+			c.Type == offloadv1alpha1.ConditionNetworkReady && c.Reason == offloadv1alpha1.ReasonNetworkingDisabled
+		// The network comes up after the peering: pending is not broken.
+		pending := c.Type == offloadv1alpha1.ConditionNetworkReady && p.fc.Status.Network == offloadv1alpha1.PhasePending
 		switch {
 		case c.Status == metav1.ConditionTrue || (disabled && c.Status == metav1.ConditionFalse):
 			out = append(out, ok(name, "%s", conditionText(c)))
+		case pending:
+			out = append(out, warn(name, "%s", conditionText(c)))
 		case c.Status == metav1.ConditionFalse:
 			out = append(out, fail(name, "%s", conditionText(c)))
 		default:

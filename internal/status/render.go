@@ -4,9 +4,10 @@ import (
 	"io"
 	"strings"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	"github.com/pterm/pterm"
 	"golang.org/x/term"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 )
 
 // notSet stands in for an empty field value in the table.

@@ -65,6 +65,9 @@ type Section struct {
 	// OffloadedNamespaces are the offloaded namespaces, one per peer, in
 	// the offloadedNamespaces section.
 	OffloadedNamespaces []OffloadedNamespace `json:"offloadedNamespaces,omitempty"`
+	// Tunnels are the ends of the network tunnels to the peers, in the
+	// tunnels section and the peer section of `status peer`.
+	Tunnels []Tunnel `json:"tunnels,omitempty"`
 	// Checks are the verdicts of the section.
 	Checks []Check `json:"checks"`
 }

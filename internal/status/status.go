@@ -44,6 +44,7 @@ func DefaultCheckers() []Checker {
 		networkChecker{},
 		endpointsChecker{},
 		peersChecker{},
+		tunnelsChecker{},
 		virtualNodesChecker{},
 		offloadedNamespacesChecker{},
 	}

@@ -188,7 +188,7 @@ func TestStatusJSONIsAStableContract(t *testing.T) {
 			}
 		}
 	}
-	if got := strings.Join(sectionNames, ","); got != "namespace,controlPlane,crds,localCluster,network,endpoints,peers,virtualNodes,offloadedNamespaces" {
+	if got := strings.Join(sectionNames, ","); got != "namespace,controlPlane,crds,localCluster,network,endpoints,peers,tunnels,virtualNodes,offloadedNamespaces" {
 		t.Errorf("sections = %s", got)
 	}
 	wantFields := map[string]string{

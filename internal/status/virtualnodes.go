@@ -60,16 +60,12 @@ func readVirtualNodes(ctx context.Context, env *Env) ([]corev1.Node, error) {
 // readPeerNames returns the names of the ForeignClusters by cluster ID;
 // none when their CRD is missing, which the peers section reports.
 func readPeerNames(ctx context.Context, env *Env) (map[string]string, error) {
-	list := &offloadv1alpha1.ForeignClusterList{}
-	err := env.Client.List(ctx, list)
-	switch {
-	case missingCRD(err):
-		return map[string]string{}, nil
-	case err != nil:
-		return nil, fmt.Errorf("listing ForeignClusters: %w", err)
+	fcs, err := readForeignClusters(ctx, env)
+	if err != nil {
+		return nil, err
 	}
-	out := make(map[string]string, len(list.Items))
-	for _, fc := range list.Items {
+	out := make(map[string]string, len(fcs))
+	for _, fc := range fcs {
 		if fc.Spec.ClusterID != "" {
 			out[fc.Spec.ClusterID] = fc.Name
 		}

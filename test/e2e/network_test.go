@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
@@ -187,6 +188,47 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 		t.Errorf("a consumer pod reached the provider's auth pod through the tunnel: %q", out)
 	}
 
+	// kubectl offload status shows the tunnel on both sides.
+	serverTunnel := offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer")
+	expectTunnelReported(ctx, t, consumer, tunnel.Name, wantImpl)
+	expectTunnelReported(ctx, t, provider, serverTunnel, wantImpl)
+
+	// The path between the clusters cut, as by a firewall: status on each
+	// side names the tunnel as the broken hop and exits 1, while the
+	// virtual node stays Ready and the offloaded pod keeps running.
+	restore := framework.DropUDP(t, netip.MustParseAddrPort(tunnel.Spec.Endpoint))
+	cut := time.Now()
+	took = waitFor(ctx, t, time.Minute, "status peer naming the tunnel hop on both sides", func(ctx context.Context) (bool, string) {
+		var why []string
+		for _, side := range []struct {
+			c            *framework.Cluster
+			peer, tunnel string
+			says         string
+		}{{consumer, "provider", tunnel.Name, "no WireGuard handshake with the provider's gateway"},
+			{provider, "consumer", serverTunnel, "the consumer's gateway has not reached this one"}} {
+			r, code := statusJSON(t, side.c, "status", "peer", side.peer, "-o", "json")
+			tn, msg := r.tunnel("peer", side.tunnel), r.checkMessage("peer", "tunnel/"+side.tunnel)
+			if code != 1 || tn == nil || tn.Hop != "tunnel" || tn.Connected || !strings.Contains(msg, side.says) {
+				why = append(why, fmt.Sprintf("%s: exit %d, tunnel %+v, %q", side.c.Name, code, tn, msg))
+			}
+		}
+		return len(why) == 0, strings.Join(why, "; ")
+	})
+	t.Logf("status named the tunnel hop on both sides %s after the path was cut", took.Round(time.Millisecond))
+	if r, code := offloadStatus(t, consumer); code != 1 || r.sectionStatus("tunnels") != "failed" || r.checkStatus("virtualNodes", "node/offload-provider") != "ok" {
+		t.Errorf("status with the path cut: exit %d, tunnels %s, virtual node %s; want 1, failed, ok: %v",
+			code, r.sectionStatus("tunnels"), r.checkStatus("virtualNodes", "node/offload-provider"), r.failures())
+	}
+	if p, err := provider.Kube.CoreV1().Pods(twin).Get(ctx, real.Name, metav1.GetOptions{}); err != nil || p.UID != real.UID || p.Status.Phase != corev1.PodRunning {
+		t.Errorf("the offloaded pod during the cut: %v; want %s still Running", err, real.UID)
+	}
+	restore()
+	waitFor(ctx, t, time.Minute, "status peer healthy again after the path was restored", func(ctx context.Context) (bool, string) {
+		r, code := statusJSON(t, consumer, "status", "peer", "provider", "-o", "json")
+		return code == 0, fmt.Sprintf("exit %d: %v", code, r.failures())
+	})
+	t.Logf("the tunnel was down %s in all; status healthy %s after the path was restored", time.Since(cut).Round(time.Millisecond), time.Since(cut.Add(took)).Round(time.Millisecond))
+
 	// A gateway pod deleted on either side: traffic recovers.
 	for _, side := range []struct {
 		c      *framework.Cluster
@@ -210,6 +252,20 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	for _, c := range []*framework.Cluster{consumer, provider} {
 		expectNoNetworkLeft(ctx, t, c)
 	}
+}
+
+// expectTunnelReported waits for `kubectl offload status` on c to show
+// tunnel up, with its device, endpoint, remapped view, MTU and bytes.
+func expectTunnelReported(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel, impl string) {
+	t.Helper()
+	// Byte counters are written at least every 30 s.
+	waitFor(ctx, t, 45*time.Second, "status showing tunnel "+tunnel+" on "+c.Name, func(ctx context.Context) (bool, string) {
+		r, _ := offloadStatus(t, c)
+		tn := r.tunnel("tunnels", tunnel)
+		good := r.sectionStatus("tunnels") == "ok" && tn != nil && tn.Hop == "" && tn.Connected && tn.Implementation == impl &&
+			tn.Endpoint != "" && len(tn.PeerPods) == 1 && tn.PeerPods[0].View != tn.PeerPods[0].Real && tn.MTU > 0 && tn.RxBytes > 0 && tn.TxBytes > 0
+		return good, fmt.Sprintf("tunnels section %s, tunnel %+v: %v", r.sectionStatus("tunnels"), tn, r.failures())
+	})
 }
 
 // gatewayStatus reads the /status of tunnel's gateway through a port-forward.

@@ -29,7 +29,48 @@ type statusReport struct {
 			Status  string `json:"status"`
 			Message string `json:"message"`
 		} `json:"checks"`
+		Tunnels []reportedTunnel `json:"tunnels"`
 	} `json:"sections"`
+}
+
+// reportedTunnel is the part of a tunnel in the status report the tests read.
+type reportedTunnel struct {
+	Name           string `json:"name"`
+	Implementation string `json:"implementation"`
+	Endpoint       string `json:"endpoint"`
+	PeerPods       []struct {
+		Real string `json:"real"`
+		View string `json:"view"`
+	} `json:"peerPods"`
+	MTU       int    `json:"mtu"`
+	RxBytes   int64  `json:"rxBytes"`
+	TxBytes   int64  `json:"txBytes"`
+	Connected bool   `json:"connected"`
+	Hop       string `json:"hop"`
+}
+
+// tunnel returns the tunnel called name in section, or nil.
+func (r statusReport) tunnel(section, name string) *reportedTunnel {
+	for _, s := range r.Sections {
+		for i, tn := range s.Tunnels {
+			if s.Name == section && tn.Name == name {
+				return &s.Tunnels[i]
+			}
+		}
+	}
+	return nil
+}
+
+// checkMessage returns the message of check name in section, or "".
+func (r statusReport) checkMessage(section, name string) string {
+	for _, s := range r.Sections {
+		for _, c := range s.Checks {
+			if s.Name == section && c.Name == name {
+				return c.Message
+			}
+		}
+	}
+	return ""
 }
 
 // sectionStatus returns the status of the section called name, or "".
@@ -82,7 +123,14 @@ func (r statusReport) failures() []string {
 // returns the report and the exit code.
 func offloadStatus(t *testing.T, c *framework.Cluster, args ...string) (statusReport, int) {
 	t.Helper()
-	out, errOut, err := offload(t, c, append([]string{"status", "-o", "json"}, args...)...)
+	return statusJSON(t, c, append([]string{"status", "-o", "json"}, args...)...)
+}
+
+// statusJSON runs `kubectl offload args...`, a status command with -o json,
+// against c and returns the report and the exit code.
+func statusJSON(t *testing.T, c *framework.Cluster, args ...string) (statusReport, int) {
+	t.Helper()
+	out, errOut, err := offload(t, c, args...)
 	code := 0
 	var exitErr *exec.ExitError
 	switch {

@@ -77,7 +77,7 @@ func (r *ConsumerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		if !fc.Spec.OutgoingPeering.Enabled {
 			return reconcile.Result{}, nil
 		}
-		return reconcile.Result{}, setNetwork(ctx, r.Client, &fc, offloadv1alpha1.PhaseNone, metav1.Condition{Status: metav1.ConditionFalse, Reason: "NetworkingDisabled",
+		return reconcile.Result{}, setNetwork(ctx, r.Client, &fc, offloadv1alpha1.PhaseNone, metav1.Condition{Status: metav1.ConditionFalse, Reason: offloadv1alpha1.ReasonNetworkingDisabled,
 			Message: "networking is disabled for this peering (spec.networking.disabled): the clusters are expected to share a network already"})
 	}
 

@@ -242,6 +242,6 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 		_ = admin.Get(ctx, client.ObjectKeyFromObject(fc), fc)
 		c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)
 		gone := admin.Get(ctx, client.ObjectKeyFromObject(clientTunnel), &offloadv1alpha1.Tunnel{}) != nil
-		return gone && c != nil && c.Reason == "NetworkingDisabled" && fc.Status.Network == offloadv1alpha1.PhaseNone
+		return gone && c != nil && c.Reason == offloadv1alpha1.ReasonNetworkingDisabled && fc.Status.Network == offloadv1alpha1.PhaseNone
 	})
 }
