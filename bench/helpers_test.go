@@ -79,7 +79,9 @@ func startPair(ctx context.Context, b *testing.B, maxPods int) *pair {
 	errs := make([]error, 2)
 	for i, c := range clusters {
 		wg.Go(func() {
-			args := []string{"install", "--cluster-name", c.Name, "--timeout", "3m", "--api-server-url", c.PeerAPIServerURL()}
+			// P1-P5 measure the control plane as before the fabric
+			// existed; P6 (make bench-network) measures the fabric.
+			args := []string{"install", "--cluster-name", c.Name, "--timeout", "3m", "--api-server-url", c.PeerAPIServerURL(), "--network=false"}
 			for _, v := range []string{
 				"image.repository=registry.local/offload/offload-agent",
 				"image.tag=test",

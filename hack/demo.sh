@@ -21,9 +21,10 @@ OFFLOAD="${ROOT}/bin/kubectl-offload"
 # The agent image imported into the real nodes, and its pods pinned to them.
 AGENT=(--set image.repository=registry.local/offload/offload-agent --set image.tag=test --set image.pullPolicy=Never
   --set 'controllerManager.nodeSelector.offload\.io/test-node=real' --set 'auth.nodeSelector.offload\.io/test-node=real'
-  # The network fabric, with the same pod CIDR on both sides (kind's and
-  # kubeadm's default): every flow between the clusters is translated.
-  --set network.enabled=true --pod-cidr 10.244.0.0/16 --set 'network.gateway.nodeSelector.offload\.io/test-node=real')
+  # The network fabric is on by default: install detects the same pod CIDR
+  # on both sides (10.244.0.0/16, kind's and kubeadm's default), so every
+  # flow between the clusters is translated.
+  --set 'network.gateway.nodeSelector.offload\.io/test-node=real')
 
 declare -A KUBECONFIGS
 while read -r name kubeconfig apiserver; do

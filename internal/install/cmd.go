@@ -12,7 +12,13 @@ const installLong = `Install kubectl-offload on the current cluster: the CRDs, a
 embedded in this plugin (the agent's controller-manager and auth service).
 
 The distribution (kind, k3s, kubeadm), the pod and service CIDRs and the API
-server URL that peers will use are detected and shown; flags override them.
+server URL that peers will use are detected and shown, each with where it
+came from; flags override them.
+
+The network fabric (a WireGuard gateway per peering and a routes-only
+DaemonSet, so offloaded pods and local pods reach each other by IP and
+through Services) runs when the pod CIDR is known; --network=false leaves it
+off for clusters that already share a network.
 Running install again upgrades in place and changes nothing when nothing
 changed. The cluster identity is created once and never changes.`
 
@@ -26,7 +32,13 @@ const installExample = `  # Install with detected settings
   kubectl offload install --dry-run -o yaml
 
   # Expose the auth service through a LoadBalancer
-  kubectl offload install --set auth.service.type=LoadBalancer`
+  kubectl offload install --set auth.service.type=LoadBalancer
+
+  # Give the pod CIDR detection could not find, so the network fabric runs
+  kubectl offload install --pod-cidr 10.244.0.0/16
+
+  # Publish this provider's gateways behind NAT at a public address
+  kubectl offload install --gateway-address vpn.example.com:51820`
 
 // NewCmdInstall returns the install command.
 func NewCmdInstall(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
@@ -68,6 +80,7 @@ func NewCmdUpgrade(f factory.Factory, streams genericiooptions.IOStreams) *cobra
 }
 
 func completeValidateRun(cmd *cobra.Command, f factory.Factory, o *Options) error {
+	o.NetworkSet = cmd.Flags().Changed("network")
 	if err := o.Complete(f); err != nil {
 		return err
 	}
@@ -84,6 +97,9 @@ func addInstallFlags(cmd *cobra.Command, o *Options) {
 	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "Pod CIDR of this cluster (default: detected).")
 	fs.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "Service CIDR of this cluster (default: detected).")
 	fs.StringVar(&o.APIServerURL, "api-server-url", o.APIServerURL, "API server URL that peers use (default: detected).")
+	fs.BoolVar(&o.Network, "network", o.Network, "Run the network fabric (default: when the pod CIDR is known); --network=false when the clusters already share a network.")
+	fs.StringVar(&o.GatewayServiceType, "gateway-service-type", o.GatewayServiceType, "How this cluster's gateways are published to consumers: NodePort or LoadBalancer (default NodePort).")
+	fs.StringVar(&o.GatewayAddress, "gateway-address", o.GatewayAddress, "HOST or HOST:PORT consumers dial this cluster's gateways at, behind NAT (default: the LoadBalancer or node address).")
 	fs.StringArrayVar(&o.Set, "set", o.Set, "Set a chart value, as in helm: key=value (repeatable).")
 	fs.StringArrayVarP(&o.ValueFiles, "values", "f", o.ValueFiles, "Chart values file (repeatable).")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "How long to wait for the installation.")
@@ -91,6 +107,7 @@ func addInstallFlags(cmd *cobra.Command, o *Options) {
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Print the manifests instead of applying them; nothing is changed.")
 	output.AddFlag(fs, &o.Output, o.Output)
 	_ = cmd.RegisterFlagCompletionFunc("provider", cobra.FixedCompletions([]string{"kind", "k3s", "kubeadm", "generic"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("gateway-service-type", cobra.FixedCompletions([]string{"NodePort", "LoadBalancer"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // NewCmdUninstall returns the uninstall command.

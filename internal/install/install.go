@@ -4,6 +4,7 @@
 package install
 
 import (
+	"strconv"
 	"context"
 	"fmt"
 	"io"
@@ -43,7 +44,15 @@ type Options struct {
 	PodCIDR      string
 	ServiceCIDR  string
 	APIServerURL string
-	Set          []string
+	// Network runs the network fabric; by default it runs when the pod
+	// CIDR is known. NetworkSet says --network was given.
+	Network    bool
+	NetworkSet bool
+	// GatewayServiceType and GatewayAddress publish this cluster's gateways
+	// to its consumers; empty keeps the chart's default.
+	GatewayServiceType string
+	GatewayAddress     string
+	Set                []string
 	ValueFiles   []string
 	Timeout      time.Duration
 	Wait         bool
@@ -61,7 +70,7 @@ type Options struct {
 
 // NewOptions returns install Options with defaults.
 func NewOptions(streams genericiooptions.IOStreams) *Options {
-	return &Options{IOStreams: streams, Timeout: 5 * time.Minute, Wait: true, Output: output.Table}
+	return &Options{IOStreams: streams, Timeout: 5 * time.Minute, Wait: true, Output: output.Table, Network: true}
 }
 
 // Complete builds the clients from the factory.
@@ -103,6 +112,16 @@ func (o *Options) Validate() error {
 		u, err := url.Parse(o.APIServerURL)
 		if err != nil || u.Scheme != "https" || u.Host == "" {
 			return fmt.Errorf("invalid --api-server-url %q: want https://HOST:PORT", o.APIServerURL)
+		}
+	}
+	switch o.GatewayServiceType {
+	case "", "NodePort", "LoadBalancer":
+	default:
+		return fmt.Errorf("invalid --gateway-service-type %q: want NodePort or LoadBalancer", o.GatewayServiceType)
+	}
+	if o.GatewayAddress != "" {
+		if err := validGatewayAddress(o.GatewayAddress); err != nil {
+			return err
 		}
 	}
 	if o.Timeout <= 0 {
@@ -157,17 +176,21 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	settings := o.settings(det, identity)
+	user, err := o.userValues()
+	if err != nil {
+		return err
+	}
+	settings := o.settings(det, identity, user)
 	settings.show(steps, serverVersion)
+	if err := settings.validate(); err != nil {
+		return err
+	}
 
 	ch, err := charts.Load(o.version)
 	if err != nil {
 		return err
 	}
-	vals, err := o.values(settings, identity)
-	if err != nil {
-		return err
-	}
+	vals := o.values(settings, identity, user)
 	// Validate the values before the first write, so bad input changes nothing.
 	merged, err := chartutil.CoalesceValues(ch, vals)
 	if err != nil {
@@ -181,6 +204,27 @@ func (o *Options) Run(ctx context.Context) error {
 		return o.dryRun(ctx, ch, vals, existing != nil)
 	}
 	return o.apply(ctx, steps, ch, vals, existing)
+}
+
+// validGatewayAddress checks --gateway-address: a host name or IP, with or
+// without a port.
+func validGatewayAddress(a string) error {
+	host, port := a, ""
+	if h, p, err := net.SplitHostPort(a); err == nil {
+		host, port = h, p
+	}
+	bad := func() error {
+		return fmt.Errorf("invalid --gateway-address %q: want HOST or HOST:PORT, the address consumers dial this cluster's gateways at", a)
+	}
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad()
+		}
+	}
+	if net.ParseIP(host) == nil && len(validation.IsDNS1123Subdomain(host)) > 0 {
+		return bad()
+	}
+	return nil
 }
 
 // readIdentity returns the installed cluster identity, or nil.

@@ -20,6 +20,8 @@ type setting struct{ value, source string }
 type settings struct {
 	clusterName, provider, podCIDR, serviceCIDR, apiServerURL setting
 	apiServerLoopback                                         bool
+	// network is "on" or "off": whether the network fabric runs.
+	network setting
 }
 
 func pick(flag, flagName string, detected, detectedSource string) setting {
@@ -32,7 +34,7 @@ func pick(flag, flagName string, detected, detectedSource string) setting {
 	return setting{detected, detectedSource}
 }
 
-func (o *Options) settings(det *Detection, identity *corev1.ConfigMap) settings {
+func (o *Options) settings(det *Detection, identity *corev1.ConfigMap, user map[string]any) settings {
 	var s settings
 	switch {
 	case o.ClusterName != "":
@@ -55,7 +57,39 @@ func (o *Options) settings(det *Detection, identity *corev1.ConfigMap) settings 
 	s.serviceCIDR = pick(o.ServiceCIDR, "--service-cidr", det.ServiceCIDR, det.ServiceCIDRSource)
 	s.apiServerURL = pick(o.APIServerURL, "--api-server-url", det.APIServerURL, det.APIServerURLSource)
 	s.apiServerLoopback = o.APIServerURL == "" && det.APIServerLoopback
+	s.network = o.networkSetting(user, s.podCIDR)
 	return s
+}
+
+// networkSetting says whether the network fabric runs: as the values or
+// --network say, and otherwise when the pod CIDR is known.
+func (o *Options) networkSetting(user map[string]any, podCIDR setting) setting {
+	onOff := func(on bool) string {
+		if on {
+			return "on"
+		}
+		return "off"
+	}
+	if network, ok := user["network"].(map[string]any); ok {
+		if v, ok := network["enabled"].(bool); ok {
+			return setting{onOff(v), "network.enabled value"}
+		}
+	}
+	switch {
+	case o.NetworkSet:
+		return setting{onOff(o.Network), "--network"}
+	case podCIDR.value != "":
+		return setting{"on", "default"}
+	}
+	return setting{"off", "the pod CIDR is not known"}
+}
+
+// validate refuses settings the chart cannot run with.
+func (s settings) validate() error {
+	if s.network.value == "on" && s.podCIDR.value == "" {
+		return fmt.Errorf("the network fabric (%s) needs this cluster's pod CIDR, which was not detected: pass --pod-cidr CIDR, or --network=false if the clusters already share a network", s.network.source)
+	}
+	return nil
 }
 
 // show prints what install is going to configure, and why.
@@ -73,21 +107,45 @@ func (s settings) show(steps *output.Steps, serverVersion string) {
 	line("Pod CIDR", s.podCIDR)
 	line("Service CIDR", s.serviceCIDR)
 	line("API server URL", s.apiServerURL)
+	line("Network fabric", s.network)
 	if s.apiServerLoopback {
 		steps.Warn("the API server URL %s is a loopback address that peers cannot reach: pass --api-server-url", s.apiServerURL.value)
 	}
-	if s.podCIDR.value == "" || s.serviceCIDR.value == "" {
-		steps.Warn("pod or service CIDR not detected: pass --pod-cidr and --service-cidr before enabling the network")
+	switch {
+	case s.network.value == "off" && s.podCIDR.value == "":
+		steps.Warn("the pod CIDR was not detected, so the network fabric stays off: offloaded pods are reachable only if the clusters already share a network; pass --pod-cidr CIDR to turn it on")
+	case s.serviceCIDR.value == "":
+		steps.Warn("the service CIDR was not detected: pass --service-cidr CIDR, so that peers' views never overlap your Services")
 	}
 }
 
-// values merges the computed values under the user's -f files and --set
-// flags, which win.
-func (o *Options) values(s settings, identity *corev1.ConfigMap) (map[string]any, error) {
+// userValues reads the -f files and --set flags.
+func (o *Options) userValues() (map[string]any, error) {
+	user, err := (&values.Options{ValueFiles: o.ValueFiles, Values: o.Set}).MergeValues(getter.Providers{})
+	if err != nil {
+		return nil, fmt.Errorf("reading --values/--set: %w", err)
+	}
+	return user, nil
+}
+
+// values merges the computed values under the user's values (-f files and
+// --set flags), which win.
+func (o *Options) values(s settings, identity *corev1.ConfigMap, user map[string]any) map[string]any {
+	network := map[string]any{"enabled": s.network.value == "on", "podCIDR": s.podCIDR.value, "serviceCIDR": s.serviceCIDR.value}
+	gateway := map[string]any{}
+	if o.GatewayServiceType != "" {
+		gateway["serviceType"] = o.GatewayServiceType
+	}
+	if o.GatewayAddress != "" {
+		gateway["address"] = o.GatewayAddress
+	}
+	if len(gateway) > 0 {
+		network["gateway"] = gateway
+	}
 	computed := map[string]any{
 		"clusterName": s.clusterName.value,
 		"provider":    s.provider.value,
-		"network":     map[string]any{"podCIDR": s.podCIDR.value, "serviceCIDR": s.serviceCIDR.value},
+		"network":     network,
 		"apiServer":   map[string]any{"url": s.apiServerURL.value},
 	}
 	// The identity is created once: the installed ID is passed on, so that
@@ -97,9 +155,5 @@ func (o *Options) values(s settings, identity *corev1.ConfigMap) (map[string]any
 		clusterID = identity.Data["clusterID"]
 	}
 	computed["identity"] = map[string]any{"clusterID": clusterID}
-	user, err := (&values.Options{ValueFiles: o.ValueFiles, Values: o.Set}).MergeValues(getter.Providers{})
-	if err != nil {
-		return nil, fmt.Errorf("reading --values/--set: %w", err)
-	}
-	return chartutil.CoalesceTables(user, computed), nil
+	return chartutil.CoalesceTables(user, computed)
 }

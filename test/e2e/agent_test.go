@@ -16,7 +16,7 @@ import (
 )
 
 // agentValues point the chart at the agent image imported into the real
-// node, and pin the agent's pods to that node.
+// node, and pin the agent's pods, gateways included, to that node.
 func agentValues() []string {
 	var out []string
 	for _, v := range []string{
@@ -25,6 +25,7 @@ func agentValues() []string {
 		"image.pullPolicy=Never",
 		`controllerManager.nodeSelector.offload\.io/test-node=real`,
 		`auth.nodeSelector.offload\.io/test-node=real`,
+		`network.gateway.nodeSelector.offload\.io/test-node=real`,
 	} {
 		out = append(out, "--set", v)
 	}

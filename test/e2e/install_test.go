@@ -137,7 +137,9 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 			t.Errorf("--dry-run created %s", o)
 		}
 	}
-	for kind, want := range map[string]int{"CustomResourceDefinition": 7, "Deployment": 2, "ServiceAccount": 2, "Service": 2, "ConfigMap": 1, "MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 2} {
+	// The real node's pod CIDR is detected, so the network fabric is on:
+	// its DaemonSet and ServiceAccount, and the gateways' pod template.
+	for kind, want := range map[string]int{"CustomResourceDefinition": 7, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 2, "ConfigMap": 2, "MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 2} {
 		if kinds[kind] != want {
 			t.Errorf("dry-run manifest has %d %s, want %d (kinds: %v)", kinds[kind], kind, want, kinds)
 		}
@@ -360,6 +362,15 @@ func TestInstallRejectsBadInputAndChangesNothing(t *testing.T) {
 		{"a user without rights", []string{"install", "--as", "nobody"}, "forbidden"},
 		{"an unreachable cluster", []string{"install", "--server", "https://127.0.0.1:1"}, "cannot reach the cluster"},
 		{"upgrade before install", []string{"upgrade"}, "not installed"},
+		// Fake nodes carry no pod CIDR, so none is detected here.
+		{"the network fabric without a pod CIDR", []string{"install", "--network"},
+			"the network fabric (--network) needs this cluster's pod CIDR, which was not detected: pass --pod-cidr CIDR"},
+		{"the network fabric turned on by value without a pod CIDR", []string{"install", "--set", "network.enabled=true"},
+			"the network fabric (network.enabled value) needs this cluster's pod CIDR"},
+		{"a gateway service type that is not NodePort or LoadBalancer", []string{"install", "--gateway-service-type", "ClusterIP"},
+			`invalid --gateway-service-type "ClusterIP": want NodePort or LoadBalancer`},
+		{"a gateway address that is no address", []string{"install", "--gateway-address", "vpn.example.com:http"},
+			`invalid --gateway-address "vpn.example.com:http"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,12 +23,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// networkValues turn the fabric on, with both clusters declaring the same
-// pod CIDR, so every flow between them must be translated.
-func networkValues() []string {
-	return []string{"--pod-cidr", "10.244.0.0/16", "--set", "network.enabled=true",
-		"--set", `network.gateway.nodeSelector.offload\.io/test-node=real`}
-}
 
 // execIn runs the test application's client in pod ns/name of c.
 func execIn(t *testing.T, c *framework.Cluster, ns, pod string, args ...string) (string, error) {
@@ -72,8 +66,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	// reach across. Every pod really runs.
 	consumer, provider := peerableClustersWith(ctx, t,
 		framework.ClusterOptions{Name: "consumer", RealNode: true, Isolated: true},
-		framework.ClusterOptions{Name: "provider", RealNode: true, Isolated: true},
-		networkValues()...)
+		framework.ClusterOptions{Name: "provider", RealNode: true, Isolated: true})
 	start := time.Now()
 	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
 		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -115,13 +116,29 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 			t.Errorf("remote pod %s: node %q, labels %v", r.Name, r.Spec.NodeName, r.Labels)
 		}
 	}
-	for _, p := range local {
+	// The network fabric is on (install detected both pod CIDRs, the
+	// same 10.244.0.0/16), so the consumer sees each pod's provider IP in
+	// its view of the provider's pods, once the tunnel is up.
+	waitFor(ctx, t, 2*time.Minute, "the consumer seeing the offloaded pods' IPs in its view", func(ctx context.Context) (bool, string) {
+		var tunnel offloadv1alpha1.Tunnel
+		if err := cc.Get(ctx, client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}, &tunnel); err != nil {
+			return false, err.Error()
+		}
+		if len(tunnel.Spec.Mappings) == 0 {
+			return false, "the tunnel has no view of the provider's pods yet"
+		}
+		addrs := reflection.AddressesOf(&tunnel)
 		for _, r := range remote {
-			if r.Name == p.Name && p.Status.PodIP != r.Status.PodIP {
-				t.Errorf("pod %s: consumer sees pod IP %q, the provider %q", p.Name, p.Status.PodIP, r.Status.PodIP)
+			p, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, r.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if want := addrs.ConsumerIP(r.Status.PodIP); p.Status.PodIP != want || want == r.Status.PodIP {
+				return false, fmt.Sprintf("pod %s: consumer sees %q, the provider %q, want %q", p.Name, p.Status.PodIP, r.Status.PodIP, want)
 			}
 		}
-	}
+		return true, ""
+	})
 
 	// status shows the virtual node and the offloaded namespace, healthy.
 	report, code := offloadStatus(t, consumer)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -186,6 +188,21 @@ func (n *RealNode) start(ctx context.Context, c *Cluster, bin string, images []s
 	}
 	if err := c.WaitNodeReady(ctx, n.Name, 2*time.Minute); err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, n.path("logs"))
+	}
+	return n.recordPodCIDR(ctx, c)
+}
+
+// recordPodCIDR sets the node's spec.podCIDR to the range its pods get,
+// as kube-controller-manager's node IPAM does in kind and kubeadm
+// clusters, so that what reads the Node (install's detection) sees it.
+func (n *RealNode) recordPodCIDR(ctx context.Context, c *Cluster) error {
+	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, n.PodCIDR, n.PodCIDR)
+	node, err := c.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("recording pod CIDR %s on node %s: %w", n.PodCIDR, n.Name, err)
+	}
+	if node.Spec.PodCIDR != n.PodCIDR {
+		return fmt.Errorf("node %s keeps pod CIDR %s, not %s", n.Name, node.Spec.PodCIDR, n.PodCIDR)
 	}
 	return nil
 }
