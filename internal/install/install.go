@@ -4,12 +4,12 @@
 package install
 
 import (
-	"strconv"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
@@ -53,11 +53,11 @@ type Options struct {
 	GatewayServiceType string
 	GatewayAddress     string
 	Set                []string
-	ValueFiles   []string
-	Timeout      time.Duration
-	Wait         bool
-	DryRun       bool
-	Output       output.Format
+	ValueFiles         []string
+	Timeout            time.Duration
+	Wait               bool
+	DryRun             bool
+	Output             output.Format
 	// UpgradeOnly refuses to install a release that does not exist (`kubectl offload upgrade`).
 	UpgradeOnly bool
 
@@ -198,6 +198,13 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	if err := chartutil.ValidateAgainstSchema(ch, merged); err != nil {
 		return fmt.Errorf("invalid chart values: %w", err)
+	}
+	warning, err := checkNetwork(merged, settings)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		steps.Warn("%s", warning)
 	}
 
 	if o.DryRun {

@@ -2,6 +2,7 @@ package install
 
 import (
 	"fmt"
+	"net/netip"
 
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/cli/values"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 )
 
 // setting is one cluster-specific value with where it came from.
@@ -156,4 +158,46 @@ func (o *Options) values(s settings, identity *corev1.ConfigMap, user map[string
 	}
 	computed["identity"] = map[string]any{"clusterID": clusterID}
 	return chartutil.CoalesceTables(user, computed)
+}
+
+// checkNetwork refuses remap pools and reserved ranges the agent could not
+// use, before anything is written, and warns when no pool has room for the
+// view of a peer whose pod CIDR is as large as this cluster's (kind and
+// kubeadm clusters all use the same one). merged are the chart's values.
+func checkNetwork(merged map[string]any, s settings) (warning string, err error) {
+	network, _ := merged["network"].(map[string]any)
+	if s.network.value != "on" || network == nil {
+		return "", nil
+	}
+	list := func(key string) []string {
+		var out []string
+		items, _ := network[key].([]any)
+		for _, item := range items {
+			out = append(out, fmt.Sprint(item))
+		}
+		return out
+	}
+	pools, err := ipam.ParsePrefixes("remap pool", list("remapPools"))
+	if err != nil {
+		return "", fmt.Errorf("invalid network.remapPools: %w", err)
+	}
+	reserved, err := ipam.ParsePrefixes("reserved range", list("reservedCIDRs"))
+	if err != nil {
+		return "", fmt.Errorf("invalid network.reservedCIDRs: %w", err)
+	}
+	if err := (ipam.Space{Pools: pools, Reserved: reserved}).Validate(); err != nil {
+		return "", fmt.Errorf("invalid network values: %w", err)
+	}
+	pod, err := netip.ParsePrefix(s.podCIDR.value)
+	if err != nil {
+		return "", nil // the flag or the detection checked it
+	}
+	local := append([]netip.Prefix{pod}, reserved...)
+	if svc, err := netip.ParsePrefix(s.serviceCIDR.value); err == nil {
+		local = append(local, svc)
+	}
+	if _, err := (ipam.Space{Pools: pools, Reserved: local}).View(pod); err != nil {
+		return fmt.Sprintf("the remap pools have no free /%d for a peer whose pod CIDR is %s like this cluster's, so such a peer's pods would be unreachable: set network.remapPools to a larger range, such as 10.64.0.0/12", pod.Bits(), pod), nil
+	}
+	return "", nil
 }

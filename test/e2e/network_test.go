@@ -23,7 +23,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-
 // execIn runs the test application's client in pod ns/name of c.
 func execIn(t *testing.T, c *framework.Cluster, ns, pod string, args ...string) (string, error) {
 	t.Helper()

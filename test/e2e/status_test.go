@@ -63,14 +63,8 @@ func (r statusReport) tunnel(section, name string) *reportedTunnel {
 
 // checkMessage returns the message of check name in section, or "".
 func (r statusReport) checkMessage(section, name string) string {
-	for _, s := range r.Sections {
-		for _, c := range s.Checks {
-			if s.Name == section && c.Name == name {
-				return c.Message
-			}
-		}
-	}
-	return ""
+	_, msg := r.check(section, name)
+	return msg
 }
 
 // sectionStatus returns the status of the section called name, or "".
@@ -85,14 +79,20 @@ func (r statusReport) sectionStatus(name string) string {
 
 // checkStatus returns the status of check name in section, or "".
 func (r statusReport) checkStatus(section, name string) string {
+	status, _ := r.check(section, name)
+	return status
+}
+
+// check returns the status and message of check name in section, or "".
+func (r statusReport) check(section, name string) (status, message string) {
 	for _, s := range r.Sections {
 		for _, c := range s.Checks {
 			if s.Name == section && c.Name == name {
-				return c.Status
+				return c.Status, c.Message
 			}
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // failedSections lists the sections whose status is failed.

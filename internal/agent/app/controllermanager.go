@@ -18,7 +18,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/incoming"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/ipam"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/namespaceoffloading"
@@ -29,6 +28,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/tenant"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/webhook"
+	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 )
 
 const controllerManagerLong = `Run the controller-manager: the offload.io controllers, the webhook and the

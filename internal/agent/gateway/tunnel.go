@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/ipam"
+	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 

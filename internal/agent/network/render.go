@@ -26,7 +26,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/ipam"
+	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 )
 
 // Settings are this cluster's network settings, from the install.

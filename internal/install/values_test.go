@@ -1,0 +1,107 @@
+package install
+
+import (
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+
+	"github.com/kubectl-offload/kubectl-offload/charts"
+)
+
+func TestTheNetworkFabricRunsWhenThePodCIDRIsKnown(t *testing.T) {
+	detected := setting{"10.244.0.0/16", "node podCIDRs (widened)"}
+	unknown := setting{"", "not detected"}
+	off := map[string]any{"network": map[string]any{"enabled": false}}
+	on := map[string]any{"network": map[string]any{"enabled": true}}
+	tests := []struct {
+		name                string
+		flag, flagSet       bool
+		user                map[string]any
+		podCIDR             setting
+		want, source, error string
+	}{
+		{name: "a known pod CIDR turns it on", podCIDR: detected, want: "on", source: "default"},
+		{name: "an unknown pod CIDR leaves it off", podCIDR: unknown, want: "off", source: "the pod CIDR is not known"},
+		{name: "--network=false keeps it off", flagSet: true, podCIDR: detected, want: "off", source: "--network"},
+		{name: "the value wins over the flag", flag: true, flagSet: true, user: off, podCIDR: detected, want: "off", source: "network.enabled value"},
+		{name: "--network without a pod CIDR is refused", flag: true, flagSet: true, podCIDR: unknown, want: "on", source: "--network",
+			error: "the network fabric (--network) needs this cluster's pod CIDR, which was not detected: pass --pod-cidr CIDR, or --network=false"},
+		{name: "the value without a pod CIDR is refused", user: on, podCIDR: unknown, want: "on", source: "network.enabled value",
+			error: "the network fabric (network.enabled value) needs this cluster's pod CIDR"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &Options{Network: tt.flag, NetworkSet: tt.flagSet}
+			s := settings{podCIDR: tt.podCIDR, network: o.networkSetting(tt.user, tt.podCIDR)}
+			if s.network.value != tt.want || s.network.source != tt.source {
+				t.Errorf("network = %+v, want %s (%s)", s.network, tt.want, tt.source)
+			}
+			err := s.validate()
+			if tt.error == "" && err != nil || tt.error != "" && (err == nil || !strings.Contains(err.Error(), tt.error)) {
+				t.Errorf("validate() = %v, want %q", err, tt.error)
+			}
+		})
+	}
+}
+
+func TestGatewayFlagsBecomeValues(t *testing.T) {
+	o := &Options{GatewayServiceType: "LoadBalancer", GatewayAddress: "vpn.example.com:51820"}
+	s := settings{podCIDR: setting{"10.244.0.0/16", "--pod-cidr"}, network: setting{"on", "default"}}
+	network := o.values(s, nil, map[string]any{})["network"].(map[string]any)
+	gw := network["gateway"].(map[string]any)
+	if network["enabled"] != true || gw["serviceType"] != "LoadBalancer" || gw["address"] != "vpn.example.com:51820" {
+		t.Errorf("network values = %v", network)
+	}
+	for _, a := range []string{"vpn.example.com", "203.0.113.7", "203.0.113.7:4500", "[2001:db8::1]:51820"} {
+		if err := validGatewayAddress(a); err != nil {
+			t.Errorf("validGatewayAddress(%q) = %v, want nil", a, err)
+		}
+	}
+	for _, a := range []string{"vpn.example.com:http", "host:0", "host:70000", "not a host", "https://vpn.example.com"} {
+		if err := validGatewayAddress(a); err == nil {
+			t.Errorf("validGatewayAddress(%q) = nil, want an error", a)
+		}
+	}
+}
+
+func TestRemapPoolsAreCheckedBeforeAnythingIsWritten(t *testing.T) {
+	ch, err := charts.Load("v0.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := settings{podCIDR: setting{"10.244.0.0/16", "--pod-cidr"}, serviceCIDR: setting{"10.96.0.0/12", "--service-cidr"}, network: setting{"on", "default"}}
+	check := func(set ...string) (string, error) {
+		t.Helper()
+		o := &Options{Set: set}
+		user, err := o.userValues()
+		if err != nil {
+			t.Fatal(err)
+		}
+		merged, err := chartutil.CoalesceValues(ch, o.values(s, nil, user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return checkNetwork(merged, s)
+	}
+	if warning, err := check(); warning != "" || err != nil {
+		t.Errorf("the default pools: %q, %v; want no warning and no error", warning, err)
+	}
+	for set, want := range map[string]string{
+		"network.remapPools={10.64.0.0/12,10.70.0.0/16}": "remap pools 10.64.0.0/12 and 10.70.0.0/16 overlap",
+		"network.remapPools={10.64.1.0/12}":              "remap pool 10.64.1.0/12 is not an IPv4 network address",
+		"network.reservedCIDRs={ten}":                    `invalid network.reservedCIDRs: reserved range "ten" is not a CIDR`,
+	} {
+		if _, err := check(set); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: %v, want %q", set, err, want)
+		}
+	}
+	if warning, err := check("network.remapPools={10.64.0.0/20}"); err != nil || !strings.Contains(warning, "the remap pools have no free /16 for a peer whose pod CIDR is 10.244.0.0/16") {
+		t.Errorf("a pool too small: %q, %v; want a warning", warning, err)
+	}
+	off := s
+	off.network = setting{"off", "--network"}
+	if warning, err := checkNetwork(map[string]any{"network": map[string]any{"remapPools": []any{"bad"}}}, off); warning != "" || err != nil {
+		t.Errorf("with the fabric off the pools are not checked: %q, %v", warning, err)
+	}
+}
