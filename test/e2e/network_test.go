@@ -64,7 +64,9 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	// Isolated as separate machines: only node addresses and API servers
 	// reach across. Every pod really runs.
 	consumer, provider := peerableClustersWith(ctx, t,
-		framework.ClusterOptions{Name: "consumer", RealNode: true, Isolated: true},
+		// Two real nodes on the consumer: a client on the node without the
+		// gateway goes through the fabric's route to the gateway's node.
+		framework.ClusterOptions{Name: "consumer", RealNode: true, ExtraRealNodes: 1, Isolated: true},
 		framework.ClusterOptions{Name: "provider", RealNode: true, Isolated: true})
 	start := time.Now()
 	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
@@ -104,17 +106,26 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	addrs := reflection.AddressesOf(&tunnel)
 
 	// A namespace with a Service over one local and one offloaded replica,
-	// and a client pod on the consumer.
+	// and a client pod on each consumer node: the one without the gateway
+	// and the gateway's.
+	gateway := waitPodsReady(ctx, t, consumer, installNS, offloadv1alpha1.LabelTunnel+"="+tunnel.Name, 1)[0]
+	otherNode := consumer.Node.Name
+	if otherNode == gateway.Spec.NodeName {
+		otherNode = consumer.ExtraNodes[0].Name
+	}
 	createNamespace(ctx, t, cc, "net")
 	mustOffload(t, consumer, "namespace", "net", "--timeout", "2m")
 	local := testAppDeployment("web-local", 1)
 	remote := offloadedApp("web-remote", 1)
 	remote.Spec.Template.Spec.NodeSelector = map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}
 	client1 := testAppDeployment("client", 1)
+	client1.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: otherNode}
+	client2 := testAppDeployment("client-by-gateway", 1)
+	client2.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: gateway.Spec.NodeName}
 	for _, d := range []*appsv1.Deployment{local, remote} {
 		d.Spec.Template.Labels["tier"] = "web"
 	}
-	for _, d := range []*appsv1.Deployment{local, remote, client1} {
+	for _, d := range []*appsv1.Deployment{local, remote, client1, client2} {
 		if _, err := consumer.Kube.AppsV1().Deployments("net").Create(ctx, d, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -127,6 +138,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	localPod := waitPodsReady(ctx, t, consumer, "net", "app=web-local", 1)[0]
 	remotePod := waitPodsReady(ctx, t, consumer, "net", "app=web-remote", 1)[0]
 	clientPod := waitPodsReady(ctx, t, consumer, "net", "app=client", 1)[0]
+	gatewayNodeClient := waitPodsReady(ctx, t, consumer, "net", "app=client-by-gateway", 1)[0]
 	twin := offloadv1alpha1.TwinNamespace("net", consumer.Name, identity(ctx, t, consumer)["clusterID"])
 	real := waitPodsReady(ctx, t, provider, twin, "app=web-remote", 1)[0]
 
@@ -153,6 +165,12 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 		return err == nil && out == real.Name+" "+clientSeen, fmt.Sprintf("answer %q, %v; want %q", out, err, real.Name+" "+clientSeen)
 	})
 	t.Logf("the offloaded pod answered by its view %s after it was Ready", took.Round(time.Millisecond))
+	// So does a pod on the gateway's own node, whose route leads straight
+	// to the gateway pod.
+	sameNodeSeen := (&reflection.Addresses{Provider: addrs.Consumer}).ConsumerIP(gatewayNodeClient.Status.PodIP)
+	if out, err := execIn(t, consumer, "net", gatewayNodeClient.Name, "get", "http://"+viewIP+":8080/whoami"); err != nil || out != real.Name+" "+sameNodeSeen {
+		t.Errorf("from the gateway's node %s: answer %q, %v; want %q", gateway.Spec.NodeName, out, err, real.Name+" "+sameNodeSeen)
+	}
 	// A 1 MiB response crosses the tunnel whole.
 	if out, err := kubectl(t, consumer, "-n", "net", "exec", clientPod.Name, "--", "/testapp", "get", "http://"+viewIP+":8080/bytes?n=1048576"); err != nil || len(out) != 1<<20 {
 		t.Errorf("1 MiB through the tunnel: %d bytes, %v", len(out), err)

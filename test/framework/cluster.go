@@ -33,6 +33,9 @@ type ClusterOptions struct {
 	// RealNode adds a real node (kubelet, kube-proxy and containerd in a
 	// network namespace of its own) that really runs containers.
 	RealNode bool
+	// ExtraRealNodes adds that many more real nodes (it needs RealNode), so
+	// that a test covers a pod on a node without some other pod.
+	ExtraRealNodes int
 	// Images are image archives to import into the real node; empty means TestImages.
 	Images []string
 	// Isolated makes the cluster as isolated from the others as a separate
@@ -90,6 +93,8 @@ type Cluster struct {
 	Kube kubernetes.Interface
 	// Node is the real node, when the cluster has one.
 	Node *RealNode
+	// ExtraNodes are the real nodes after the first (ClusterOptions.ExtraRealNodes).
+	ExtraNodes []*RealNode
 
 	env *Env
 }
@@ -112,6 +117,16 @@ func (e *Env) clusterDir(name string) string { return filepath.Join(e.Dir, "clus
 
 func (e *Env) nodeDir(name string) string { return filepath.Join(e.Dir, "nodes", name) }
 
+// extraNodeDir is the directory of a cluster's real node number i (from 2),
+// next to the first's: DIR.i, which no cluster name (a DNS label) can be.
+func extraNodeDir(first string, i int) string { return fmt.Sprintf("%s.%d", first, i) }
+
+// extraNodeDirs lists the directories of a cluster's extra real nodes.
+func extraNodeDirs(first string) []string {
+	dirs, _ := filepath.Glob(first + ".*")
+	return dirs
+}
+
 // Create starts a cluster and waits until it serves requests, has its
 // default ServiceAccount and its fake nodes are Ready.
 func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
@@ -120,6 +135,9 @@ func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	}
 	if o.Isolated && !o.RealNode {
 		return nil, errors.New("an isolated cluster needs a real node: only its pods are routable")
+	}
+	if o.ExtraRealNodes > 0 && !o.RealNode {
+		return nil, errors.New("extra real nodes need RealNode")
 	}
 	versions, err := Versions()
 	if err != nil {
@@ -150,24 +168,40 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 	cp := clusterPorts{apiserver: p[0], etcd: p[1], etcdPeer: p[2], controllerManager: p[3], scheduler: p[4], kwok: p[5]}
 	dir := e.clusterDir(o.Name)
 	var node *RealNode
+	var extra []*RealNode
 	if o.RealNode {
-		if node, err = nodeNetwork(ctx, e.nodeDir(o.Name)); err != nil {
-			return nil, err
-		}
-		node.Name = o.Name + "-real"
-		if err := os.MkdirAll(node.Dir, 0o755); err != nil {
-			return nil, err
-		}
-		if err := node.save(); err != nil {
-			return nil, err
-		}
-		if o.Isolated {
-			iso, err := isolationOf(node)
+		for i := 0; i <= o.ExtraRealNodes; i++ {
+			dir, name := e.nodeDir(o.Name), o.Name+"-real"
+			if i > 0 {
+				dir, name = extraNodeDir(e.nodeDir(o.Name), i+1), fmt.Sprintf("%s-real-%d", o.Name, i+1)
+			}
+			n, err := nodeNetwork(ctx, dir)
 			if err != nil {
 				return nil, err
 			}
-			if err := iso.apply(); err != nil {
+			n.Name = name
+			if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 				return nil, err
+			}
+			if err := n.save(); err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				node = n
+			} else {
+				extra = append(extra, n)
+			}
+		}
+		if o.Isolated {
+			all := append([]*RealNode{node}, extra...)
+			for _, n := range all {
+				iso, err := isolationOf(n, all)
+				if err != nil {
+					return nil, err
+				}
+				if err := iso.apply(); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -204,9 +238,11 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 				images = append(images, a)
 			}
 		}
-		c.Node = node
-		if err := node.start(ctx, c, e.bin, images); err != nil {
-			return nil, err
+		c.Node, c.ExtraNodes = node, extra
+		for _, n := range append([]*RealNode{node}, extra...) {
+			if err := n.start(ctx, c, e.bin, images); err != nil {
+				return nil, err
+			}
 		}
 		if err := c.deployCoreDNS(ctx); err != nil {
 			return nil, err
@@ -264,10 +300,12 @@ func (e *Env) deleteByName(ctx context.Context, name string) error {
 	dir := e.clusterDir(name)
 	pids := readPIDs(filepath.Join(dir, "pids"))
 	var errs []error
-	// The real node goes first, while the API server can still drain it.
-	if node, err := loadRealNode(e.nodeDir(name)); err == nil {
-		c, _ := e.cluster(name)
-		errs = append(errs, node.stop(ctx, c))
+	// The real nodes go first, while the API server can still drain them.
+	for _, dir := range append(extraNodeDirs(e.nodeDir(name)), e.nodeDir(name)) {
+		if node, err := loadRealNode(dir); err == nil {
+			c, _ := e.cluster(name)
+			errs = append(errs, node.stop(ctx, c))
+		}
 	}
 	if _, err := os.Stat(dir); err == nil {
 		if _, err := e.kwokctl(ctx, "delete", "cluster", "--name", name,
@@ -377,6 +415,11 @@ func (e *Env) Open(ctx context.Context, name string) (*Cluster, error) {
 	}
 	if node, err := loadRealNode(e.nodeDir(name)); err == nil {
 		c.Node = node
+	}
+	for _, dir := range extraNodeDirs(e.nodeDir(name)) {
+		if node, err := loadRealNode(dir); err == nil {
+			c.ExtraNodes = append(c.ExtraNodes, node)
+		}
 	}
 	return c, nil
 }

@@ -30,17 +30,26 @@ type isolation struct {
 	members, pods []netip.Prefix
 }
 
-// isolationOf is the isolation of real node n.
-func isolationOf(n *RealNode) (isolation, error) {
-	node, err := netip.ParsePrefix(n.IP + "/24")
-	if err != nil {
-		return isolation{}, err
+// isolationOf is the isolation of real node n of a cluster whose real
+// nodes are cluster (n among them): its pods take traffic from those nodes
+// and their pods.
+func isolationOf(n *RealNode, cluster []*RealNode) (isolation, error) {
+	iso := isolation{key: n.NetNS}
+	for _, m := range cluster {
+		node, err := netip.ParsePrefix(m.IP + "/24")
+		if err != nil {
+			return isolation{}, err
+		}
+		pods, err := netip.ParsePrefix(m.PodCIDR)
+		if err != nil {
+			return isolation{}, err
+		}
+		iso.members = append(iso.members, node.Masked(), pods)
+		if m == n {
+			iso.pods = []netip.Prefix{pods}
+		}
 	}
-	pods, err := netip.ParsePrefix(n.PodCIDR)
-	if err != nil {
-		return isolation{}, err
-	}
-	return isolation{key: n.NetNS, members: []netip.Prefix{node.Masked(), pods}, pods: []netip.Prefix{pods}}, nil
+	return iso, nil
 }
 
 // apply installs the rules of iso in the host's forward path, replacing

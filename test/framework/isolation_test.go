@@ -99,7 +99,7 @@ func TestIsolatedClustersReachEachOthersNodesButNotTheirPods(t *testing.T) {
 		}
 	}
 
-	iso, err := isolationOf(b)
+	iso, err := isolationOf(b, []*RealNode{b})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -231,13 +231,15 @@ func (n *RealNode) spawn(name, binary string, args ...string) error {
 	return n.save()
 }
 
-// apiServerURL is the API server as the node reaches it.
-func (n *RealNode) apiServerURL(c *Cluster) (string, error) {
+// nodeAPIServerURL is the API server as real nodes reach it: at the host end
+// of the cluster's first real node, which the API server advertises and
+// its certificate names; other nodes reach it through the host's routes.
+func (c *Cluster) nodeAPIServerURL() (string, error) {
 	u, err := url.Parse(c.Config.Host)
 	if err != nil {
 		return "", err
 	}
-	return "https://" + net.JoinHostPort(n.HostIP, u.Port()), nil
+	return "https://" + net.JoinHostPort(c.Node.HostIP, u.Port()), nil
 }
 
 // waitFor polls ok until it is true, ctx ends or timeout passes.

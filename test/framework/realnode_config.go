@@ -19,7 +19,7 @@ import (
 // node is shared with another or with the host.
 func (n *RealNode) writeConfig(c *Cluster) error {
 	pki := filepath.Join(c.Dir, "pki")
-	server, err := n.apiServerURL(c)
+	server, err := c.nodeAPIServerURL()
 	if err != nil {
 		return err
 	}
