@@ -170,12 +170,16 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 	var node *RealNode
 	var extra []*RealNode
 	if o.RealNode {
+		var lan *nodeLAN
+		if o.ExtraRealNodes > 0 {
+			lan = &nodeLAN{}
+		}
 		for i := 0; i <= o.ExtraRealNodes; i++ {
 			dir, name := e.nodeDir(o.Name), o.Name+"-real"
 			if i > 0 {
 				dir, name = extraNodeDir(e.nodeDir(o.Name), i+1), fmt.Sprintf("%s-real-%d", o.Name, i+1)
 			}
-			n, err := nodeNetwork(ctx, dir)
+			n, err := nodeNetwork(ctx, dir, lan)
 			if err != nil {
 				return nil, err
 			}
@@ -192,10 +196,26 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 				extra = append(extra, n)
 			}
 		}
+		// Nodes on one LAN route each other's pods directly, as kindnet
+		// does: pod traffic between them never passes the host.
+		all := append([]*RealNode{node}, extra...)
+		for _, n := range all {
+			for _, m := range all {
+				if m == n {
+					continue
+				}
+				if _, err := run(ctx, "ip", "-n", n.NetNS, "route", "add", m.PodCIDR, "via", m.IP); err != nil {
+					return nil, fmt.Errorf("routing node %s's pods on node %s: %w", m.Name, n.Name, err)
+				}
+			}
+		}
 		if o.Isolated {
-			all := append([]*RealNode{node}, extra...)
 			for _, n := range all {
-				iso, err := isolationOf(n, all)
+				bridge := ""
+				if lan != nil {
+					bridge = lan.bridge
+				}
+				iso, err := isolationOf(n, all, bridge)
 				if err != nil {
 					return nil, err
 				}

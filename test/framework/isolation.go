@@ -28,13 +28,17 @@ type isolation struct {
 	key string
 	// members may reach pods; pods are the ranges protected.
 	members, pods []netip.Prefix
+	// lan is the bridge of the cluster's nodes, if it has several: what it
+	// switches between them is the cluster's own traffic, which the host's
+	// br_netfilter would otherwise put through these rules.
+	lan string
 }
 
 // isolationOf is the isolation of real node n of a cluster whose real
 // nodes are cluster (n among them): its pods take traffic from those nodes
 // and their pods.
-func isolationOf(n *RealNode, cluster []*RealNode) (isolation, error) {
-	iso := isolation{key: n.NetNS}
+func isolationOf(n *RealNode, cluster []*RealNode, lan string) (isolation, error) {
+	iso := isolation{key: n.NetNS, lan: lan}
 	for _, m := range cluster {
 		node, err := netip.ParsePrefix(m.IP + "/24")
 		if err != nil {
@@ -67,6 +71,10 @@ func (iso isolation) apply() error {
 		}
 		if err := deleteRules(c, table, chain, iso.key); err != nil {
 			return err
+		}
+		if iso.lan != "" {
+			c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(iso.key),
+				Exprs: nftexpr.Rule(nftexpr.Interface(true, iso.lan, true), nftexpr.Interface(false, iso.lan, true), nftexpr.Verdict(expr.VerdictAccept))})
 		}
 		for _, p := range iso.pods {
 			// Members pass; everyone else is dropped.

@@ -65,7 +65,7 @@ func TestIsolatedClustersReachEachOthersNodesButNotTheirPods(t *testing.T) {
 	ctx := context.Background()
 	nodes := make([]*RealNode, 2)
 	for i := range nodes {
-		n, err := nodeNetwork(ctx, t.TempDir())
+		n, err := nodeNetwork(ctx, t.TempDir(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestIsolatedClustersReachEachOthersNodesButNotTheirPods(t *testing.T) {
 		}
 	}
 
-	iso, err := isolationOf(b, []*RealNode{b})
+	iso, err := isolationOf(b, []*RealNode{b}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,12 +49,26 @@ type RealNode struct {
 	CgroupRoot string `json:"cgroupRoot"`
 	// PIDs are the node's processes.
 	PIDs map[string]int `json:"pids"`
+	// Bridge is the host bridge of the cluster's nodes when it has several
+	// (nodeLAN), recorded on the first node, which removes it last.
+	Bridge string `json:"bridge,omitempty"`
+}
+
+// nodeLAN puts the real nodes of one cluster on one subnet behind a host
+// bridge, as kind's docker network and a kubeadm cluster's LAN do: nodes
+// reach each other's addresses on link, which the fabric's routes through
+// another node need. The first node creates the bridge.
+type nodeLAN struct {
+	bridge  string
+	subnet  int
+	members int
 }
 
 // nodeNetwork creates the network namespace and veth for a node. Index i
 // gives the subnet 10.99.i.0/24 (the node is .1 inside, the host .254) and
-// the pod range 10.244.i.0/24.
-func nodeNetwork(ctx context.Context, dir string) (*RealNode, error) {
+// the pod range 10.244.i.0/24. With lan, the node joins the LAN's bridge
+// and subnet instead: its address is the next in the first node's subnet.
+func nodeNetwork(ctx context.Context, dir string, lan *nodeLAN) (*RealNode, error) {
 	if err := acquireHostState(); err != nil {
 		return nil, err
 	}
@@ -80,10 +94,32 @@ func nodeNetwork(ctx context.Context, dir string) (*RealNode, error) {
 			PIDs:       map[string]int{},
 		}
 		host, peer := fmt.Sprintf("ovh%d", i), fmt.Sprintf("ovn%d", i)
+		link := [][]string{{"ip", "addr", "add", n.HostIP + "/24", "dev", host}}
+		via := host
+		if lan != nil {
+			if lan.bridge == "" {
+				lan.bridge, lan.subnet = fmt.Sprintf("ovb%d", i), i
+				n.Bridge = lan.bridge
+				link = [][]string{
+					{"ip", "link", "add", lan.bridge, "type", "bridge"},
+					{"ip", "addr", "add", n.HostIP + "/24", "dev", lan.bridge},
+					{"ip", "link", "set", lan.bridge, "up"},
+				}
+			} else {
+				link = nil
+			}
+			lan.members++
+			n.IP = fmt.Sprintf("10.99.%d.%d", lan.subnet, lan.members)
+			n.HostIP = fmt.Sprintf("10.99.%d.254", lan.subnet)
+			link = append(link, []string{"ip", "link", "set", host, "master", lan.bridge})
+			via = lan.bridge
+		}
 		steps := [][]string{
 			{"ip", "link", "add", host, "type", "veth", "peer", "name", peer},
 			{"ip", "link", "set", peer, "netns", ns},
-			{"ip", "addr", "add", n.HostIP + "/24", "dev", host},
+		}
+		steps = append(steps, link...)
+		steps = append(steps, [][]string{
 			{"ip", "link", "set", host, "up"},
 			{"ip", "-n", ns, "link", "set", "lo", "up"},
 			{"ip", "-n", ns, "link", "set", peer, "name", "eth0"},
@@ -92,13 +128,16 @@ func nodeNetwork(ctx context.Context, dir string) (*RealNode, error) {
 			{"ip", "-n", ns, "route", "add", "default", "via", n.HostIP},
 			// The API server, on the host, reaches pods (webhooks) through
 			// the node; the route goes with the veth at teardown.
-			{"ip", "route", "add", n.PodCIDR, "via", n.IP, "dev", host},
+			{"ip", "route", "add", n.PodCIDR, "via", n.IP, "dev", via},
 			{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
-		}
+		}...)
 		for _, s := range steps {
 			if _, err := run(ctx, s[0], s[1:]...); err != nil {
 				_, _ = run(context.Background(), "ip", "netns", "delete", ns)
 				_, _ = run(context.Background(), "ip", "link", "delete", host)
+				if n.Bridge != "" {
+					_, _ = run(context.Background(), "ip", "link", "delete", n.Bridge)
+				}
 				return nil, errors.Join(fmt.Errorf("setting up the node network: %w", err), releaseHostState())
 			}
 		}
@@ -280,6 +319,12 @@ func (n *RealNode) stop(ctx context.Context, c *Cluster) error {
 	}
 	if n.NetNS != "" {
 		errs = append(errs, removeIsolation(n.NetNS))
+	}
+	// The other nodes' ports left the bridge with their namespaces.
+	if n.Bridge != "" {
+		if _, err := run(ctx, "ip", "link", "delete", n.Bridge); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+			errs = append(errs, err)
+		}
 	}
 	removeContainerLogLinks(n.path("pod-logs"))
 	if err := os.RemoveAll(n.Dir); err != nil {
