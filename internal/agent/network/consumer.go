@@ -143,13 +143,15 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 		}
 		return offloadv1alpha1.PhasePending, metav1.Condition{Status: metav1.ConditionFalse, Reason: "WaitingForProvider", Message: msg}, nil
 	}
-	mappings, err := views(ctx, r.Client, r.Settings, tunnel.Name, np.Status.PodCIDRs)
+	mappings, allocated, err := views(ctx, r.Reader, r.Settings, tunnel, np.Status.PodCIDRs)
 	if err != nil {
 		return offloadv1alpha1.PhaseFailed, metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoFreeView", Message: err.Error()}, nil
 	}
 	spec.PeerPublicKey, spec.Endpoint, spec.MTU, spec.Mappings = np.Status.PublicKey, np.Status.Endpoint, np.Status.MTU, mappings
 	spec.PeerViews = np.Status.ConsumerViews
-	if err := applyTunnelOwned(ctx, r.Client, tunnel, spec, fc); err != nil {
+	err = applyTunnelOwned(ctx, r.Client, tunnel, spec, fc)
+	allocated()
+	if err != nil {
 		return "", metav1.Condition{}, err
 	}
 	if err := ensureGateway(ctx, r.Client, r.Reader, tunnel); err != nil {

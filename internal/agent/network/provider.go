@@ -177,10 +177,6 @@ func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.Netw
 	if err := validSpec(np.Spec); err != nil {
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "InvalidSpec", Message: err.Error()}, nil
 	}
-	mappings, err := views(ctx, r.Client, r.Settings, tunnel.Name, np.Spec.PodCIDRs)
-	if err != nil {
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoFreeView", Message: err.Error()}, nil
-	}
 	allowed, err := r.tenantPods(ctx, np.Spec.ClusterID)
 	if err != nil {
 		return metav1.Condition{}, err
@@ -188,6 +184,11 @@ func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.Netw
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); client.IgnoreNotFound(err) != nil {
 		return metav1.Condition{}, err
 	}
+	mappings, allocated, err := views(ctx, r.Reader, r.Settings, tunnel, np.Spec.PodCIDRs)
+	if err != nil {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoFreeView", Message: err.Error()}, nil
+	}
+	defer allocated() // on the way out before the Tunnel is written
 	spec := offloadv1alpha1.TunnelSpec{
 		ClusterID: np.Spec.ClusterID, ClusterName: consumer, Role: offloadv1alpha1.TunnelServer,
 		PeerPublicKey: np.Spec.PublicKey, MTU: agreedMTU(np.Spec.MTU, tunnel.Status.PathMTU),
@@ -203,7 +204,9 @@ func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.Netw
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "InvalidSpec",
 			Message: fmt.Sprintf("clusterID %s is not the one of this tenant", np.Spec.ClusterID)}, nil
 	}
-	if err := applyTunnelOwned(ctx, r.Client, tunnel, spec, &tenant); err != nil {
+	err = applyTunnelOwned(ctx, r.Client, tunnel, spec, &tenant)
+	allocated()
+	if err != nil {
 		return metav1.Condition{}, err
 	}
 	pub, err := gatewayKey(ctx, r.Client, r.Reader, r.Settings.Namespace, tunnel.Name, tunnel)

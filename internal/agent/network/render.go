@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -61,34 +62,54 @@ func (s Settings) podCIDRStrings() []string {
 	return out
 }
 
-// views returns the views of the peer's real CIDRs: those the Tunnel
-// already holds for the same real CIDRs are kept, so restarts and
+// allocation serialises the allocation of views in this process: the
+// consumer and the provider controllers both allocate from the same pools,
+// and a view is only taken once the Tunnel holding it is written.
+var allocation sync.Mutex
+
+// views returns the views of the peer's real CIDRs for Tunnel self: those
+// it already holds for the same real CIDRs are kept, so restarts and
 // re-reconciles never renumber; the rest are allocated around every other
-// Tunnel's views.
-func views(ctx context.Context, c client.Reader, s Settings, self string, reals []string) ([]offloadv1alpha1.CIDRMapping, error) {
+// Tunnel's views. When it allocates, it holds the allocation lock and
+// reads the Tunnels uncached (reader), so that no two Tunnels get the same
+// view; done releases the lock (once, however often it is called), and the
+// caller calls it once it wrote self's Tunnel with the views, or gave up.
+func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv1alpha1.Tunnel, reals []string) (out []offloadv1alpha1.CIDRMapping, done func(), err error) {
+	done = func() {}
+	kept := map[string]string{}
+	for _, m := range self.Spec.Mappings {
+		kept[m.Real] = m.View
+	}
+	if out, ok := keptViews(kept, reals); ok {
+		return out, done, nil
+	}
+	allocation.Lock()
+	done = sync.OnceFunc(allocation.Unlock)
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
 	var tunnels offloadv1alpha1.TunnelList
-	if err := c.List(ctx, &tunnels, client.InNamespace(s.Namespace)); err != nil {
-		return nil, fmt.Errorf("listing Tunnels: %w", err)
+	if err := reader.List(ctx, &tunnels, client.InNamespace(s.Namespace)); err != nil {
+		return nil, done, fmt.Errorf("listing Tunnels: %w", err)
 	}
 	var taken []netip.Prefix
-	kept := map[string]string{}
 	for _, t := range tunnels.Items {
+		if t.Name == self.Name {
+			continue
+		}
 		for _, m := range t.Spec.Mappings {
-			if t.Name == self {
-				kept[m.Real] = m.View
-				continue
-			}
 			if v, err := netip.ParsePrefix(m.View); err == nil {
 				taken = append(taken, v)
 			}
 		}
 	}
 	space := s.space(taken)
-	var out []offloadv1alpha1.CIDRMapping
 	for _, r := range reals {
 		real, err := netip.ParsePrefix(r)
 		if err != nil {
-			return nil, fmt.Errorf("the peer's pod CIDR %q is not a CIDR", r)
+			return nil, done, fmt.Errorf("the peer's pod CIDR %q is not a CIDR", r)
 		}
 		if v, ok := kept[real.Masked().String()]; ok {
 			out = append(out, offloadv1alpha1.CIDRMapping{Real: real.Masked().String(), View: v})
@@ -97,12 +118,30 @@ func views(ctx context.Context, c client.Reader, s Settings, self string, reals 
 		}
 		v, err := space.View(real)
 		if err != nil {
-			return nil, err
+			return nil, done, err
 		}
 		space.Taken = append(space.Taken, v)
 		out = append(out, offloadv1alpha1.CIDRMapping{Real: real.Masked().String(), View: v.String()})
 	}
-	return out, nil
+	return out, done, nil
+}
+
+// keptViews returns the views of reals from kept (real to view), when it
+// has one for each.
+func keptViews(kept map[string]string, reals []string) ([]offloadv1alpha1.CIDRMapping, bool) {
+	out := make([]offloadv1alpha1.CIDRMapping, 0, len(reals))
+	for _, r := range reals {
+		real, err := netip.ParsePrefix(r)
+		if err != nil {
+			return nil, false
+		}
+		v, ok := kept[real.Masked().String()]
+		if !ok {
+			return nil, false
+		}
+		out = append(out, offloadv1alpha1.CIDRMapping{Real: real.Masked().String(), View: v})
+	}
+	return out, true
 }
 
 // gatewayKey returns the public key of tunnel's gateway, creating its
