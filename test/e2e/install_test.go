@@ -367,6 +367,8 @@ func TestInstallRejectsBadInputAndChangesNothing(t *testing.T) {
 			"the network fabric (--network) needs this cluster's pod CIDR, which was not detected: pass --pod-cidr CIDR"},
 		{"the network fabric turned on by value without a pod CIDR", []string{"install", "--set", "network.enabled=true"},
 			"the network fabric (network.enabled value) needs this cluster's pod CIDR"},
+		{"overlapping remap pools", []string{"install", "--pod-cidr", "10.244.0.0/16", "--set", "network.remapPools={10.64.0.0/12,10.70.0.0/16}"},
+			"invalid network values: remap pools 10.64.0.0/12 and 10.70.0.0/16 overlap"},
 		{"a gateway service type that is not NodePort or LoadBalancer", []string{"install", "--gateway-service-type", "ClusterIP"},
 			`invalid --gateway-service-type "ClusterIP": want NodePort or LoadBalancer`},
 		{"a gateway address that is no address", []string{"install", "--gateway-address", "vpn.example.com:http"},
