@@ -13,7 +13,8 @@ embedded in this plugin (the agent's controller-manager and auth service).
 
 The distribution (kind, k3s, kubeadm), the pod and service CIDRs and the API
 server URL that peers will use are detected and shown, each with where it
-came from; flags override them.
+came from; flags override them, and an upgrade keeps the ones the installed
+release has.
 
 The network fabric (a WireGuard gateway per peering and a routes-only
 DaemonSet, so offloaded pods and local pods reach each other by IP and

@@ -180,7 +180,11 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	settings := o.settings(det, identity, user)
+	var installed map[string]any
+	if existing != nil {
+		installed = existing.Config
+	}
+	settings := o.settings(det, identity, user, installed)
 	settings.show(steps, serverVersion)
 	if err := settings.validate(); err != nil {
 		return err

@@ -26,17 +26,36 @@ type settings struct {
 	network setting
 }
 
-func pick(flag, flagName string, detected, detectedSource string) setting {
-	if flag != "" {
-		return setting{flag, flagName}
+// pick returns the first candidate with a value, or "not detected".
+func pick(candidates ...setting) setting {
+	for _, c := range candidates {
+		if c.value != "" {
+			return c
+		}
 	}
-	if detected == "" {
-		return setting{"", "not detected"}
-	}
-	return setting{detected, detectedSource}
+	return setting{"", "not detected"}
 }
 
-func (o *Options) settings(det *Detection, identity *corev1.ConfigMap, user map[string]any) settings {
+// installedValue returns the string at path in the installed release's
+// values, or "".
+func installedValue(installed map[string]any, path ...string) string {
+	var cur any = installed
+	for _, key := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return ""
+		}
+		cur = m[key]
+	}
+	s, _ := cur.(string)
+	return s
+}
+
+// settings computes the cluster-specific values: flags first, then what
+// the installed release was given (so that an upgrade without the flags an
+// install had keeps them), then detection. installed are the installed
+// release's values, nil when there is none.
+func (o *Options) settings(det *Detection, identity *corev1.ConfigMap, user, installed map[string]any) settings {
 	var s settings
 	switch {
 	case o.ClusterName != "":
@@ -55,17 +74,26 @@ func (o *Options) settings(det *Detection, identity *corev1.ConfigMap, user map[
 	} else {
 		s.provider = setting{string(det.Provider), det.ProviderSource}
 	}
-	s.podCIDR = pick(o.PodCIDR, "--pod-cidr", det.PodCIDR, det.PodCIDRSource)
-	s.serviceCIDR = pick(o.ServiceCIDR, "--service-cidr", det.ServiceCIDR, det.ServiceCIDRSource)
-	s.apiServerURL = pick(o.APIServerURL, "--api-server-url", det.APIServerURL, det.APIServerURLSource)
-	s.apiServerLoopback = o.APIServerURL == "" && det.APIServerLoopback
-	s.network = o.networkSetting(user, s.podCIDR)
+	const release = "installed release"
+	s.podCIDR = pick(setting{o.PodCIDR, "--pod-cidr"}, setting{installedValue(installed, "network", "podCIDR"), release},
+		setting{det.PodCIDR, det.PodCIDRSource})
+	s.serviceCIDR = pick(setting{o.ServiceCIDR, "--service-cidr"}, setting{installedValue(installed, "network", "serviceCIDR"), release},
+		setting{det.ServiceCIDR, det.ServiceCIDRSource})
+	s.apiServerURL = pick(setting{o.APIServerURL, "--api-server-url"}, setting{installedValue(installed, "apiServer", "url"), release},
+		setting{det.APIServerURL, det.APIServerURLSource})
+	// A URL the user gave is theirs to judge; a detected or kept loopback
+	// one is flagged.
+	if host, _, ok := splitServer(s.apiServerURL.value); ok && o.APIServerURL == "" {
+		s.apiServerLoopback = isLoopbackHost(host)
+	}
+	s.network = o.networkSetting(user, installed, s.podCIDR)
 	return s
 }
 
 // networkSetting says whether the network fabric runs: as the values or
-// --network say, and otherwise when the pod CIDR is known.
-func (o *Options) networkSetting(user map[string]any, podCIDR setting) setting {
+// --network say, else as the installed release has it, and otherwise when
+// the pod CIDR is known.
+func (o *Options) networkSetting(user, installed map[string]any, podCIDR setting) setting {
 	onOff := func(on bool) string {
 		if on {
 			return "on"
@@ -77,9 +105,13 @@ func (o *Options) networkSetting(user map[string]any, podCIDR setting) setting {
 			return setting{onOff(v), "network.enabled value"}
 		}
 	}
+	installedNetwork, _ := installed["network"].(map[string]any)
+	enabled, wasSet := installedNetwork["enabled"].(bool)
 	switch {
 	case o.NetworkSet:
 		return setting{onOff(o.Network), "--network"}
+	case wasSet:
+		return setting{onOff(enabled), "installed release"}
 	case podCIDR.value != "":
 		return setting{"on", "default"}
 	}

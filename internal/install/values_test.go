@@ -17,7 +17,7 @@ func TestTheNetworkFabricRunsWhenThePodCIDRIsKnown(t *testing.T) {
 	tests := []struct {
 		name                string
 		flag, flagSet       bool
-		user                map[string]any
+		user, installed     map[string]any
 		podCIDR             setting
 		want, source, error string
 	}{
@@ -25,6 +25,8 @@ func TestTheNetworkFabricRunsWhenThePodCIDRIsKnown(t *testing.T) {
 		{name: "an unknown pod CIDR leaves it off", podCIDR: unknown, want: "off", source: "the pod CIDR is not known"},
 		{name: "--network=false keeps it off", flagSet: true, podCIDR: detected, want: "off", source: "--network"},
 		{name: "the value wins over the flag", flag: true, flagSet: true, user: off, podCIDR: detected, want: "off", source: "network.enabled value"},
+		{name: "an upgrade keeps the installed release's choice", installed: off, podCIDR: detected, want: "off", source: "installed release"},
+		{name: "--network wins over the installed release", flag: true, flagSet: true, installed: off, podCIDR: detected, want: "on", source: "--network"},
 		{name: "--network without a pod CIDR is refused", flag: true, flagSet: true, podCIDR: unknown, want: "on", source: "--network",
 			error: "the network fabric (--network) needs this cluster's pod CIDR, which was not detected: pass --pod-cidr CIDR, or --network=false"},
 		{name: "the value without a pod CIDR is refused", user: on, podCIDR: unknown, want: "on", source: "network.enabled value",
@@ -33,7 +35,7 @@ func TestTheNetworkFabricRunsWhenThePodCIDRIsKnown(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := &Options{Network: tt.flag, NetworkSet: tt.flagSet}
-			s := settings{podCIDR: tt.podCIDR, network: o.networkSetting(tt.user, tt.podCIDR)}
+			s := settings{podCIDR: tt.podCIDR, network: o.networkSetting(tt.user, tt.installed, tt.podCIDR)}
 			if s.network.value != tt.want || s.network.source != tt.source {
 				t.Errorf("network = %+v, want %s (%s)", s.network, tt.want, tt.source)
 			}
@@ -103,5 +105,37 @@ func TestRemapPoolsAreCheckedBeforeAnythingIsWritten(t *testing.T) {
 	off.network = setting{"off", "--network"}
 	if warning, err := checkNetwork(map[string]any{"network": map[string]any{"remapPools": []any{"bad"}}}, off); warning != "" || err != nil {
 		t.Errorf("with the fabric off the pools are not checked: %q, %v", warning, err)
+	}
+}
+
+func TestAnUpgradeKeepsWhatTheInstallWasGiven(t *testing.T) {
+	det := &Detection{PodCIDRSource: "not detected", ServiceCIDR: "10.96.0.0/12", ServiceCIDRSource: "ServiceCIDR kubernetes",
+		APIServerURL: "https://127.0.0.1:6443", APIServerURLSource: "kubeconfig server (loopback)", APIServerLoopback: true}
+	installed := map[string]any{
+		"network":   map[string]any{"enabled": true, "podCIDR": "10.244.0.0/16", "serviceCIDR": "10.0.0.0/24"},
+		"apiServer": map[string]any{"url": "https://172.18.0.2:6443"},
+	}
+	s := (&Options{}).settings(det, nil, map[string]any{}, installed)
+	for _, c := range []struct{ got, want setting }{
+		{s.podCIDR, setting{"10.244.0.0/16", "installed release"}},
+		{s.serviceCIDR, setting{"10.0.0.0/24", "installed release"}},
+		{s.apiServerURL, setting{"https://172.18.0.2:6443", "installed release"}},
+		{s.network, setting{"on", "installed release"}},
+	} {
+		if c.got != c.want {
+			t.Errorf("setting = %+v, want %+v", c.got, c.want)
+		}
+	}
+	if s.apiServerLoopback {
+		t.Error("the installed API server URL 172.18.0.2 is flagged as a loopback one")
+	}
+	// Flags still win, and without a release detection decides.
+	s = (&Options{PodCIDR: "10.42.0.0/16"}).settings(det, nil, map[string]any{}, installed)
+	if s.podCIDR != (setting{"10.42.0.0/16", "--pod-cidr"}) {
+		t.Errorf("pod CIDR = %+v, want the flag's", s.podCIDR)
+	}
+	s = (&Options{}).settings(det, nil, map[string]any{}, nil)
+	if s.serviceCIDR != (setting{"10.96.0.0/12", "ServiceCIDR kubernetes"}) || !s.apiServerLoopback || s.network != (setting{"off", "the pod CIDR is not known"}) {
+		t.Errorf("settings without a release = %+v", s)
 	}
 }
