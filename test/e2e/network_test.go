@@ -323,21 +323,23 @@ func expectNoNetworkLeft(ctx context.Context, t *testing.T, c *framework.Cluster
 		if l, err := c.Kube.RbacV1().Roles(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
 			left = append(left, "gateway Role "+l.Items[0].Name)
 		}
-		out, err := exec.Command("ip", "-n", c.Node.NetNS, "route", "show", "proto", "0x6f").CombinedOutput()
-		if err != nil {
-			return false, fmt.Sprintf("%v: %s", err, out)
-		}
-		if strings.TrimSpace(string(out)) != "" {
-			left = append(left, "routes "+strings.TrimSpace(string(out)))
-		}
-		if err := framework.InNetNS(c.Node.NetNS, func() error {
-			tables, err := (&nftables.Conn{}).ListTables()
-			if slices.ContainsFunc(tables, func(tb *nftables.Table) bool { return tb.Name == "offload-fabric" }) {
-				left = append(left, "nftables table offload-fabric")
+		for _, n := range append([]*framework.RealNode{c.Node}, c.ExtraNodes...) {
+			out, err := exec.Command("ip", "-n", n.NetNS, "route", "show", "proto", "0x6f").CombinedOutput()
+			if err != nil {
+				return false, fmt.Sprintf("%v: %s", err, out)
 			}
-			return err
-		}); err != nil {
-			return false, err.Error()
+			if strings.TrimSpace(string(out)) != "" {
+				left = append(left, n.Name+" routes "+strings.TrimSpace(string(out)))
+			}
+			if err := framework.InNetNS(n.NetNS, func() error {
+				tables, err := (&nftables.Conn{}).ListTables()
+				if slices.ContainsFunc(tables, func(tb *nftables.Table) bool { return tb.Name == "offload-fabric" }) {
+					left = append(left, n.Name+" nftables table offload-fabric")
+				}
+				return err
+			}); err != nil {
+				return false, err.Error()
+			}
 		}
 		return len(left) == 0, strings.Join(left, ", ")
 	})

@@ -323,7 +323,7 @@ func (r *ProviderReconciler) endpoint(ctx context.Context, t *offloadv1alpha1.Tu
 				return net.JoinHostPort(host, strconv.Itoa(int(port))), ""
 			}
 		}
-		return "", fmt.Sprintf("waiting for a load balancer address for Service %s (or install with --set network.gateway.address=HOST)", klog.KObj(svc))
+		return "", fmt.Sprintf("waiting for a load balancer address for Service %s (or give the address consumers reach with kubectl offload upgrade --gateway-address HOST[:PORT])", klog.KObj(svc))
 	}
 	if port == 0 {
 		return "", fmt.Sprintf("Service %s has no NodePort yet", klog.KObj(svc))
