@@ -53,10 +53,24 @@ spec:
     args: [gateway]
 `
 
-// Both sides of a peering in one API server: the consumer installed in one
-// namespace, the provider in another, the consumer reaching its tenant
-// namespace with the credentials (and only the RBAC) a peering gives it.
-func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
+// world is both sides of a peering in one API server: the consumer
+// installed in one namespace, the provider in another, the consumer
+// reaching its tenant namespace with the credentials (and only the RBAC) a
+// peering gives it, both controllers running, and the consumer's
+// ForeignCluster for the provider. Both use the pod CIDR 10.244.0.0/16, so
+// each remaps the other's into its pool.
+type world struct {
+	admin                                  client.Client
+	consumerName, providerName, consumerID string
+	cns, pns, tenantNS                     string
+	fc                                     *offloadv1alpha1.ForeignCluster
+}
+
+// newWorld starts the world with the consumer's and the provider's remap
+// pool; gatewayAddress, when set, is where the provider publishes its
+// gateway without waiting for a node.
+func newWorld(t *testing.T, consumerPool, providerPool, gatewayAddress string) *world {
+	t.Helper()
 	cfg := framework.APIServer(t)
 	admin := framework.NewClient(t, cfg)
 	framework.InstallCRDs(t, admin)
@@ -109,10 +123,10 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 	svc := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
 	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		c := &ConsumerReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-			Settings:  Settings{Namespace: cns, PodCIDRs: pod, ServiceCIDRs: svc, Pools: []netip.Prefix{netip.MustParsePrefix("10.64.0.0/12")}},
+			Settings:  Settings{Namespace: cns, PodCIDRs: pod, ServiceCIDRs: svc, Pools: []netip.Prefix{netip.MustParsePrefix(consumerPool)}},
 			Providers: &providerclient.Set{Reader: mgr.GetAPIReader(), Namespace: cns}}
 		p := &ProviderReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-			Settings: Settings{Namespace: pns, PodCIDRs: pod, ServiceCIDRs: svc, Pools: []netip.Prefix{netip.MustParsePrefix("10.80.0.0/12")}, GatewayServiceType: corev1.ServiceTypeNodePort}}
+			Settings: Settings{Namespace: pns, PodCIDRs: pod, ServiceCIDRs: svc, Pools: []netip.Prefix{netip.MustParsePrefix(providerPool)}, GatewayServiceType: corev1.ServiceTypeNodePort, GatewayAddress: gatewayAddress}}
 		if err := c.SetupWithManager(mgr); err != nil {
 			return err
 		}
@@ -123,6 +137,17 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: providerID, ClusterName: providerName, OutgoingPeering: offloadv1alpha1.OutgoingPeering{Enabled: true}}}
 	must(t, admin.Create(ctx, fc))
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), fc) })
+	return &world{admin: admin, consumerName: consumerName, providerName: providerName,
+		consumerID: consumerID, cns: cns, pns: pns, tenantNS: tenantNS, fc: fc}
+}
+
+func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
+	w := newWorld(t, "10.64.0.0/12", "10.80.0.0/12", "")
+	ctx := t.Context()
+	admin, fc := w.admin, w.fc
+	consumerName, providerName, consumerID := w.consumerName, w.providerName, w.consumerID
+	cns, pns, tenantNS := w.cns, w.pns, w.tenantNS
+	suffix := strings.TrimPrefix(consumerName, "consumer-")
 
 	// The provider answers with its gateway, which waits for a node: the
 	// endpoint is the NodePort on the gateway pod's node.
@@ -164,7 +189,7 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 	if !slices.Equal(clientTunnel.Spec.Mappings, wantClient) || !slices.Equal(server.Spec.Mappings, wantServer) || !slices.Equal(np.Status.ConsumerViews, wantServer) {
 		t.Errorf("views: consumer %v, provider %v, told the consumer %v", clientTunnel.Spec.Mappings, server.Spec.Mappings, np.Status.ConsumerViews)
 	}
-	if metav1.GetControllerOf(clientTunnel).Name != fc.Name || metav1.GetControllerOf(&server).Name != tenant.Name {
+	if metav1.GetControllerOf(clientTunnel).Name != fc.Name || metav1.GetControllerOf(&server).Name != consumerName {
 		t.Errorf("owners: the consumer's Tunnel %v, the provider's %v", metav1.GetControllerOf(clientTunnel), metav1.GetControllerOf(&server))
 	}
 
@@ -244,4 +269,27 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 		gone := admin.Get(ctx, client.ObjectKeyFromObject(clientTunnel), &offloadv1alpha1.Tunnel{}) != nil
 		return gone && c != nil && c.Reason == offloadv1alpha1.ReasonNetworkingDisabled && fc.Status.Network == offloadv1alpha1.PhaseNone
 	})
+}
+
+// A remap pool too small for the provider's pod CIDR fails the peering's
+// network with what to do, and starts no gateway on the consumer.
+func TestAPoolTooSmallForThePeersPodCIDRSaysSo(t *testing.T) {
+	w := newWorld(t, "10.64.0.0/20", "10.80.0.0/12", "203.0.113.7")
+	var fc offloadv1alpha1.ForeignCluster
+	framework.Eventually(t, 30*time.Second, "NetworkReady=False NoFreeView on the consumer", func(ctx context.Context) bool {
+		if err := w.admin.Get(ctx, client.ObjectKeyFromObject(w.fc), &fc); err != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)
+		return c != nil && c.Reason == "NoFreeView" && fc.Status.Network == offloadv1alpha1.PhaseFailed
+	})
+	c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)
+	if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "10.244.0.0/16") || !strings.Contains(c.Message, "10.64.0.0/20") {
+		t.Errorf("NetworkReady = %+v; want False naming the peer's CIDR and the pool", c)
+	}
+	var deployments appsv1.DeploymentList
+	must(t, w.admin.List(t.Context(), &deployments, client.InNamespace(w.cns)))
+	if len(deployments.Items) > 0 {
+		t.Errorf("a gateway started on the consumer without a view: %s", deployments.Items[0].Name)
+	}
 }
