@@ -130,10 +130,13 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 			t.Fatal(err)
 		}
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "net"}, Spec: corev1.ServiceSpec{
-		Selector: map[string]string{"tier": "web"}, Ports: []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080)}}}}
-	if _, err := consumer.Kube.CoreV1().Services("net").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// Service web spans both clusters; web-remote has only the offloaded pod.
+	for name, selector := range map[string]map[string]string{"web": {"tier": "web"}, "web-remote": {"app": "web-remote"}} {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "net"}, Spec: corev1.ServiceSpec{
+			Selector: selector, Ports: []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080)}}}}
+		if _, err := consumer.Kube.CoreV1().Services("net").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	localPod := waitPodsReady(ctx, t, consumer, "net", "app=web-local", 1)[0]
 	remotePod := waitPodsReady(ctx, t, consumer, "net", "app=web-remote", 1)[0]
@@ -171,9 +174,9 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	if out, err := execIn(t, consumer, "net", gatewayNodeClient.Name, "get", "http://"+viewIP+":8080/whoami"); err != nil || out != real.Name+" "+sameNodeSeen {
 		t.Errorf("from the gateway's node %s: answer %q, %v; want %q", gateway.Spec.NodeName, out, err, real.Name+" "+sameNodeSeen)
 	}
-	// A 1 MiB response crosses the tunnel whole.
-	if out, err := kubectl(t, consumer, "-n", "net", "exec", clientPod.Name, "--", "/testapp", "get", "http://"+viewIP+":8080/bytes?n=1048576"); err != nil || len(out) != 1<<20 {
-		t.Errorf("1 MiB through the tunnel: %d bytes, %v", len(out), err)
+	// A 1 MiB response through a consumer Service crosses the tunnel whole.
+	if out, err := kubectl(t, consumer, "-n", "net", "exec", clientPod.Name, "--", "/testapp", "get", "http://web-remote:8080/bytes?n=1048576"); err != nil || len(out) != 1<<20 {
+		t.Errorf("1 MiB through Service web-remote: %d bytes, %v", len(out), err)
 	}
 	if rx := gatewayStatus(ctx, t, consumer, tunnel.Name).RxBytes; rx-rxBefore < 1<<20 {
 		t.Errorf("the consumer gateway's received bytes grew by %d, less than the 1 MiB that came through it", rx-rxBefore)
@@ -200,8 +203,9 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 
 	// kubectl offload status shows the tunnel on both sides.
 	serverTunnel := offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer")
-	expectTunnelReported(ctx, t, consumer, tunnel.Name, wantImpl)
-	expectTunnelReported(ctx, t, provider, serverTunnel, wantImpl)
+	// The consumer knows both views; the provider only its own.
+	expectTunnelReported(ctx, t, consumer, tunnel.Name, wantImpl, true)
+	expectTunnelReported(ctx, t, provider, serverTunnel, wantImpl, false)
 
 	// The path between the clusters cut, as by a firewall: status on each
 	// side names the tunnel as the broken hop and exits 1, while the
@@ -265,15 +269,17 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 }
 
 // expectTunnelReported waits for `kubectl offload status` on c to show
-// tunnel up, with its device, endpoint, remapped view, MTU and bytes.
-func expectTunnelReported(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel, impl string) {
+// tunnel up, with its device, endpoint, remapped view of the peer's pods
+// (and with bothViews the peer's view of this cluster's), MTU and bytes.
+func expectTunnelReported(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel, impl string, bothViews bool) {
 	t.Helper()
 	// Byte counters are written at least every 30 s.
 	waitFor(ctx, t, 45*time.Second, "status showing tunnel "+tunnel+" on "+c.Name, func(ctx context.Context) (bool, string) {
 		r, _ := offloadStatus(t, c)
 		tn := r.tunnel("tunnels", tunnel)
 		good := r.sectionStatus("tunnels") == "ok" && tn != nil && tn.Hop == "" && tn.Connected && tn.Implementation == impl &&
-			tn.Endpoint != "" && len(tn.PeerPods) == 1 && tn.PeerPods[0].View != tn.PeerPods[0].Real && tn.MTU > 0 && tn.RxBytes > 0 && tn.TxBytes > 0
+			tn.Endpoint != "" && len(tn.PeerPods) == 1 && tn.PeerPods[0].View != tn.PeerPods[0].Real && tn.MTU > 0 && tn.RxBytes > 0 && tn.TxBytes > 0 &&
+			(!bothViews || len(tn.LocalPods) == 1 && tn.LocalPods[0].View != tn.LocalPods[0].Real)
 		return good, fmt.Sprintf("tunnels section %s, tunnel %+v: %v", r.sectionStatus("tunnels"), tn, r.failures())
 	})
 }

@@ -35,18 +35,22 @@ type statusReport struct {
 
 // reportedTunnel is the part of a tunnel in the status report the tests read.
 type reportedTunnel struct {
-	Name           string `json:"name"`
-	Implementation string `json:"implementation"`
-	Endpoint       string `json:"endpoint"`
-	PeerPods       []struct {
-		Real string `json:"real"`
-		View string `json:"view"`
-	} `json:"peerPods"`
-	MTU       int    `json:"mtu"`
-	RxBytes   int64  `json:"rxBytes"`
-	TxBytes   int64  `json:"txBytes"`
-	Connected bool   `json:"connected"`
-	Hop       string `json:"hop"`
+	Name           string        `json:"name"`
+	Implementation string        `json:"implementation"`
+	Endpoint       string        `json:"endpoint"`
+	PeerPods       []cidrMapping `json:"peerPods"`
+	LocalPods      []cidrMapping `json:"localPods"`
+	MTU            int           `json:"mtu"`
+	RxBytes        int64         `json:"rxBytes"`
+	TxBytes        int64         `json:"txBytes"`
+	Connected      bool          `json:"connected"`
+	Hop            string        `json:"hop"`
+}
+
+// cidrMapping is a real CIDR and its view, in a reported tunnel.
+type cidrMapping struct {
+	Real string `json:"real"`
+	View string `json:"view"`
 }
 
 // tunnel returns the tunnel called name in section, or nil.
