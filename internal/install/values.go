@@ -107,10 +107,13 @@ func (o *Options) networkSetting(user, installed map[string]any, podCIDR setting
 	}
 	installedNetwork, _ := installed["network"].(map[string]any)
 	enabled, wasSet := installedNetwork["enabled"].(bool)
+	// An installed "off" without a pod CIDR was forced, not chosen: once
+	// the pod CIDR is known, the default applies.
+	forced := !enabled && installedValue(installed, "network", "podCIDR") == ""
 	switch {
 	case o.NetworkSet:
 		return setting{onOff(o.Network), "--network"}
-	case wasSet:
+	case wasSet && !forced:
 		return setting{onOff(enabled), "installed release"}
 	case podCIDR.value != "":
 		return setting{"on", "default"}

@@ -14,6 +14,7 @@ func TestTheNetworkFabricRunsWhenThePodCIDRIsKnown(t *testing.T) {
 	unknown := setting{"", "not detected"}
 	off := map[string]any{"network": map[string]any{"enabled": false}}
 	on := map[string]any{"network": map[string]any{"enabled": true}}
+	offWithCIDR := map[string]any{"network": map[string]any{"enabled": false, "podCIDR": "10.244.0.0/16"}}
 	tests := []struct {
 		name                string
 		flag, flagSet       bool
@@ -25,8 +26,9 @@ func TestTheNetworkFabricRunsWhenThePodCIDRIsKnown(t *testing.T) {
 		{name: "an unknown pod CIDR leaves it off", podCIDR: unknown, want: "off", source: "the pod CIDR is not known"},
 		{name: "--network=false keeps it off", flagSet: true, podCIDR: detected, want: "off", source: "--network"},
 		{name: "the value wins over the flag", flag: true, flagSet: true, user: off, podCIDR: detected, want: "off", source: "network.enabled value"},
-		{name: "an upgrade keeps the installed release's choice", installed: off, podCIDR: detected, want: "off", source: "installed release"},
-		{name: "--network wins over the installed release", flag: true, flagSet: true, installed: off, podCIDR: detected, want: "on", source: "--network"},
+		{name: "an upgrade keeps the installed release's choice", installed: offWithCIDR, podCIDR: detected, want: "off", source: "installed release"},
+		{name: "an install that was off for want of a pod CIDR turns on once it is given", installed: off, podCIDR: setting{"10.244.0.0/16", "--pod-cidr"}, want: "on", source: "default"},
+		{name: "--network wins over the installed release", flag: true, flagSet: true, installed: offWithCIDR, podCIDR: detected, want: "on", source: "--network"},
 		{name: "--network without a pod CIDR is refused", flag: true, flagSet: true, podCIDR: unknown, want: "on", source: "--network",
 			error: "the network fabric (--network) needs this cluster's pod CIDR, which was not detected: pass --pod-cidr CIDR, or --network=false"},
 		{name: "the value without a pod CIDR is refused", user: on, podCIDR: unknown, want: "on", source: "network.enabled value",
