@@ -28,6 +28,22 @@ const ReasonUnauthorized = "Unauthorized"
 // clusters share a network already, so nothing is broken.
 const ReasonNetworkingDisabled = "NetworkingDisabled"
 
+// The reasons of a Tunnel's Ready condition, which its gateway sets; the
+// consumer's NetworkReady and kubectl offload status read them.
+const (
+	// ReasonTunnelConnected: the peer's gateway answers through the tunnel.
+	ReasonTunnelConnected = "Connected"
+	// ReasonTunnelDisconnected: the peer's gateway does not answer the
+	// liveness probe through the tunnel.
+	ReasonTunnelDisconnected = "Disconnected"
+	// ReasonTunnelWaiting: the gateway waits for the peer's key, endpoint
+	// and pod CIDRs.
+	ReasonTunnelWaiting = "Waiting"
+	// ReasonTunnelConfigurationFailed: the gateway cannot set up its
+	// device, addresses, routes or rules.
+	ReasonTunnelConfigurationFailed = "ConfigurationFailed"
+)
+
 // ConditionUnpeered is set on a ForeignCluster being deleted: False while the
 // consumer's agent cannot get the provider to remove its tenant, with the
 // reason in the message.

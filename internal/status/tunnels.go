@@ -217,11 +217,11 @@ func (e *tunnelEnd) diagnose(env *Env, now time.Time, rt *Tunnel) Check {
 	switch {
 	case ready == nil:
 		return pending(HopGateway, "gateway %s has not reported yet: see %s", rt.Gateway, logs)
-	case ready.Reason == "ConfigurationFailed":
+	case ready.Reason == offloadv1alpha1.ReasonTunnelConfigurationFailed:
 		return broken(HopGateway, "gateway %s cannot set up the tunnel: %s; see %s", rt.Gateway, ready.Message, logs)
 	case ready.Status == metav1.ConditionTrue:
 		return ok("", "tunnel %s to %s is up: %s", t.Name, rt.Peer, handshakeText(now, t.Status.LastHandshake))
-	case ready.Reason == "Waiting":
+	case ready.Reason == offloadv1alpha1.ReasonTunnelWaiting:
 		return pending(HopExchange, "gateway %s waits for the peer's key, endpoint and pod CIDRs", rt.Gateway)
 	}
 

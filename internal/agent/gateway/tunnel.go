@@ -87,13 +87,13 @@ func TunnelStatus(st Status, generation int64, old []metav1.Condition) offloadv1
 	c := metav1.Condition{Type: offloadv1alpha1.ConditionReady, ObservedGeneration: generation}
 	switch {
 	case st.Error != "":
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "ConfigurationFailed", st.Error
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, offloadv1alpha1.ReasonTunnelConfigurationFailed, st.Error
 	case st.Connected:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "Connected", fmt.Sprintf("the peer answers through the tunnel (%s, %d bytes in, %d out)", st.Implementation, st.RxBytes, st.TxBytes)
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, offloadv1alpha1.ReasonTunnelConnected, fmt.Sprintf("the peer answers through the tunnel (%s, %d bytes in, %d out)", st.Implementation, st.RxBytes, st.TxBytes)
 	case st.Implementation == "":
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Waiting", "the gateway waits for the peer's key, endpoint and pod CIDRs"
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, offloadv1alpha1.ReasonTunnelWaiting, "the gateway waits for the peer's key, endpoint and pod CIDRs"
 	default:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Disconnected", "the peer does not answer the liveness probe through the tunnel"
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, offloadv1alpha1.ReasonTunnelDisconnected, "the peer does not answer the liveness probe through the tunnel"
 	}
 	meta.SetStatusCondition(&out.Conditions, c)
 	return out

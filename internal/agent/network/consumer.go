@@ -168,10 +168,10 @@ func tunnelPhase(t *offloadv1alpha1.Tunnel) (offloadv1alpha1.PeeringPhase, metav
 		return offloadv1alpha1.PhasePending, metav1.Condition{Status: metav1.ConditionFalse, Reason: "GatewayStarting",
 			Message: fmt.Sprintf("waiting for gateway %s to report", offloadv1alpha1.GatewayName(t.Name))}, nil
 	case ready.Status == metav1.ConditionTrue:
-		return offloadv1alpha1.PhaseEstablished, metav1.Condition{Status: metav1.ConditionTrue, Reason: "Connected",
+		return offloadv1alpha1.PhaseEstablished, metav1.Condition{Status: metav1.ConditionTrue, Reason: offloadv1alpha1.ReasonTunnelConnected,
 			Message: fmt.Sprintf("tunnel to %s up (%s); the provider's pods are %s here", t.Spec.Endpoint, t.Status.Implementation, describe(t.Spec.Mappings))}, nil
-	case ready.Reason == "Disconnected":
-		return offloadv1alpha1.PhaseDisconnected, metav1.Condition{Status: metav1.ConditionFalse, Reason: "Disconnected",
+	case ready.Reason == offloadv1alpha1.ReasonTunnelDisconnected:
+		return offloadv1alpha1.PhaseDisconnected, metav1.Condition{Status: metav1.ConditionFalse, Reason: offloadv1alpha1.ReasonTunnelDisconnected,
 			Message: fmt.Sprintf("the provider's gateway at %s does not answer through the tunnel: run kubectl offload status peer %s", t.Spec.Endpoint, t.Spec.ClusterName)}, nil
 	default:
 		return offloadv1alpha1.PhasePending, metav1.Condition{Status: metav1.ConditionFalse, Reason: ready.Reason, Message: ready.Message}, nil
