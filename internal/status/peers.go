@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,20 +103,19 @@ func missingCRD(err error) bool { return meta.IsNoMatchError(err) || apierrors.I
 // readPeers returns every ForeignCluster, sorted by name, with its Tenant
 // and, when outgoing peering is enabled, its virtual node.
 func readPeers(ctx context.Context, env *Env) ([]*peer, error) {
-	list := &offloadv1alpha1.ForeignClusterList{}
-	if err := env.Client.List(ctx, list); err != nil {
+	fcs, err := env.ForeignClusters(ctx)
+	if err != nil {
 		if missingCRD(err) {
 			return nil, &errNoForeignClusterCRD{err: err}
 		}
-		return nil, fmt.Errorf("listing ForeignClusters: %w", err)
+		return nil, err
 	}
 	tenants, err := readTenants(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
-	peers := make([]*peer, 0, len(list.Items))
-	for _, fc := range list.Items {
+	peers := make([]*peer, 0, len(fcs))
+	for _, fc := range fcs {
 		peers = append(peers, completePeer(ctx, env, fc, tenants))
 	}
 	return peers, nil

@@ -11,6 +11,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -88,6 +89,10 @@ type Env struct {
 	releaseErr  error
 	releaseRead bool
 	deployments map[string]deploymentLookup
+
+	foreignClusters     []offloadv1alpha1.ForeignCluster
+	foreignClustersErr  error
+	foreignClustersRead bool
 }
 
 type deploymentLookup struct {
@@ -116,6 +121,28 @@ func (e *Env) Release() (*helmclient.Release, error) {
 		e.releaseRead = true
 	}
 	return e.release, e.releaseErr
+}
+
+// ForeignClusters returns every ForeignCluster, sorted by name; the peers,
+// tunnels, virtual nodes and offloaded namespaces sections all read them.
+// The API server is asked once per Env. The error is the API's, so that
+// callers can tell a missing CRD (missingCRD).
+func (e *Env) ForeignClusters(ctx context.Context) ([]offloadv1alpha1.ForeignCluster, error) {
+	if !e.foreignClustersRead {
+		list := &offloadv1alpha1.ForeignClusterList{}
+		err := e.Client.List(ctx, list)
+		switch {
+		case missingCRD(err):
+			e.foreignClustersErr = err
+		case err != nil:
+			e.foreignClustersErr = fmt.Errorf("listing ForeignClusters: %w", err)
+		default:
+			sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+			e.foreignClusters = list.Items
+		}
+		e.foreignClustersRead = true
+	}
+	return e.foreignClusters, e.foreignClustersErr
 }
 
 // Deployment returns the Deployment called name in the install namespace,

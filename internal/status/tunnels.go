@@ -397,16 +397,12 @@ func tunnelReports(ctx context.Context, env *Env, ends []*tunnelEnd, table *Tabl
 	return tunnels, append(checks, fabricCheck(ctx, env))
 }
 
-// readForeignClusters returns every ForeignCluster; none when their CRD is
-// missing, which the peers section reports.
+// readForeignClusters returns every ForeignCluster, sorted by name; none
+// when their CRD is missing, which the peers section reports.
 func readForeignClusters(ctx context.Context, env *Env) ([]offloadv1alpha1.ForeignCluster, error) {
-	list := &offloadv1alpha1.ForeignClusterList{}
-	err := env.Client.List(ctx, list)
-	switch {
-	case missingCRD(err):
+	fcs, err := env.ForeignClusters(ctx)
+	if missingCRD(err) {
 		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("listing ForeignClusters: %w", err)
 	}
-	return list.Items, nil
+	return fcs, err
 }
