@@ -228,7 +228,7 @@ func validGatewayAddress(a string) error {
 		return fmt.Errorf("invalid --gateway-address %q: want HOST or HOST:PORT, the address consumers dial this cluster's gateways at", a)
 	}
 	if port != "" {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		if n, err := strconv.Atoi(port); err != nil || len(validation.IsValidPortNum(n)) > 0 {
 			return bad()
 		}
 	}
