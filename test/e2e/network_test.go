@@ -329,7 +329,7 @@ func expectNoNetworkLeft(ctx context.Context, t *testing.T, c *framework.Cluster
 		if l, err := c.Kube.RbacV1().Roles(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
 			left = append(left, "gateway Role "+l.Items[0].Name)
 		}
-		for _, n := range append([]*framework.RealNode{c.Node}, c.ExtraNodes...) {
+		for _, n := range c.RealNodes() {
 			out, err := exec.Command("ip", "-n", n.NetNS, "route", "show", "proto", "0x6f").CombinedOutput()
 			if err != nil {
 				return false, fmt.Sprintf("%v: %s", err, out)

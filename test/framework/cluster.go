@@ -99,6 +99,15 @@ type Cluster struct {
 	env *Env
 }
 
+// RealNodes returns the cluster's real nodes, the first one first; none
+// when it has no real node.
+func (c *Cluster) RealNodes() []*RealNode {
+	if c.Node == nil {
+		return nil
+	}
+	return append([]*RealNode{c.Node}, c.ExtraNodes...)
+}
+
 // kwokctl runs kwokctl with the Env's working directory and tools.
 func (e *Env) kwokctl(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(e.bin, "kwokctl"), args...)
@@ -168,7 +177,7 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 	cp := clusterPorts{apiserver: p[0], etcd: p[1], etcdPeer: p[2], controllerManager: p[3], scheduler: p[4], kwok: p[5]}
 	dir := e.clusterDir(o.Name)
 	var node *RealNode
-	var extra []*RealNode
+	var extra, all []*RealNode
 	if o.RealNode {
 		var lan *nodeLAN
 		if o.ExtraRealNodes > 0 {
@@ -198,7 +207,7 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 		}
 		// Nodes on one LAN route each other's pods directly, as kindnet
 		// does: pod traffic between them never passes the host.
-		all := append([]*RealNode{node}, extra...)
+		all = append([]*RealNode{node}, extra...)
 		for _, n := range all {
 			for _, m := range all {
 				if m == n {
@@ -210,11 +219,11 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 			}
 		}
 		if o.Isolated {
+			bridge := ""
+			if lan != nil {
+				bridge = lan.bridge
+			}
 			for _, n := range all {
-				bridge := ""
-				if lan != nil {
-					bridge = lan.bridge
-				}
 				iso, err := isolationOf(n, all, bridge)
 				if err != nil {
 					return nil, err
@@ -259,7 +268,7 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 			}
 		}
 		c.Node, c.ExtraNodes = node, extra
-		for _, n := range append([]*RealNode{node}, extra...) {
+		for _, n := range all {
 			if err := n.start(ctx, c, e.bin, images); err != nil {
 				return nil, err
 			}
