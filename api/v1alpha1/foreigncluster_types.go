@@ -100,6 +100,10 @@ type ForeignClusterStatus struct {
 	// peer expire; the agent rotates them before then.
 	// +optional
 	CredentialExpiry *metav1.Time `json:"credentialExpiry,omitempty"`
+	// ProviderPolicy is what the peer, as a provider, lets this cluster's
+	// pods do there, as its ResourceOffer says.
+	// +optional
+	ProviderPolicy *ConsumerPolicy `json:"providerPolicy,omitempty"`
 }
 
 // ForeignCluster is a peer cluster, on both sides of a peering.

@@ -14,6 +14,11 @@ type TenantSpec struct {
 	// TenantNamespace is the namespace holding the consumer's ServiceAccount,
 	// ResourceOffer and RemoteNamespaces: offload-tenant-<consumer-name>.
 	TenantNamespace string `json:"tenantNamespace"`
+	// Policy is what the consumer's pods may do on this cluster. It comes
+	// from the peering token (peer generate --pod-security,
+	// --allow-node-placement); the provider may change it here at any time.
+	// +optional
+	Policy ConsumerPolicy `json:"policy,omitempty"`
 }
 
 // TenantStatus is the observed state of a tenant.
@@ -37,6 +42,7 @@ type TenantStatus struct {
 // +kubebuilder:resource:scope=Cluster,categories=offload
 // +kubebuilder:printcolumn:name="Consumer",type=string,JSONPath=`.spec.clusterName`
 // +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.tenantNamespace`
+// +kubebuilder:printcolumn:name="Pod Security",type=string,JSONPath=`.spec.policy.podSecurity`
 // +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.credentialExpiry`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Tenant struct {
@@ -63,6 +69,10 @@ type ResourceOfferSpec struct {
 	ClusterName string `json:"clusterName"`
 	// Resources are the cpu, memory and pods lent: a share of the provider's free allocatable resources.
 	Resources corev1.ResourceList `json:"resources"`
+	// Policy is the tenant's policy, published for the consumer so that its
+	// agent leaves out of the pods it sends what the provider would refuse.
+	// +optional
+	Policy ConsumerPolicy `json:"policy,omitempty"`
 }
 
 // ResourceOfferStatus is the observed state of an offer.

@@ -21,6 +21,15 @@ after --ttl (1h by default, 24h at most) and can be used once unless
 --reusable is set. Treat the printed command as a password: it is the only
 place kubectl offload ever shows a token.
 
+The token also carries what the consumer's pods may do here, which this
+cluster's API server enforces in the consumer's namespaces: the Pod Security
+level (--pod-security, baseline by default; privileged lets them become root
+on this cluster's nodes) and whether they may pick nodes
+(--allow-node-placement; by default they select nodes only by operating
+system and architecture, and tolerate no taint but not-ready and
+unreachable). Peering again with a new token applies its policy to a
+consumer that is already peered.
+
 Nothing is created unless kubectl offload is installed and its auth service
 has created its CA; kubectl offload status --wait waits for that.`
 
@@ -31,7 +40,10 @@ const generateExample = `  # Print the command to run on the consumer
   kubectl offload peer generate --reusable --ttl 8h -o json
 
   # Advertise the auth service behind a load balancer of your own
-  kubectl offload peer generate --auth-url https://peering.example.com:443`
+  kubectl offload peer generate --auth-url https://peering.example.com:443
+
+  # A consumer whose pods run under Pod Security restricted
+  kubectl offload peer generate --pod-security restricted`
 
 const tokensLong = `List and revoke the peering tokens of this cluster.
 
@@ -135,6 +147,8 @@ func newCmdGenerate(use string, f factory.Factory, streams genericiooptions.IOSt
 	cmd.Flags().DurationVar(&o.TTL, "ttl", o.TTL, "How long the token is valid, at most 24h.")
 	cmd.Flags().BoolVar(&o.Reusable, "reusable", o.Reusable, "Let the token peer any number of consumers until it expires.")
 	cmd.Flags().StringVar(&o.AuthURL, "auth-url", o.AuthURL, "The https URL consumers reach the auth service at, instead of the one derived from the install.")
+	cmd.Flags().StringVar(&o.PodSecurity, "pod-security", o.PodSecurity, "The Pod Security level this cluster enforces on the consumer's pods: restricted, baseline or privileged.")
+	cmd.Flags().BoolVar(&o.AllowNodePlacement, "allow-node-placement", o.AllowNodePlacement, "Let the consumer's pods choose this cluster's nodes: set a nodeName, select any node label, tolerate any taint.")
 	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
 	return cmd
 }

@@ -49,6 +49,9 @@ type PeerCommand struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 	// Reusable tells whether the token can be used more than once.
 	Reusable bool `json:"reusable"`
+	// Policy is what the pods of the consumers that peer with the token
+	// may do on this cluster.
+	Policy offloadv1alpha1.ConsumerPolicy `json:"policy"`
 	// Command is the command to run on the consumer.
 	Command string `json:"command"`
 }
@@ -61,6 +64,11 @@ type GenerateOptions struct {
 	TTL time.Duration
 	// Reusable lets the token peer more than one consumer until it expires.
 	Reusable bool
+	// PodSecurity is the Pod Security level enforced on the pods of the
+	// consumers that peer with the token: restricted, baseline or privileged.
+	PodSecurity string
+	// AllowNodePlacement lets those pods pick this cluster's nodes.
+	AllowNodePlacement bool
 	// AuthURL overrides the auth URL derived from the install.
 	AuthURL string
 	Output  output.Format
@@ -73,7 +81,10 @@ type GenerateOptions struct {
 
 // NewGenerateOptions returns GenerateOptions with defaults.
 func NewGenerateOptions(streams genericiooptions.IOStreams) *GenerateOptions {
-	return &GenerateOptions{IOStreams: streams, TTL: DefaultTokenTTL, Output: output.Table, now: time.Now}
+	return &GenerateOptions{
+		IOStreams: streams, TTL: DefaultTokenTTL, PodSecurity: string(offloadv1alpha1.PodSecurityBaseline),
+		Output: output.Table, now: time.Now,
+	}
 }
 
 // Complete builds the clients from the factory.
@@ -99,6 +110,9 @@ func (o *GenerateOptions) Validate() error {
 	if o.TTL <= 0 || o.TTL > MaxTokenTTL {
 		return fmt.Errorf("--ttl must be more than 0 and at most %s, got %s", MaxTokenTTL, o.TTL)
 	}
+	if _, ok := offloadv1alpha1.ParsePodSecurityLevel(o.PodSecurity); !ok {
+		return fmt.Errorf("--pod-security %q is not a Pod Security level: use %s", o.PodSecurity, peering.PodSecurityLevelList())
+	}
 	if o.AuthURL != "" {
 		if err := validateAuthURL(o.AuthURL); err != nil {
 			return fmt.Errorf("invalid --auth-url: %w", err)
@@ -123,25 +137,45 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 		return fmt.Errorf("the peer command would be invalid: %w", err)
 	}
 	expires := o.now().Add(o.TTL).UTC().Truncate(time.Second)
-	secret := peering.NewTokenSecret(o.namespace, tok, expires, o.Reusable)
+	policy := o.policy()
+	secret := peering.NewTokenSecret(o.namespace, tok, peering.TokenOptions{Expires: expires, Reusable: o.Reusable, Policy: policy})
 	if _, err := o.kube.CoreV1().Secrets(o.namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the token secret %s: %w", secret.Name, err)
 	}
 	pc := PeerCommand{
 		TypeMeta: peerCommandType, Name: args.Name, AuthURL: args.AuthURL, ClusterID: args.ClusterID,
 		AuthToken: args.AuthToken, CACertHash: args.CACertHash, ExpiresAt: expires, Reusable: o.Reusable,
-		Command: args.Command(),
+		Policy: policy, Command: args.Command(),
+	}
+	if policy.Level() == offloadv1alpha1.PodSecurityPrivileged {
+		output.NewSteps(o.ErrOut).Warn("--pod-security privileged: the pods of the consumers that peer with token %s can become root on this cluster's nodes; "+
+			"revoke it with kubectl offload peer tokens revoke %s unless you trust them like an administrator of this cluster", tok.ID, tok.ID)
 	}
 	return output.Write(o.Out, o.Output, pc, func(w io.Writer) error {
 		usage := "It can be used once"
 		if o.Reusable {
 			usage = "It can be used by any number of consumers"
 		}
-		fmt.Fprintf(o.ErrOut, "Run this command on the consumer cluster to peer it with %s. The token %s expires at %s (in %s). %s; revoke it with kubectl offload peer tokens revoke %s.\n",
-			pc.Name, tok.ID, expires.Format(time.RFC3339), o.TTL, usage, tok.ID)
+		fmt.Fprintf(o.ErrOut, "Run this command on the consumer cluster to peer it with %s. The token %s expires at %s (in %s). %s; revoke it with kubectl offload peer tokens revoke %s. %s\n",
+			pc.Name, tok.ID, expires.Format(time.RFC3339), o.TTL, usage, tok.ID, policyNote(policy))
 		_, err := fmt.Fprintln(w, pc.Command)
 		return err
 	})
+}
+
+// policy returns the consumer policy of the options, once validated.
+func (o *GenerateOptions) policy() offloadv1alpha1.ConsumerPolicy {
+	level, _ := offloadv1alpha1.ParsePodSecurityLevel(o.PodSecurity)
+	return offloadv1alpha1.ConsumerPolicy{PodSecurity: level, NodePlacement: o.AllowNodePlacement}
+}
+
+// policyNote says in a sentence what a consumer's pods may do under p.
+func policyNote(p offloadv1alpha1.ConsumerPolicy) string {
+	placement := "only by operating system and architecture (--allow-node-placement lifts that)"
+	if p.NodePlacement {
+		placement = "freely: by nodeName, any node label, any toleration (--allow-node-placement)"
+	}
+	return fmt.Sprintf("Consumer pods run here under Pod Security %s (--pod-security) and pick nodes %s.", p.Level(), placement)
 }
 
 // providerArgs reads this cluster's identity, auth CA and auth URL.

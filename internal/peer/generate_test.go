@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"strings"
@@ -24,6 +25,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -124,10 +126,90 @@ func TestGeneratePrintsTheCommandForANewToken(t *testing.T) {
 	if strings.Contains(errOut.String(), tok.Secret) || !strings.Contains(errOut.String(), tok.ID) {
 		t.Errorf("the note names the token by its ID only: %q", errOut)
 	}
+	if !strings.Contains(errOut.String(), "Pod Security baseline") || strings.Contains(errOut.String(), "root") {
+		t.Errorf("the note does not name the default policy, or warns about it: %q", errOut)
+	}
 	secrets := tokenSecrets(t, kube)
 	if len(secrets) != 1 || secrets[0].Name != peering.TokenSecretName(tok.ID) ||
 		string(secrets[0].Data[peering.UsageKey]) != peering.UsageSingle || string(secrets[0].Data[peering.ExpirationKey]) != "2030-01-01T13:00:00Z" {
 		t.Errorf("token Secrets = %+v, want one single-use Secret for %s expiring in an hour", secrets, tok.ID)
+	}
+	stored, err := peering.ReadTokenSecret(&secrets[0])
+	if want := (offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}); err != nil || stored.Policy != want {
+		t.Errorf("the token Secret grants %+v (%v), want %+v", stored.Policy, err, want)
+	}
+}
+
+func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
+	tests := []struct {
+		name        string
+		podSecurity string
+		placement   bool
+		output      output.Format
+		wantPolicy  offloadv1alpha1.ConsumerPolicy
+		wantNote    []string
+		wantWarning bool
+	}{
+		{
+			name: "restricted is stored and shown", podSecurity: "restricted", output: output.Table,
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted},
+			wantNote:   []string{"Pod Security restricted", "only by operating system and architecture"},
+		},
+		{
+			name: "node placement is stored and shown", podSecurity: "baseline", placement: true, output: output.Table,
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodePlacement: true},
+			wantNote:   []string{"Pod Security baseline", "freely: by nodeName"},
+		},
+		{
+			name: "privileged is stored, shown and warned about", podSecurity: "privileged", output: output.Table,
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged},
+			wantNote:   []string{"Pod Security privileged"}, wantWarning: true,
+		},
+		{
+			name: "privileged is warned about with -o json too", podSecurity: "privileged", output: output.JSON,
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged}, wantWarning: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			certPEM, _ := testCA(t)
+			kube := fake.NewClientset(identityCM(), caSecret(certPEM))
+			o, out, errOut := newGenerate(kube)
+			o.PodSecurity, o.AllowNodePlacement, o.Output = tt.podSecurity, tt.placement, tt.output
+			if err := o.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			secrets := tokenSecrets(t, kube)
+			if len(secrets) != 1 {
+				t.Fatalf("%d token Secrets, want 1", len(secrets))
+			}
+			stored, err := peering.ReadTokenSecret(&secrets[0])
+			if err != nil || stored.Policy != tt.wantPolicy {
+				t.Errorf("the token Secret grants %+v (%v), want %+v", stored.Policy, err, tt.wantPolicy)
+			}
+			for _, want := range tt.wantNote {
+				if !strings.Contains(errOut.String(), want) {
+					t.Errorf("stderr %q does not say %q", errOut, want)
+				}
+			}
+			if got := strings.Contains(errOut.String(), "can become root on this cluster's nodes"); got != tt.wantWarning {
+				t.Errorf("stderr %q warns about root: %v, want %v", errOut, got, tt.wantWarning)
+			}
+			switch tt.output {
+			case output.JSON:
+				var pc PeerCommand
+				if err := json.Unmarshal(out.Bytes(), &pc); err != nil || pc.Policy != tt.wantPolicy {
+					t.Errorf("the JSON output carries policy %+v (%v), want %+v", pc.Policy, err, tt.wantPolicy)
+				}
+			default:
+				if args := shellArgs(t, out.String()); args.AuthToken == "" || strings.Count(out.String(), "\n") != 1 {
+					t.Errorf("stdout is not the one pasteable command line: %q", out)
+				}
+			}
+		})
 	}
 }
 
@@ -144,6 +226,10 @@ func TestGenerateValidatesItsFlags(t *testing.T) {
 		{name: "a ttl over a day is refused", modify: func(o *GenerateOptions) { o.TTL = MaxTokenTTL + time.Second }},
 		{name: "an http auth URL is refused", modify: func(o *GenerateOptions) { o.AuthURL = "http://h:1" }},
 		{name: "an unknown output is refused", modify: func(o *GenerateOptions) { o.Output = "xml" }},
+		{name: "restricted is a valid pod security", modify: func(o *GenerateOptions) { o.PodSecurity = "restricted" }, ok: true},
+		{name: "privileged with node placement is valid", modify: func(o *GenerateOptions) { o.PodSecurity, o.AllowNodePlacement = "privileged", true }, ok: true},
+		{name: "an unknown pod security is refused", modify: func(o *GenerateOptions) { o.PodSecurity = "root" }},
+		{name: "a pod security in capitals is refused", modify: func(o *GenerateOptions) { o.PodSecurity = "Baseline" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,11 +242,34 @@ func TestGenerateValidatesItsFlags(t *testing.T) {
 	}
 }
 
+func TestGenerateFlagsDefaultToBaselineWithoutNodePlacement(t *testing.T) {
+	cmd := newCmdGenerate("generate", nil, genericiooptions.NewTestIOStreamsDiscard())
+	for flag, want := range map[string]string{"pod-security": "baseline", "allow-node-placement": "false"} {
+		if f := cmd.Flags().Lookup(flag); f == nil || f.DefValue != want {
+			t.Errorf("flag --%s: %+v, want the default %s", flag, f, want)
+		}
+	}
+}
+
+func TestAnUnknownPodSecurityErrorListsTheLevels(t *testing.T) {
+	o := NewGenerateOptions(genericiooptions.NewTestIOStreamsDiscard())
+	o.PodSecurity = "root"
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted --pod-security root")
+	}
+	for _, want := range []string{"--pod-security", `"root"`, "restricted", "baseline", "privileged"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error %q does not say %s", err, want)
+		}
+	}
+}
+
 func TestTokensListAndRevoke(t *testing.T) {
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	valid := peering.NewTokenSecret(testNS, peering.Token{ID: "aaaaaa", Secret: "secretsecret0001"}, now.Add(time.Hour), false)
-	expired := peering.NewTokenSecret(testNS, peering.Token{ID: "bbbbbb", Secret: "secretsecret0002"}, now.Add(-time.Hour), true)
-	used := peering.NewTokenSecret(testNS, peering.Token{ID: "cccccc", Secret: "secretsecret0003"}, now.Add(2*time.Hour), false)
+	valid := peering.NewTokenSecret(testNS, peering.Token{ID: "aaaaaa", Secret: "secretsecret0001"}, peering.TokenOptions{Expires: now.Add(time.Hour)})
+	expired := peering.NewTokenSecret(testNS, peering.Token{ID: "bbbbbb", Secret: "secretsecret0002"}, peering.TokenOptions{Expires: now.Add(-time.Hour), Reusable: true})
+	used := peering.NewTokenSecret(testNS, peering.Token{ID: "cccccc", Secret: "secretsecret0003"}, peering.TokenOptions{Expires: now.Add(2 * time.Hour)})
 	used.Data[peering.UsedByKey], used.Data[peering.UsedAtKey] = []byte(testID), []byte(now.Format(time.RFC3339))
 	kube := fake.NewClientset(valid, expired, used)
 

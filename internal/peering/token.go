@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // A peering token is "id.secret": id is 6 and secret 16 characters of [a-z0-9].
@@ -90,19 +92,42 @@ const (
 	// UsageSingle and UsageReusable are the values of UsageKey.
 	UsageSingle   = "single-use"
 	UsageReusable = "reusable"
+	// PodSecurityKey and NodePlacementKey hold the ConsumerPolicy the
+	// provider chose for the consumers that peer with the token: a
+	// PodSecurityLevel, and NodePlacementAllowedValue or nothing. A Secret
+	// without them, written by an older CLI, means baseline and no node
+	// placement.
+	PodSecurityKey   = "pod-security"
+	NodePlacementKey = "node-placement"
+	// NodePlacementAllowedValue is the value of NodePlacementKey that
+	// allows node placement.
+	NodePlacementAllowedValue = "true"
 )
 
 // TokenSecretName returns the name of the Secret holding token id.
 func TokenSecretName(id string) string { return "offload-peering-token-" + id }
 
-// NewTokenSecret returns the Secret that stores tok in namespace, expiring
-// at expires; it can be used once unless reusable.
-func NewTokenSecret(namespace string, tok Token, expires time.Time, reusable bool) *corev1.Secret {
+// TokenOptions are what a token Secret records besides the token itself.
+type TokenOptions struct {
+	// Expires is when the token stops being valid.
+	Expires time.Time
+	// Reusable lets the token peer any number of consumers until it
+	// expires; otherwise it can be used once.
+	Reusable bool
+	// Policy is what the pods of the consumers that peer with the token
+	// may do on the provider; the zero value is baseline without node
+	// placement.
+	Policy offloadv1alpha1.ConsumerPolicy
+}
+
+// NewTokenSecret returns the Secret that stores tok in namespace, with the
+// expiry, usage and consumer policy of o.
+func NewTokenSecret(namespace string, tok Token, o TokenOptions) *corev1.Secret {
 	usage := UsageSingle
-	if reusable {
+	if o.Reusable {
 		usage = UsageReusable
 	}
-	return &corev1.Secret{
+	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      TokenSecretName(tok.ID),
 			Namespace: namespace,
@@ -112,10 +137,15 @@ func NewTokenSecret(namespace string, tok Token, expires time.Time, reusable boo
 		Data: map[string][]byte{
 			TokenIDKey:     []byte(tok.ID),
 			TokenSecretKey: []byte(tok.Secret),
-			ExpirationKey:  []byte(expires.UTC().Format(time.RFC3339)),
+			ExpirationKey:  []byte(o.Expires.UTC().Format(time.RFC3339)),
 			UsageKey:       []byte(usage),
+			PodSecurityKey: []byte(o.Policy.Level()),
 		},
 	}
+	if o.Policy.NodePlacement {
+		s.Data[NodePlacementKey] = []byte(NodePlacementAllowedValue)
+	}
+	return s
 }
 
 // StoredToken is a token Secret as read back from the cluster.
@@ -125,10 +155,14 @@ type StoredToken struct {
 	Reusable bool
 	UsedBy   string
 	UsedAt   time.Time
-	secret   string
+	// Policy is the consumer policy the token grants; its PodSecurity is
+	// always set, baseline for a Secret that does not say.
+	Policy offloadv1alpha1.ConsumerPolicy
+	secret string
 }
 
-// ReadTokenSecret decodes a token Secret.
+// ReadTokenSecret decodes a token Secret. A Secret without the policy keys,
+// written by an older CLI, grants baseline and no node placement.
 func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
 	if s.Type != TokenSecretType {
 		return StoredToken{}, fmt.Errorf("secret %s is of type %s, not a peering token", s.Name, s.Type)
@@ -149,7 +183,31 @@ func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
 			return StoredToken{}, fmt.Errorf("secret %s has an invalid %s", s.Name, UsedAtKey)
 		}
 	}
+	level, ok := offloadv1alpha1.ParsePodSecurityLevel(string(s.Data[PodSecurityKey]))
+	if !ok {
+		return StoredToken{}, fmt.Errorf("secret %s has an unknown %s %q, want %s: revoke the token and generate a new one with kubectl offload peer generate",
+			s.Name, PodSecurityKey, s.Data[PodSecurityKey], PodSecurityLevelList())
+	}
+	t.Policy.PodSecurity = level
+	switch v := string(s.Data[NodePlacementKey]); v {
+	case "", "false":
+	case NodePlacementAllowedValue:
+		t.Policy.NodePlacement = true
+	default:
+		return StoredToken{}, fmt.Errorf("secret %s has an invalid %s %q, want %q or nothing: revoke the token and generate a new one with kubectl offload peer generate",
+			s.Name, NodePlacementKey, v, NodePlacementAllowedValue)
+	}
 	return t, nil
+}
+
+// PodSecurityLevelList returns the Pod Security levels as "a, b or c", for
+// messages.
+func PodSecurityLevelList() string {
+	names := make([]string, len(offloadv1alpha1.PodSecurityLevels))
+	for i, l := range offloadv1alpha1.PodSecurityLevels {
+		names[i] = string(l)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // Matches compares the secret part in constant time.

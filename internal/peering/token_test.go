@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 func TestParseToken(t *testing.T) {
@@ -80,26 +82,105 @@ func TestGeneratedTokensAreWellFormedAndUnique(t *testing.T) {
 func TestTokenSecretRoundTrip(t *testing.T) {
 	tok := Token{ID: "abc123", Secret: "0123456789abcdef"}
 	expires := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, reusable := range []bool{false, true} {
-		s := NewTokenSecret("offload-system", tok, expires, reusable)
-		if s.Name != TokenSecretName(tok.ID) || s.Namespace != "offload-system" || s.Type != TokenSecretType || s.Labels[TokenIDLabel] != tok.ID {
-			t.Fatalf("unexpected token Secret metadata: %+v", s.ObjectMeta)
+	baseline := offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}
+	tests := []struct {
+		name       string
+		opts       TokenOptions
+		wantPolicy offloadv1alpha1.ConsumerPolicy
+	}{
+		{name: "a single-use token with the zero policy reads back as baseline", opts: TokenOptions{Expires: expires}, wantPolicy: baseline},
+		{name: "a reusable token reads back reusable", opts: TokenOptions{Expires: expires, Reusable: true}, wantPolicy: baseline},
+		{
+			name:       "a restricted token reads back restricted",
+			opts:       TokenOptions{Expires: expires, Policy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted}},
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted},
+		},
+		{
+			name:       "a privileged token with node placement reads back both",
+			opts:       TokenOptions{Expires: expires, Policy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true}},
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewTokenSecret("offload-system", tok, tt.opts)
+			if s.Name != TokenSecretName(tok.ID) || s.Namespace != "offload-system" || s.Type != TokenSecretType || s.Labels[TokenIDLabel] != tok.ID {
+				t.Fatalf("unexpected token Secret metadata: %+v", s.ObjectMeta)
+			}
+			if got := string(s.Data[PodSecurityKey]); got != string(tt.wantPolicy.PodSecurity) {
+				t.Errorf("data %s = %q, want %q", PodSecurityKey, got, tt.wantPolicy.PodSecurity)
+			}
+			if v, ok := s.Data[NodePlacementKey]; ok != tt.wantPolicy.NodePlacement || (ok && string(v) != NodePlacementAllowedValue) {
+				t.Errorf("data %s = %q (present %v), want present only when node placement is allowed", NodePlacementKey, v, ok)
+			}
+			got, err := ReadTokenSecret(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.ID != tok.ID || !got.Expires.Equal(expires) || got.Reusable != tt.opts.Reusable || got.UsedBy != "" || !got.UsedAt.IsZero() || got.Policy != tt.wantPolicy {
+				t.Errorf("round trip = %+v, want reusable=%v and policy %+v", got, tt.opts.Reusable, tt.wantPolicy)
+			}
+			if !got.Matches(tok) {
+				t.Errorf("the stored token does not match the one it was made from")
+			}
+		})
+	}
+}
+
+func TestReadTokenSecretReadsThePolicy(t *testing.T) {
+	good := NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, TokenOptions{Expires: time.Now()})
+	with := func(data map[string]string) *corev1.Secret {
+		s := good.DeepCopy()
+		delete(s.Data, PodSecurityKey)
+		delete(s.Data, NodePlacementKey)
+		for k, v := range data {
+			s.Data[k] = []byte(v)
 		}
-		got, err := ReadTokenSecret(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.ID != tok.ID || !got.Expires.Equal(expires) || got.Reusable != reusable || got.UsedBy != "" || !got.UsedAt.IsZero() {
-			t.Errorf("round trip (reusable=%v) = %+v", reusable, got)
-		}
-		if !got.Matches(tok) {
-			t.Errorf("the stored token does not match the one it was made from")
-		}
+		return s
+	}
+	tests := []struct {
+		name    string
+		secret  *corev1.Secret
+		want    offloadv1alpha1.ConsumerPolicy
+		wantErr bool
+	}{
+		{name: "a Secret of an older CLI without the keys grants baseline and no node placement", secret: with(nil), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
+		{name: "an empty level grants baseline", secret: with(map[string]string{PodSecurityKey: ""}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
+		{name: "a restricted level is read", secret: with(map[string]string{PodSecurityKey: "restricted"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted}},
+		{name: "a privileged level is read", secret: with(map[string]string{PodSecurityKey: "privileged"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged}},
+		{name: "node placement true is read", secret: with(map[string]string{NodePlacementKey: "true"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodePlacement: true}},
+		{name: "node placement false grants none", secret: with(map[string]string{NodePlacementKey: "false"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
+		{name: "an unknown level is an error naming the Secret", secret: with(map[string]string{PodSecurityKey: "root"}), wantErr: true},
+		{name: "a level in another case is an error", secret: with(map[string]string{PodSecurityKey: "Privileged"}), wantErr: true},
+		{name: "an unknown node placement is an error naming the Secret", secret: with(map[string]string{NodePlacementKey: "yes"}), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ReadTokenSecret(tt.secret)
+			if tt.wantErr {
+				if err == nil || !strings.Contains(err.Error(), tt.secret.Name) {
+					t.Fatalf("ReadTokenSecret = %+v, %v; want an error naming Secret %s", got.Policy, err, tt.secret.Name)
+				}
+				if strings.Contains(err.Error(), "0123456789abcdef") {
+					t.Errorf("the error contains the secret: %v", err)
+				}
+				return
+			}
+			if err != nil || got.Policy != tt.want {
+				t.Fatalf("ReadTokenSecret = %+v, %v; want policy %+v", got.Policy, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPodSecurityLevelListNamesEveryLevel(t *testing.T) {
+	if got, want := PodSecurityLevelList(), "privileged, baseline or restricted"; got != want {
+		t.Errorf("PodSecurityLevelList = %q, want %q", got, want)
 	}
 }
 
 func TestReadTokenSecretRefusesOtherSecrets(t *testing.T) {
-	good := NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, time.Now(), false)
+	good := NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, TokenOptions{Expires: time.Now()})
 	otherType := good.DeepCopy()
 	otherType.Type = corev1.SecretTypeOpaque
 	noExpiry := good.DeepCopy()
@@ -116,7 +197,7 @@ func TestReadTokenSecretRefusesOtherSecrets(t *testing.T) {
 }
 
 func TestMatchesNeedsTheIDAndTheSecret(t *testing.T) {
-	s := NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, time.Now(), false)
+	s := NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, TokenOptions{Expires: time.Now()})
 	st, err := ReadTokenSecret(s)
 	if err != nil {
 		t.Fatal(err)

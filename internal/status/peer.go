@@ -187,12 +187,18 @@ func (p *peer) detail(env *Env) Section {
 		field("allocatableMemory", "Allocatable memory", quantity(alloc, corev1.ResourceMemory))
 		field("allocatablePods", "Allocatable pods", quantity(alloc, corev1.ResourcePods))
 	}
+	if pol := st.ProviderPolicy; pol != nil {
+		field("podSecurity", "Pod Security there", string(pol.Level()))
+		field("nodePlacement", "Node placement there", placementText(*pol))
+	}
 	field("credentialExpiry", "Credential expiry", timeText(st.CredentialExpiry, func(t time.Time) string { return expiryText(now, t) }))
 	field("lastSeen", "Last seen", timeText(st.LastSeen, func(t time.Time) string { return ageText(now, t) }))
 	if p.tenant != nil {
 		field("tenantNamespace", "Tenant namespace", p.tenant.Spec.TenantNamespace)
 		field("tenantCredentialExpiry", "Tenant credential expiry",
 			timeText(p.tenant.Status.CredentialExpiry, func(t time.Time) string { return expiryText(now, t) }))
+		field("tenantPodSecurity", "Tenant Pod Security", string(p.tenant.Spec.Policy.Level()))
+		field("tenantNodePlacement", "Tenant node placement", placementText(p.tenant.Spec.Policy))
 	}
 
 	s.Checks = append(s.Checks, p.conditionChecks()...)
@@ -200,6 +206,7 @@ func (p *peer) detail(env *Env) Section {
 		s.Checks = append(s.Checks, fail("virtualNode", "%v", p.nodeErr))
 	}
 	s.Checks = append(s.Checks, p.credentialChecks(env, now)...)
+	s.Checks = append(s.Checks, p.policyChecks()...)
 	if c, applies := p.unpeerCheck(); applies {
 		s.Checks = append(s.Checks, c)
 	}

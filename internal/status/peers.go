@@ -233,6 +233,7 @@ func (p *peer) checks(env *Env, now time.Time) []Check {
 		out = append(out, c)
 	}
 	out = append(out, p.credentialChecks(env, now)...)
+	out = append(out, p.policyChecks()...)
 	if c, applies := p.unpeerCheck(); applies {
 		out = append(out, c)
 	}
@@ -349,4 +350,34 @@ func orNone(s string) string {
 		return none
 	}
 	return s
+}
+
+// placementText says whether a policy lets a consumer pick the provider's nodes.
+func placementText(p offloadv1alpha1.ConsumerPolicy) string {
+	if p.NodePlacement {
+		return "allowed"
+	}
+	return "not allowed"
+}
+
+// policyChecks say what each side lets the other's pods do: the policy the
+// peer applies to this cluster's pods (policy), known once the virtual node
+// read the peer's offer, and the one this cluster applies to the peer's
+// pods (tenantPolicy). Both are choices, not faults: they are ok.
+func (p *peer) policyChecks() []Check {
+	var out []Check
+	if pol := p.fc.Status.ProviderPolicy; pol != nil && p.outgoing() {
+		out = append(out, ok("policy", "peer %s runs this cluster's pods at Pod Security %s; node placement %s",
+			p.fc.Name, pol.Level(), placementText(*pol)))
+	}
+	if p.tenant != nil {
+		pol := p.tenant.Spec.Policy
+		c := ok("tenantPolicy", "this cluster runs the pods of consumer %s at Pod Security %s; node placement %s",
+			p.fc.Name, pol.Level(), placementText(pol))
+		if pol.Level() == offloadv1alpha1.PodSecurityPrivileged {
+			c.Message += ": its pods may run privileged, as root on this cluster's nodes"
+		}
+		out = append(out, c)
+	}
+	return out
 }

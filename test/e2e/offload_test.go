@@ -268,6 +268,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	}
 	expectReflected(ctx, t, consumer, provider, twin, consumerID, "app=web", 2)
 
+	expectProviderRefusesUnsafePods(ctx, t, consumer, provider, twin, consumerID)
 	expectWorkloads(ctx, t, consumer, provider, twin, consumerID)
 	expectStrategies(ctx, t, consumer, cc)
 	expectUnpeerEndsOneDirection(ctx, t, consumer, provider, twin, consumerID)

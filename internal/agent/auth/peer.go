@@ -139,7 +139,7 @@ func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.L
 			return nil, err
 		}
 	}
-	t, undo, err := p.provision(ctx, req.ClusterID, req.ClusterName, *log)
+	t, undo, err := p.provision(ctx, req.ClusterID, req.ClusterName, stored.Policy, *log)
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,10 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 	if err := e.admin.Get(ctx, client.ObjectKey{Name: c.name}, &tenant); err != nil {
 		t.Fatal(err)
 	}
-	want := offloadv1alpha1.TenantSpec{ClusterID: c.id, ClusterName: c.name, TenantNamespace: ns}
+	want := offloadv1alpha1.TenantSpec{
+		ClusterID: c.id, ClusterName: c.name, TenantNamespace: ns,
+		Policy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline},
+	}
 	if tenant.Spec != want {
 		t.Errorf("tenant spec %+v, want %+v", tenant.Spec, want)
 	}

@@ -77,11 +77,13 @@ func verifyTenant(t *offloadv1alpha1.Tenant, id, name string) error {
 	return nil
 }
 
-// provision creates, in order, the Tenant, its namespace, the consumer's
-// ServiceAccount and its RoleBinding, and adopts those that already exist
-// for the same consumer. When a step fails it deletes what this call
-// created, so no half-made tenant is left behind.
-func (p *Peering) provision(ctx context.Context, id, name string, log klog.Logger) (_ *offloadv1alpha1.Tenant, _ func(), err error) {
+// provision creates, in order, the Tenant with policy, its namespace, the
+// consumer's ServiceAccount and its RoleBinding, and adopts those that
+// already exist for the same consumer. When a step fails it deletes what
+// this call created, so no half-made tenant is left behind. Once every step
+// succeeded, a Tenant that already existed gets policy: the policy of the
+// newest token is the provider's newest choice.
+func (p *Peering) provision(ctx context.Context, id, name string, policy offloadv1alpha1.ConsumerPolicy, log klog.Logger) (_ *offloadv1alpha1.Tenant, _ func(), err error) {
 	var created []client.Object
 	undo := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -121,7 +123,7 @@ func (p *Peering) provision(ctx context.Context, id, name string, log klog.Logge
 			// The tenant controller of the controller-manager owns the teardown.
 			Finalizers: []string{offloadv1alpha1.FinalizerTenant},
 		},
-		Spec: offloadv1alpha1.TenantSpec{ClusterID: id, ClusterName: name, TenantNamespace: ns},
+		Spec: offloadv1alpha1.TenantSpec{ClusterID: id, ClusterName: name, TenantNamespace: ns, Policy: policy},
 	}
 	if err := step(t, func() error { return verifyTenant(t, id, name) }); err != nil {
 		return nil, nil, err
@@ -156,7 +158,27 @@ func (p *Peering) provision(ctx context.Context, id, name string, log klog.Logge
 	}); err != nil {
 		return nil, nil, err
 	}
+	if err := p.setPolicy(ctx, t, policy, log); err != nil {
+		return nil, nil, err
+	}
 	return t, undo, nil
+}
+
+// setPolicy gives the Tenant t policy, when it has another one.
+func (p *Peering) setPolicy(ctx context.Context, t *offloadv1alpha1.Tenant, policy offloadv1alpha1.ConsumerPolicy, log klog.Logger) error {
+	if t.Spec.Policy == policy {
+		return nil
+	}
+	old := t.Spec.Policy
+	patch := client.MergeFrom(t.DeepCopy())
+	t.Spec.Policy = policy
+	if err := p.client.Patch(ctx, t, patch); err != nil {
+		return fmt.Errorf("setting the policy of tenant %s from the new peering token: %w", t.Name, err)
+	}
+	log.Info("Changed the tenant's policy to the new peering token's", "tenant", t.Name,
+		"podSecurity", policy.Level(), "nodePlacement", policy.NodePlacement,
+		"previousPodSecurity", old.Level(), "previousNodePlacement", old.NodePlacement)
+	return nil
 }
 
 // createOrGet creates o or, when it exists, reads it into o. It reports

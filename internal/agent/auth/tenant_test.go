@@ -196,15 +196,25 @@ func mustCreate(t *testing.T, c client.Client, o client.Object) {
 	}
 }
 
-// newToken stores a peering token in the install namespace.
+// newToken stores a peering token with the default policy in the install
+// namespace.
 func (e *peeringEnv) newToken(t *testing.T, expires time.Time, reusable bool) peering.Token {
+	t.Helper()
+	return e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
+		return peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: expires, Reusable: reusable})
+	})
+}
+
+// newTokenSecret stores in the install namespace the token Secret that
+// secret makes for a new token.
+func (e *peeringEnv) newTokenSecret(t *testing.T, secret func(peering.Token) *corev1.Secret) peering.Token {
 	t.Helper()
 	tok, err := peering.GenerateToken()
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.remember(tok.Secret)
-	mustCreate(t, e.admin, peering.NewTokenSecret(e.namespace, tok, expires, reusable))
+	mustCreate(t, e.admin, secret(tok))
 	return tok
 }
 

@@ -73,6 +73,9 @@ type Options struct {
 	// fabric: pods show their provider IPs in the consumer's view. nil (or
 	// a nil func) translates nothing.
 	Addresses func() *reflection.Addresses
+	// NodePlacement says whether the provider lets this cluster's pods
+	// pick its nodes (see reflection.Origin.NodePlacement). nil means no.
+	NodePlacement func() bool
 	// NodeIP is the virtual node's address, published as the host IP of
 	// its pods. Empty keeps the pods' host IP as it is.
 	NodeIP string
@@ -167,6 +170,7 @@ func (h *Handler) origin(twin string) reflection.Origin {
 		ClusterID:         h.opts.ConsumerClusterID,
 		TwinNamespace:     twin,
 		VirtualNodeLabels: h.opts.VirtualNodeLabels,
+		NodePlacement:     h.opts.NodePlacement != nil && h.opts.NodePlacement(),
 	}
 }
 

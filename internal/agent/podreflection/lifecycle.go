@@ -43,6 +43,9 @@ func (h *Handler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		h.opts.Logger.Info("Reflected pod", "pod", klog.KObj(pod), "twinNamespace", ti.twin)
 		return nil
 	}
+	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+		return h.refused(pod, err)
+	}
 	if !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating the remote pod of %s in %q: %w", klog.KObj(pod), ti.twin, err)
 	}
@@ -215,4 +218,14 @@ func asInvalidInput(err error) error {
 		return errdefs.AsInvalidInput(err)
 	}
 	return err
+}
+
+// refused explains a remote pod the provider's API server refused: its Pod
+// Security level, its admission policy, its quota or its validation. The
+// PodController puts the message on the pod (reason ProviderFailed) and in
+// a ProviderCreateFailed event, and tries again with backoff, so a pod
+// refused for want of quota starts once there is room.
+func (h *Handler) refused(pod *corev1.Pod, err error) error {
+	return fmt.Errorf("the provider behind virtual node %s refused pod %s: %w; change the pod, or ask the provider for room or for another policy (kubectl offload status peer shows its policy)",
+		h.opts.VirtualNodeName, klog.KObj(pod), err)
 }

@@ -40,8 +40,13 @@ func isVirtualNodeKey(key string) bool {
 var unreachableTaints = []string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady}
 
 // remoteTolerations drops the tolerations that only make sense for the
-// virtual node. A toleration without a key (tolerate everything) is kept.
-func remoteTolerations(in []corev1.Toleration) []corev1.Toleration {
+// virtual node, and, unless the provider lets the consumer place its pods,
+// every other one: tolerations only widen where a pod may go, and on the
+// provider that is the provider's to say (its admission refuses them).
+func remoteTolerations(in []corev1.Toleration, o Origin) []corev1.Toleration {
+	if !o.NodePlacement {
+		return nil
+	}
 	var out []corev1.Toleration
 	for _, t := range in {
 		if isOffloadKey(t.Key) || t.Key == virtualKubeletTolerationKey || slices.Contains(unreachableTaints, t.Key) {
@@ -52,11 +57,11 @@ func remoteTolerations(in []corev1.Toleration) []corev1.Toleration {
 	return out
 }
 
-// remoteNodeSelector drops the selector keys about virtual nodes.
-func remoteNodeSelector(in map[string]string) map[string]string {
+// remoteNodeSelector keeps the selector keys o may send (keepsNodeKey).
+func remoteNodeSelector(in map[string]string, o Origin) map[string]string {
 	var out map[string]string
 	for k, v := range in {
-		if isVirtualNodeKey(k) {
+		if !o.keepsNodeKey(k) {
 			continue
 		}
 		if out == nil {
@@ -128,11 +133,19 @@ func (n virtualNode) matches(term corev1.NodeSelectorTerm) bool {
 	return err == nil && ok
 }
 
-// stripTerm returns term without its virtual-node expressions and fields.
-func stripTerm(term corev1.NodeSelectorTerm) corev1.NodeSelectorTerm {
+// keepsNodeKey says whether a node selector or node affinity on label key
+// goes to the provider: not when it is about virtual nodes and, unless the
+// provider lets the consumer place its pods, only for the labels that say
+// what a workload runs on (PlacementLabels), not where.
+func (o Origin) keepsNodeKey(key string) bool {
+	return !isVirtualNodeKey(key) && (o.NodePlacement || slices.Contains(offloadv1alpha1.PlacementLabels, key))
+}
+
+// stripTerm returns term with only the expressions o keeps, and no fields.
+func stripTerm(term corev1.NodeSelectorTerm, o Origin) corev1.NodeSelectorTerm {
 	var out corev1.NodeSelectorTerm
 	for _, e := range term.MatchExpressions {
-		if !isVirtualNodeKey(e.Key) {
+		if o.keepsNodeKey(e.Key) {
 			out.MatchExpressions = append(out.MatchExpressions, e)
 		}
 	}
@@ -147,7 +160,7 @@ func translateAffinity(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error 
 		return nil
 	}
 	if a.NodeAffinity != nil {
-		na, err := remoteNodeAffinity(a.NodeAffinity, newVirtualNode(local, o))
+		na, err := remoteNodeAffinity(a.NodeAffinity, newVirtualNode(local, o), o)
 		if err != nil {
 			return err
 		}
@@ -181,7 +194,7 @@ func translateAffinity(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error 
 
 // remoteNodeAffinity applies the node-placement rules to na; nil means no
 // node affinity is left.
-func remoteNodeAffinity(na *corev1.NodeAffinity, vn virtualNode) (*corev1.NodeAffinity, error) {
+func remoteNodeAffinity(na *corev1.NodeAffinity, vn virtualNode, o Origin) (*corev1.NodeAffinity, error) {
 	if req := na.RequiredDuringSchedulingIgnoredDuringExecution; req != nil {
 		var kept []corev1.NodeSelectorTerm
 		matched, emptied := false, false
@@ -190,7 +203,7 @@ func remoteNodeAffinity(na *corev1.NodeAffinity, vn virtualNode) (*corev1.NodeAf
 				continue
 			}
 			matched = true
-			s := stripTerm(t)
+			s := stripTerm(t, o)
 			if len(s.MatchExpressions) == 0 {
 				emptied = true
 				break
@@ -212,7 +225,7 @@ func remoteNodeAffinity(na *corev1.NodeAffinity, vn virtualNode) (*corev1.NodeAf
 		if !vn.matches(p.Preference) {
 			continue
 		}
-		s := stripTerm(p.Preference)
+		s := stripTerm(p.Preference, o)
 		if len(s.MatchExpressions) == 0 {
 			continue
 		}

@@ -3,6 +3,7 @@ package reflection_test
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,7 +117,10 @@ func TestRemotePodNodeAffinity(t *testing.T) {
 			if tt.required != nil {
 				local.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: tt.required}
 			}
+			// The virtual-node rules in full: without node placement only the
+			// os and arch expressions would survive (see the test below).
 			o := origin()
+			o.NodePlacement = true
 			if tt.exact {
 				o.VirtualNodeLabels = vnLabels()
 				o.VirtualNodeLabels["offload.io/generation"] = "2"
@@ -187,7 +191,7 @@ func TestRemotePodPodAffinity(t *testing.T) {
 func TestRemotePodNeverKeepsVirtualNodePlacement(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	keys := []string{offloadv1alpha1.LabelType, offloadv1alpha1.LabelRemoteClusterID, offloadv1alpha1.TaintVirtualNode, "offload.io/x",
-		corev1.LabelHostname, "type", "disktype", corev1.LabelTopologyZone, corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady, ""}
+		corev1.LabelHostname, "type", "disktype", corev1.LabelTopologyZone, corev1.LabelOSStable, corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady, ""}
 	ops := []corev1.NodeSelectorOperator{corev1.NodeSelectorOpIn, corev1.NodeSelectorOpNotIn, corev1.NodeSelectorOpExists, corev1.NodeSelectorOpDoesNotExist}
 	values := []string{offloadv1alpha1.TypeVirtualNode, providerID, vnName, "virtual-kubelet", "ssd", "a"}
 	pick := func(s []string) string { return s[rng.Intn(len(s))] }
@@ -230,6 +234,9 @@ func TestRemotePodNeverKeepsVirtualNodePlacement(t *testing.T) {
 		if rng.Intn(2) == 0 {
 			o.VirtualNodeLabels = vnLabels()
 		}
+		o.NodePlacement = rng.Intn(2) == 0
+		// placed says whether a key may reach the provider at all.
+		placed := func(k string) bool { return o.NodePlacement || slices.Contains(offloadv1alpha1.PlacementLabels, k) }
 		before := local.DeepCopy()
 
 		remote, err := reflection.RemotePod(local, o)
@@ -242,12 +249,12 @@ func TestRemotePodNeverKeepsVirtualNodePlacement(t *testing.T) {
 			t.Fatalf("pod %d: nodeName %q kept", i, remote.Spec.NodeName)
 		}
 		for _, tol := range remote.Spec.Tolerations {
-			if strings.HasPrefix(tol.Key, "offload.io/") || tol.Key == corev1.TaintNodeUnreachable || tol.Key == corev1.TaintNodeNotReady {
+			if strings.HasPrefix(tol.Key, "offload.io/") || tol.Key == corev1.TaintNodeUnreachable || tol.Key == corev1.TaintNodeNotReady || !o.NodePlacement {
 				t.Fatalf("pod %d: toleration %v kept", i, tol)
 			}
 		}
 		for k := range remote.Spec.NodeSelector {
-			if strings.HasPrefix(k, "offload.io/") || k == corev1.LabelHostname || k == "type" {
+			if strings.HasPrefix(k, "offload.io/") || k == corev1.LabelHostname || k == "type" || !placed(k) {
 				t.Fatalf("pod %d: node selector %q kept", i, k)
 			}
 		}
@@ -267,7 +274,7 @@ func TestRemotePodNeverKeepsVirtualNodePlacement(t *testing.T) {
 					t.Fatalf("pod %d: empty or field term %+v kept", i, tm)
 				}
 				for _, e := range tm.MatchExpressions {
-					if strings.HasPrefix(e.Key, "offload.io/") || e.Key == corev1.LabelHostname || e.Key == "type" {
+					if strings.HasPrefix(e.Key, "offload.io/") || e.Key == corev1.LabelHostname || e.Key == "type" || !placed(e.Key) {
 						t.Fatalf("pod %d: expression on %q kept", i, e.Key)
 					}
 				}

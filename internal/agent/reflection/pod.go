@@ -24,6 +24,11 @@ import (
 //     from virtual-node partitions (DESIGN "Failure policy"); on the provider
 //     its DefaultTolerationSeconds admission gives the usual 300 s, so a dead
 //     provider node still frees the pod for its consumer-side controller;
+//   - unless the provider lets the consumer place its pods
+//     (o.NodePlacement), every other toleration and every node selector and
+//     node affinity expression on a label other than the operating system
+//     and the architecture: where the pod runs on the provider is the
+//     provider's to say, and its admission refuses them;
 //   - schedulerName, priorityClassName, priority, preemptionPolicy and
 //     overhead: the provider may have no such scheduler or PriorityClass,
 //     and its admission recomputes the others (and rejects stale ones);
@@ -153,8 +158,8 @@ func translateSpec(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error {
 	spec.ServiceAccountName = DefaultServiceAccount
 	spec.DeprecatedServiceAccount = DefaultServiceAccount
 	spec.AutomountServiceAccountToken = ptr.To(false)
-	spec.Tolerations = remoteTolerations(spec.Tolerations)
-	spec.NodeSelector = remoteNodeSelector(spec.NodeSelector)
+	spec.Tolerations = remoteTolerations(spec.Tolerations, o)
+	spec.NodeSelector = remoteNodeSelector(spec.NodeSelector, o)
 	if len(spec.NodeSelector) == 0 {
 		spec.NodeSelector = nil
 	}

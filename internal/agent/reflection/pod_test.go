@@ -86,7 +86,8 @@ func TestRemotePodSpec(t *testing.T) {
 			assertEqual(t, "volumes", l.Spec.Volumes[:4], r.Spec.Volumes)
 		},
 	}, {
-		name: "tolerations of the virtual node and of partitions are dropped, the user's are kept",
+		name:   "tolerations of the virtual node and of partitions are dropped, the user's are kept when the provider allows node placement",
+		origin: func(o *reflection.Origin) { o.NodePlacement = true },
 		mutate: func(p *corev1.Pod) {
 			p.Spec.Tolerations = append(p.Spec.Tolerations,
 				corev1.Toleration{Operator: corev1.TolerationOpExists},
@@ -101,7 +102,21 @@ func TestRemotePodSpec(t *testing.T) {
 			}, r.Spec.Tolerations)
 		},
 	}, {
-		name: "node selector keys about virtual nodes are dropped",
+		name: "without node placement every toleration is dropped: the provider's admission adds its own",
+		mutate: func(p *corev1.Pod) {
+			p.Spec.Tolerations = append(p.Spec.Tolerations,
+				corev1.Toleration{Operator: corev1.TolerationOpExists},
+				corev1.Toleration{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+				corev1.Toleration{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute})
+		},
+		check: func(t *testing.T, _, r *corev1.Pod) {
+			if r.Spec.Tolerations != nil {
+				t.Errorf("tolerations = %v, want none", r.Spec.Tolerations)
+			}
+		},
+	}, {
+		name:   "node selector keys about virtual nodes are dropped when the provider allows node placement",
+		origin: func(o *reflection.Origin) { o.NodePlacement = true },
 		mutate: func(p *corev1.Pod) {
 			p.Spec.NodeSelector = map[string]string{
 				offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode, "type": "virtual-kubelet",
@@ -110,6 +125,17 @@ func TestRemotePodSpec(t *testing.T) {
 		},
 		check: func(t *testing.T, _, r *corev1.Pod) {
 			assertEqual(t, "nodeSelector", map[string]string{"disktype": "ssd"}, r.Spec.NodeSelector)
+		},
+	}, {
+		name: "without node placement only the operating system and architecture selectors are kept",
+		mutate: func(p *corev1.Pod) {
+			p.Spec.NodeSelector = map[string]string{
+				offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode, corev1.LabelHostname: vnName, "disktype": "ssd",
+				corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
+			}
+		},
+		check: func(t *testing.T, _, r *corev1.Pod) {
+			assertEqual(t, "nodeSelector", map[string]string{corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}, r.Spec.NodeSelector)
 		},
 	}, {
 		name: "a node selector only about virtual nodes disappears",

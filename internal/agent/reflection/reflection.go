@@ -64,6 +64,11 @@ type Origin struct {
 	// kubernetes.io/hostname=spec.nodeName) and expressions on other
 	// offload.io/ keys are taken as satisfied.
 	VirtualNodeLabels map[string]string
+	// NodePlacement says whether the provider lets the consumer pick its
+	// nodes (ConsumerPolicy.NodePlacement): when false, tolerations and node
+	// selectors and affinities on labels other than PlacementLabels are
+	// left out of remote pods.
+	NodePlacement bool
 	// Addresses translates the addresses of reflected EndpointSlices into
 	// ones the provider reaches; nil when the peering has no networking.
 	Addresses *Addresses

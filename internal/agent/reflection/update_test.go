@@ -12,8 +12,8 @@ import (
 
 // createdRemote is the remote pod as the provider holds it after creation:
 // its admission added a toleration, a CNI an annotation.
-func createdRemote(t *testing.T, local *corev1.Pod) *corev1.Pod {
-	remote := mustRemote(t, local, origin())
+func createdRemote(t *testing.T, local *corev1.Pod, o reflection.Origin) *corev1.Pod {
+	remote := mustRemote(t, local, o)
 	remote.Annotations["cni.projectcalico.org/podIP"] = "10.200.1.9/32"
 	remote.Spec.NodeName = "provider-worker-2"
 	remote.Spec.Tolerations = append(remote.Spec.Tolerations, corev1.Toleration{
@@ -100,12 +100,14 @@ func TestUpdateRemote(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			local := offloadedPod()
-			remote := createdRemote(t, local)
+			o := origin()
+			o.NodePlacement = true // so that added tolerations are sent
+			remote := createdRemote(t, local, o)
 			if tt.mutate != nil {
 				tt.mutate(local)
 			}
 			localBefore, remoteBefore := local.DeepCopy(), remote.DeepCopy()
-			updated, changed, err := reflection.UpdateRemote(remote, local, origin())
+			updated, changed, err := reflection.UpdateRemote(remote, local, o)
 			if err != nil {
 				t.Fatalf("UpdateRemote: %v", err)
 			}
@@ -114,13 +116,13 @@ func TestUpdateRemote(t *testing.T) {
 			if changed != (tt.mutate != nil) {
 				t.Errorf("changed = %v", changed)
 			}
-			if sc, _ := reflection.SpecChanged(remote, local, origin()); sc != changed {
+			if sc, _ := reflection.SpecChanged(remote, local, o); sc != changed {
 				t.Errorf("SpecChanged = %v, UpdateRemote changed = %v", sc, changed)
 			}
 			tt.check(t, remote, updated)
 
 			// Applying the update again is a no-op.
-			if _, again, _ := reflection.UpdateRemote(updated, local, origin()); again {
+			if _, again, _ := reflection.UpdateRemote(updated, local, o); again {
 				t.Error("a second update still finds changes")
 			}
 		})
@@ -129,7 +131,7 @@ func TestUpdateRemote(t *testing.T) {
 
 func TestUpdateRemoteNeverLengthensOrUnsetsTheDeadline(t *testing.T) {
 	local := offloadedPod()
-	remote := createdRemote(t, local)
+	remote := createdRemote(t, local, origin())
 	remote.Spec.ActiveDeadlineSeconds = ptr.To[int64](100)
 	for _, d := range []*int64{nil, ptr.To[int64](200)} {
 		local.Spec.ActiveDeadlineSeconds = d
@@ -138,4 +140,15 @@ func TestUpdateRemoteNeverLengthensOrUnsetsTheDeadline(t *testing.T) {
 			t.Errorf("deadline %v: changed=%v deadline=%v err=%v", d, changed, u.Spec.ActiveDeadlineSeconds, err)
 		}
 	}
+}
+
+func TestWithoutNodePlacementAnAddedTolerationNeverReachesTheProvider(t *testing.T) {
+	local := offloadedPod()
+	remote := createdRemote(t, local, origin())
+	local.Spec.Tolerations = append(local.Spec.Tolerations, corev1.Toleration{Operator: corev1.TolerationOpExists})
+	u, changed, err := reflection.UpdateRemote(remote, local, origin())
+	if err != nil || changed {
+		t.Fatalf("UpdateRemote: changed=%v err=%v, want no change", changed, err)
+	}
+	assertEqual(t, "tolerations", remote.Spec.Tolerations, u.Spec.Tolerations)
 }

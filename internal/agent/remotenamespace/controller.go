@@ -96,6 +96,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{SkipNameValidation: &r.skipNameValidation}).
 		For(&offloadv1alpha1.RemoteNamespace{}).
 		Watches(&offloadv1alpha1.ResourceOffer{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenantNamespace)).
+		Watches(&offloadv1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenant)).
 		Watches(&corev1.Namespace{}, byAnnotation, owned).
 		Watches(&rbacv1.RoleBinding{}, byAnnotation, owned).
 		Watches(&corev1.ResourceQuota{}, byAnnotation, owned).
@@ -242,9 +243,24 @@ func (r *Reconciler) setStatus(ctx context.Context, rn *offloadv1alpha1.RemoteNa
 // requestsOfTenantNamespace maps a ResourceOffer to the RemoteNamespaces of
 // its tenant namespace.
 func (r *Reconciler) requestsOfTenantNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.requestsIn(ctx, o.GetNamespace())
+}
+
+// requestsOfTenant maps a Tenant, whose policy labels its twin namespaces,
+// to the RemoteNamespaces of its tenant namespace.
+func (r *Reconciler) requestsOfTenant(ctx context.Context, o client.Object) []reconcile.Request {
+	t, ok := o.(*offloadv1alpha1.Tenant)
+	if !ok || t.Spec.TenantNamespace == "" {
+		return nil
+	}
+	return r.requestsIn(ctx, t.Spec.TenantNamespace)
+}
+
+// requestsIn lists the RemoteNamespaces of tenant namespace ns as requests.
+func (r *Reconciler) requestsIn(ctx context.Context, ns string) []reconcile.Request {
 	var list offloadv1alpha1.RemoteNamespaceList
-	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing RemoteNamespaces to resize their quotas", "namespace", o.GetNamespace())
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing RemoteNamespaces", "namespace", ns)
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))

@@ -126,6 +126,7 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, rn *offloadv1alpha1.Re
 	want := managedMeta(rn, target, "")
 	want.Labels[offloadv1alpha1.LabelOriginNamespace] = rn.Spec.SourceNamespace
 	want.Labels[offloadv1alpha1.LabelTenant] = tenant.Spec.ClusterID
+	maps.Copy(want.Labels, PolicyLabels(tenant.Spec.Policy))
 	ns, err := r.getNamespace(ctx, target)
 	if err != nil {
 		return nil, err
@@ -159,16 +160,40 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, rn *offloadv1alpha1.Re
 	if _, ok := ns.Annotations[AnnotationRemoteNamespace]; ok {
 		delete(want.Annotations, AnnotationRemoteNamespace)
 	}
-	if hasAll(ns.Labels, want.Labels) && hasAll(ns.Annotations, want.Annotations) {
+	_, placement := ns.Labels[offloadv1alpha1.LabelNodePlacement]
+	stalePlacement := placement && !tenant.Spec.Policy.NodePlacement
+	if hasAll(ns.Labels, want.Labels) && hasAll(ns.Annotations, want.Annotations) && !stalePlacement {
 		return nil, nil
 	}
 	patch := client.MergeFrom(ns.DeepCopy())
 	ns.Labels = merged(ns.Labels, want.Labels)
+	if stalePlacement {
+		delete(ns.Labels, offloadv1alpha1.LabelNodePlacement)
+	}
 	ns.Annotations = merged(ns.Annotations, want.Annotations)
 	if err := r.Client.Patch(ctx, ns, patch); err != nil {
 		return nil, fmt.Errorf("labelling namespace %s: %w", target, err)
 	}
 	return nil, nil
+}
+
+// PolicyLabels are the labels of a twin namespace that make the provider's
+// API server enforce policy: Pod Security admission's, at the policy's
+// level and the API server's own version of the standards, and, when the
+// tenant may place its pods, the exemption from the node-placement rules of
+// the chart's ValidatingAdmissionPolicy.
+func PolicyLabels(policy offloadv1alpha1.ConsumerPolicy) map[string]string {
+	level := string(policy.Level())
+	labels := map[string]string{
+		offloadv1alpha1.LabelPodSecurityEnforce:        level,
+		offloadv1alpha1.LabelPodSecurityEnforceVersion: "latest",
+		offloadv1alpha1.LabelPodSecurityWarn:           level,
+		offloadv1alpha1.LabelPodSecurityWarnVersion:    "latest",
+	}
+	if policy.NodePlacement {
+		labels[offloadv1alpha1.LabelNodePlacement] = offloadv1alpha1.NodePlacementAllowed
+	}
+	return labels
 }
 
 func hasAll(have, want map[string]string) bool {

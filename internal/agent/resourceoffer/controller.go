@@ -141,6 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		offer.Spec.ClusterID = id.ID
 		offer.Spec.ClusterName = id.Name
 		offer.Spec.Resources = share
+		offer.Spec.Policy = tenant.Spec.Policy
 		return controllerutil.SetControllerReference(&tenant, offer, r.Client.Scheme())
 	})
 	if err != nil {

@@ -70,6 +70,23 @@ func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
 		setNodeReady(t, c, n, false)
 	}
 	waitForOffer(t, c, tenant, resources("1500m", "3Gi", "54"))
+
+	// The offer publishes the tenant's policy, and follows its changes.
+	patch := client.MergeFrom(tenant.DeepCopy())
+	tenant.Spec.Policy = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted, NodePlacement: true}
+	if err := c.Patch(context.Background(), tenant, patch); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got := &offloadv1alpha1.ResourceOffer{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: tenant.Spec.TenantNamespace, Name: providerName}, got); err != nil {
+			return false, nil
+		}
+		return got.Spec.Policy == tenant.Spec.Policy, nil
+	})
+	if err != nil {
+		t.Errorf("the offer does not publish the tenant's new policy %+v: %v", tenant.Spec.Policy, err)
+	}
 }
 
 func TestReconcilingAnUnchangedTenantWritesNothing(t *testing.T) {

@@ -46,6 +46,7 @@ func (r *Reconciler) runNode(ctx context.Context, peer *peer) error {
 	if err != nil {
 		return err
 	}
+	p.policy = &peer.policy
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	interval := r.pollInterval()
@@ -154,6 +155,9 @@ func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 		notify(newNode(fc, p.endpoint, offer.Spec.Resources))
 	}
 	*unreachable = nil
+	if err := r.setProviderPolicy(ctx, fc.Name, offer.Spec.Policy); err != nil {
+		log.FromContext(ctx).Info("Cannot record the provider's policy in the ForeignCluster status", "error", err.Error())
+	}
 	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionTrue, ReasonNodeReady, "virtual node "+offloadv1alpha1.VirtualNodeName(fc.Name)+" is Ready", true); err != nil {
 		log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", err.Error())
 	}

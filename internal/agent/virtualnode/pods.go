@@ -75,6 +75,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 		VirtualNodeLabels:  newNode(p.fc, r.endpoint(), nil).Labels,
 		NodeIP:             r.NodeIP,
 		Addresses:          p.addresses,
+		NodePlacement:      p.nodePlacement,
 		TokenRenewInterval: r.TokenRenewInterval,
 		Logger:             logger.WithName("pods"),
 	})

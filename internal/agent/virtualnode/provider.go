@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,9 @@ type offerProvider struct {
 	offer    types.NamespacedName
 	// readTimeout bounds a read of the offer.
 	readTimeout time.Duration
+
+	// policy, when set, receives the policy of every offer observed.
+	policy *atomic.Pointer[offloadv1alpha1.ConsumerPolicy]
 
 	mu        sync.Mutex
 	notify    func(*corev1.Node)
@@ -96,9 +100,13 @@ func (p *offerProvider) follow(ctx context.Context, offers chan *offloadv1alpha1
 	}
 }
 
-// observe records the offer's resources and reports whether they changed,
-// with the callback to call then.
+// observe records the offer's resources and policy, and reports whether
+// the resources changed, with the callback to call then.
 func (p *offerProvider) observe(offer *offloadv1alpha1.ResourceOffer) (func(*corev1.Node), bool) {
+	if p.policy != nil {
+		policy := offer.Spec.Policy
+		p.policy.Store(&policy)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if apiequality.Semantic.DeepEqual(p.resources, offer.Spec.Resources) {

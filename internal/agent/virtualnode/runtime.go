@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,6 +43,16 @@ type peer struct {
 	// addresses is the peering's address translation, one read of the
 	// Tunnel shared by pod and object reflection.
 	addresses func() *reflection.Addresses
+	// policy is the provider's policy for this cluster's pods, as the
+	// newest ResourceOffer read says; nil until one is read.
+	policy atomic.Pointer[offloadv1alpha1.ConsumerPolicy]
+}
+
+// nodePlacement says whether the provider lets this cluster's pods pick
+// its nodes; false until the provider said so.
+func (p *peer) nodePlacement() bool {
+	pol := p.policy.Load()
+	return pol != nil && pol.NodePlacement
 }
 
 // node is the name of the peer's virtual node.

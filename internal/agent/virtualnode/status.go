@@ -70,3 +70,20 @@ func (r *Reconciler) setStatus(ctx context.Context, name string, outgoing, ready
 		return r.Client.Status().Update(ctx, &fc)
 	})
 }
+
+// setProviderPolicy records in ForeignCluster name's status what the
+// provider lets this cluster's pods do there; it writes only on a change.
+func (r *Reconciler) setProviderPolicy(ctx context.Context, name string, policy offloadv1alpha1.ConsumerPolicy) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var fc offloadv1alpha1.ForeignCluster
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &fc); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		policy.PodSecurity = policy.Level()
+		if fc.Status.ProviderPolicy != nil && *fc.Status.ProviderPolicy == policy {
+			return nil
+		}
+		fc.Status.ProviderPolicy = &policy
+		return r.Client.Status().Update(ctx, &fc)
+	})
+}

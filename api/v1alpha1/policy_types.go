@@ -1,0 +1,89 @@
+package v1alpha1
+
+// PodSecurityLevel is a level of the Kubernetes Pod Security Standards.
+// +kubebuilder:validation:Enum=privileged;baseline;restricted
+type PodSecurityLevel string
+
+// The Pod Security Standards levels a provider can enforce on a consumer.
+const (
+	// PodSecurityPrivileged enforces nothing: the consumer's pods may do
+	// anything a pod may do, root on the provider's nodes included.
+	PodSecurityPrivileged PodSecurityLevel = "privileged"
+	// PodSecurityBaseline, the default, refuses privileged containers, host
+	// namespaces, hostPath volumes, host ports and added capabilities
+	// beyond the runtime's default set.
+	PodSecurityBaseline PodSecurityLevel = "baseline"
+	// PodSecurityRestricted adds to baseline: non-root, no privilege
+	// escalation, a seccomp profile, every capability dropped.
+	PodSecurityRestricted PodSecurityLevel = "restricted"
+)
+
+// PodSecurityLevels are the levels, from the most to the least permissive.
+var PodSecurityLevels = []PodSecurityLevel{PodSecurityPrivileged, PodSecurityBaseline, PodSecurityRestricted}
+
+// ParsePodSecurityLevel returns the level s names; empty means baseline.
+func ParsePodSecurityLevel(s string) (PodSecurityLevel, bool) {
+	if s == "" {
+		return PodSecurityBaseline, true
+	}
+	for _, l := range PodSecurityLevels {
+		if string(l) == s {
+			return l, true
+		}
+	}
+	return "", false
+}
+
+// ConsumerPolicy is what a provider lets one consumer's pods do on its
+// nodes. The provider's API server enforces it in the consumer's twin
+// namespaces, whoever sends the pod: the Pod Security level through the
+// namespaces' pod-security.kubernetes.io labels, node placement through
+// the chart's ValidatingAdmissionPolicy (PodPolicyName).
+type ConsumerPolicy struct {
+	// PodSecurity is the Pod Security Standards level enforced in the
+	// consumer's twin namespaces. Empty means baseline.
+	// +optional
+	PodSecurity PodSecurityLevel `json:"podSecurity,omitempty"`
+	// NodePlacement lets the consumer's pods pick provider nodes: set a
+	// nodeName, tolerate any taint, select or prefer nodes by any label.
+	// When false, the default, they tolerate only the not-ready and
+	// unreachable NoExecute taints, select nodes only by PlacementLabels,
+	// and never set a nodeName.
+	// +optional
+	NodePlacement bool `json:"nodePlacement,omitempty"`
+}
+
+// Level returns the policy's Pod Security level, baseline when unset.
+func (p ConsumerPolicy) Level() PodSecurityLevel {
+	if p.PodSecurity == "" {
+		return PodSecurityBaseline
+	}
+	return p.PodSecurity
+}
+
+// PlacementLabels are the node labels a consumer's pods may always select
+// or prefer nodes by, since they say what a workload can run on, not where:
+// the operating system and the architecture.
+var PlacementLabels = []string{"kubernetes.io/os", "kubernetes.io/arch"}
+
+// Pod Security admission's namespace labels (k8s.io/pod-security-admission/api).
+const (
+	LabelPodSecurityEnforce        = "pod-security.kubernetes.io/enforce"
+	LabelPodSecurityEnforceVersion = "pod-security.kubernetes.io/enforce-version"
+	LabelPodSecurityWarn           = "pod-security.kubernetes.io/warn"
+	LabelPodSecurityWarnVersion    = "pod-security.kubernetes.io/warn-version"
+)
+
+// LabelNodePlacement, set to NodePlacementAllowed on a twin namespace,
+// exempts its pods from the node-placement rules of PodPolicyName. Only
+// the provider's remotenamespace controller sets it, from the Tenant's
+// policy; consumers cannot write namespaces.
+const (
+	LabelNodePlacement   = "offload.io/node-placement"
+	NodePlacementAllowed = "allowed"
+)
+
+// PodPolicyName is the ValidatingAdmissionPolicy, and its binding, that
+// the chart installs on providers: in every namespace labelled
+// LabelTenant, pods keep to the node-placement rules of ConsumerPolicy.
+const PodPolicyName = "offload-tenant-pods"

@@ -1,0 +1,130 @@
+package auth
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+)
+
+var (
+	baselinePolicy   = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}
+	restrictedPolicy = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted}
+	privilegedPolicy = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true}
+)
+
+// policyToken stores a single-use token that grants policy.
+func (e *peeringEnv) policyToken(t *testing.T, policy offloadv1alpha1.ConsumerPolicy) peering.Token {
+	t.Helper()
+	return e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
+		return peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: policy})
+	})
+}
+
+// peerAndGetPolicy peers c with tok and returns its Tenant's policy.
+func (e *peeringEnv) peerAndGetPolicy(t *testing.T, tok peering.Token, c consumer) offloadv1alpha1.ConsumerPolicy {
+	t.Helper()
+	if r := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), c), ""); r.status != http.StatusOK {
+		t.Fatalf("peering %s: %d %s", c.name, r.status, r.body)
+	}
+	var tenant offloadv1alpha1.Tenant
+	if err := e.admin.Get(context.Background(), client.ObjectKey{Name: c.name}, &tenant); err != nil {
+		t.Fatal(err)
+	}
+	return tenant.Spec.Policy
+}
+
+func TestPeeringGivesTheTenantThePolicyOfTheToken(t *testing.T) {
+	e := newPeeringEnv(t)
+	tests := []struct {
+		name  string
+		token func(t *testing.T) peering.Token
+		want  offloadv1alpha1.ConsumerPolicy
+	}{
+		{
+			name:  "a token with the default policy gives baseline without node placement",
+			token: func(t *testing.T) peering.Token { return e.newToken(t, time.Now().Add(time.Hour), false) },
+			want:  baselinePolicy,
+		},
+		{
+			name: "a token Secret of an older CLI, without the policy keys, gives baseline without node placement",
+			token: func(t *testing.T) peering.Token {
+				return e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
+					s := peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: privilegedPolicy})
+					delete(s.Data, peering.PodSecurityKey)
+					delete(s.Data, peering.NodePlacementKey)
+					return s
+				})
+			},
+			want: baselinePolicy,
+		},
+		{
+			name:  "a restricted token gives restricted",
+			token: func(t *testing.T) peering.Token { return e.policyToken(t, restrictedPolicy) },
+			want:  restrictedPolicy,
+		},
+		{
+			name:  "a privileged token with node placement gives both",
+			token: func(t *testing.T) peering.Token { return e.policyToken(t, privilegedPolicy) },
+			want:  privilegedPolicy,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := e.peerAndGetPolicy(t, tt.token(t), newConsumer()); got != tt.want {
+				t.Errorf("the tenant's policy is %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestATokenWithAnUnknownPodSecurityLevelPeersNobody(t *testing.T) {
+	e := newPeeringEnv(t)
+	tok := e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
+		s := peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour)})
+		s.Data[peering.PodSecurityKey] = []byte("root")
+		return s
+	})
+	c := newConsumer()
+	e.post(t, peering.PeerPath, e.peerRequest(tok.String(), c), "").wantError(t, http.StatusUnauthorized, peering.ReasonInvalidToken)
+	e.assertNothingFor(t, c)
+}
+
+func TestPeeringAgainWithANewTokenGivesTheTenantItsPolicy(t *testing.T) {
+	e := newPeeringEnv(t)
+	c := newConsumer()
+	steps := []struct {
+		name   string
+		policy offloadv1alpha1.ConsumerPolicy
+	}{
+		{name: "the first peering, with a baseline token, gives baseline", policy: baselinePolicy},
+		{name: "peering again with a privileged token makes the tenant privileged", policy: privilegedPolicy},
+		{name: "peering again with a restricted token takes node placement away", policy: restrictedPolicy},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if got := e.peerAndGetPolicy(t, e.policyToken(t, s.policy), c); got != s.policy {
+				t.Errorf("the tenant's policy is %+v, want %+v", got, s.policy)
+			}
+		})
+	}
+	var list offloadv1alpha1.TenantList
+	if err := e.admin.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, tn := range list.Items {
+		if tn.Spec.ClusterID == c.id {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d tenants for the consumer, want 1", n)
+	}
+}

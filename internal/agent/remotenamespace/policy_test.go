@@ -1,0 +1,84 @@
+package remotenamespace
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+func TestTwinNamespacesEnforceTheTenantsPolicyAndFollowItsChanges(t *testing.T) {
+	e := newEnv(t)
+	e.offer(e.tenant, "2", "4Gi", "20")
+	rn := e.ready(e.tenant)
+	target := rn.Spec.TargetNamespace
+	wantLabels := func(level offloadv1alpha1.PodSecurityLevel, placement bool) {
+		t.Helper()
+		ns := e.namespace(target)
+		for _, k := range []string{offloadv1alpha1.LabelPodSecurityEnforce, offloadv1alpha1.LabelPodSecurityWarn} {
+			if ns.Labels[k] != string(level) {
+				t.Errorf("label %s=%q, want %q", k, ns.Labels[k], level)
+			}
+		}
+		if ns.Labels[offloadv1alpha1.LabelPodSecurityEnforceVersion] != "latest" {
+			t.Errorf("label %s=%q, want latest", offloadv1alpha1.LabelPodSecurityEnforceVersion, ns.Labels[offloadv1alpha1.LabelPodSecurityEnforceVersion])
+		}
+		if got := ns.Labels[offloadv1alpha1.LabelNodePlacement] == offloadv1alpha1.NodePlacementAllowed; got != placement {
+			t.Errorf("node placement label %v, want %v", got, placement)
+		}
+	}
+	wantLabels(offloadv1alpha1.PodSecurityBaseline, false)
+
+	// The provider's own API server refuses a privileged pod there, from
+	// anyone: here from the cluster admin.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: target}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "c", Image: "busybox", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}}
+	if err := e.c.Create(context.Background(), pod); !apierrors.IsForbidden(err) {
+		t.Fatalf("creating a privileged pod in a baseline twin namespace: %v, want Forbidden by Pod Security admission", err)
+	}
+
+	setPolicy := func(p offloadv1alpha1.ConsumerPolicy) {
+		t.Helper()
+		e.get(e.tenant)
+		patch := client.MergeFrom(e.tenant.DeepCopy())
+		e.tenant.Spec.Policy = p
+		if err := e.c.Patch(context.Background(), e.tenant, patch); err != nil {
+			t.Fatal(err)
+		}
+		e.reconcile(rn)
+	}
+	setPolicy(offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true})
+	wantLabels(offloadv1alpha1.PodSecurityPrivileged, true)
+	setPolicy(offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted})
+	wantLabels(offloadv1alpha1.PodSecurityRestricted, false)
+
+	// A label changed on the provider by hand is put back.
+	ns := e.namespace(target)
+	patch := client.MergeFrom(ns.DeepCopy())
+	ns.Labels[offloadv1alpha1.LabelPodSecurityEnforce] = string(offloadv1alpha1.PodSecurityPrivileged)
+	ns.Labels[offloadv1alpha1.LabelNodePlacement] = offloadv1alpha1.NodePlacementAllowed
+	if err := e.c.Patch(context.Background(), ns, patch); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(rn)
+	wantLabels(offloadv1alpha1.PodSecurityRestricted, false)
+}
+
+func TestTenantChangesRequeueTheirRemoteNamespaces(t *testing.T) {
+	e := newEnv(t)
+	e.offer(e.tenant, "2", "4Gi", "20")
+	rn := e.ready(e.tenant)
+	other := e.newTenant("99999999-2222-4333-8444-000000000000")
+	if reqs := e.r.requestsOfTenant(context.Background(), e.tenant); len(reqs) != 1 || reqs[0].Name != rn.Name || reqs[0].Namespace != rn.Namespace {
+		t.Errorf("requests of the tenant %v, want only %s/%s", reqs, rn.Namespace, rn.Name)
+	}
+	if reqs := e.r.requestsOfTenant(context.Background(), other); len(reqs) != 0 {
+		t.Errorf("requests of another tenant %v, want none", reqs)
+	}
+}

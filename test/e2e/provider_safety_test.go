@@ -1,0 +1,213 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// attackPod is a pod a consumer must not be able to run on its provider.
+type attackPod struct {
+	name string
+	// mutate turns a harmless pod into the attack.
+	mutate func(*corev1.Pod)
+}
+
+// attackPods are the pods that would give a consumer a provider's node,
+// under the default policy (Pod Security baseline, no node placement).
+func attackPods(providerNode string) []attackPod {
+	return []attackPod{
+		{"privileged", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}},
+		{"host-path", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "root", MountPath: "/host"}}
+		}},
+		{"host-network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }},
+		{"sys-admin", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		}},
+		{"tolerate-everything", func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		}},
+		{"select-a-provider-node", func(p *corev1.Pod) {
+			p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: providerNode}
+		}},
+		{"bind-to-a-provider-node", func(p *corev1.Pod) { p.Spec.NodeName = providerNode }},
+	}
+}
+
+// harmlessPod is a pod every policy admits.
+func harmlessPod(name, ns string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"attack": name}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers:                    []corev1.Container{{Name: "app", Image: testAppImage, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+}
+
+// expectProviderRefusesUnsafePods tries, under the default policy of the
+// peering, every attack pod twice: sent directly to the provider with the
+// consumer's own credentials, and through the virtual node. The provider's
+// API server refuses the first, and nothing runs; through the virtual node
+// the agent leaves out the placement the provider would refuse, and the
+// pods the provider refuses show why on the consumer.
+func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, consumerID string) {
+	t.Helper()
+	// Both sides show the policy.
+	fields := peerFields(t, consumer, "provider")
+	if fields["podSecurity"] != string(offloadv1alpha1.PodSecurityBaseline) || fields["nodePlacement"] != "not allowed" {
+		t.Errorf("kubectl offload status peer provider on the consumer: policy fields %q, %q; want baseline, not allowed", fields["podSecurity"], fields["nodePlacement"])
+	}
+	fields = peerFields(t, provider, "consumer")
+	if fields["tenantPodSecurity"] != string(offloadv1alpha1.PodSecurityBaseline) || fields["tenantNodePlacement"] != "not allowed" {
+		t.Errorf("kubectl offload status peer consumer on the provider: policy fields %q, %q; want baseline, not allowed", fields["tenantPodSecurity"], fields["tenantNodePlacement"])
+	}
+
+	held := readHeldCredentials(ctx, t, consumer, "provider")
+	tenant, err := kubernetes.NewForConfig(held.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := remotePods(ctx, t, provider, twin, consumerID)
+
+	// Directly, with the consumer's credentials: refused by the provider's
+	// API server, whoever sends the pod.
+	for _, a := range attackPods(provider.Node.Name) {
+		p := harmlessPod("direct-"+a.name, twin)
+		a.mutate(p)
+		_, err := tenant.CoreV1().Pods(twin).Create(ctx, p, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+			t.Errorf("the consumer's credentials created pod %s on the provider: err=%v, want Forbidden or Invalid", a.name, err)
+			_ = provider.Kube.CoreV1().Pods(twin).Delete(ctx, p.Name, metav1.DeleteOptions{})
+		}
+	}
+	// The pods the consumer runs cannot be widened afterwards either, nor
+	// the namespace's policy changed.
+	if len(before) > 0 {
+		patch := `{"spec":{"tolerations":[{"operator":"Exists"}]}}`
+		if _, err := tenant.CoreV1().Pods(twin).Patch(ctx, before[0].Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+			t.Errorf("the consumer's credentials added a toleration of every taint to remote pod %s", before[0].Name)
+		}
+	}
+	relabel := fmt.Sprintf(`{"metadata":{"labels":{%q:"privileged",%q:%q}}}`,
+		offloadv1alpha1.LabelPodSecurityEnforce, offloadv1alpha1.LabelNodePlacement, offloadv1alpha1.NodePlacementAllowed)
+	if _, err := tenant.CoreV1().Namespaces().Patch(ctx, twin, types.MergePatchType, []byte(relabel), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the consumer's credentials relabelled its twin namespace: err=%v, want Forbidden", err)
+	}
+	ns, err := provider.Kube.CoreV1().Namespaces().Get(ctx, twin, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Labels[offloadv1alpha1.LabelPodSecurityEnforce] != string(offloadv1alpha1.PodSecurityBaseline) || ns.Labels[offloadv1alpha1.LabelNodePlacement] != "" {
+		t.Errorf("twin namespace %s labels %v, want Pod Security baseline enforced and no node placement", twin, ns.Labels)
+	}
+
+	// Through the virtual node: a privileged pod is refused by the
+	// provider, and the consumer pod says so.
+	refused := harmlessPod("via-privileged", "work")
+	refused.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	if _, err := consumer.Kube.CoreV1().Pods("work").Create(ctx, refused, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, 2*time.Minute, "the consumer pod refused by the provider to say why", func(ctx context.Context) (bool, string) {
+		p, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, refused.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Spec.NodeName == "offload-provider" && p.Status.Reason == "ProviderFailed" && strings.Contains(p.Status.Message, "baseline"),
+			fmt.Sprintf("node %q, phase %s, reason %q, message %q", p.Spec.NodeName, p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	waitFor(ctx, t, time.Minute, "a Warning event on the refused pod", func(ctx context.Context) (bool, string) {
+		evs, err := consumer.Kube.CoreV1().Events("work").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + refused.Name})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "ProviderCreateFailed" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none a ProviderCreateFailed warning", len(evs.Items))
+	})
+
+	// A pod that tolerates every taint runs, without the toleration: where
+	// it runs on the provider is the provider's to say.
+	tolerant := harmlessPod("via-tolerant", "work")
+	tolerant.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	if _, err := consumer.Kube.CoreV1().Pods("work").Create(ctx, tolerant, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, 2*time.Minute, "the tolerant pod to run on the provider without its toleration", func(ctx context.Context) (bool, string) {
+		r, err := provider.Kube.CoreV1().Pods(twin).Get(ctx, tolerant.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, tol := range r.Spec.Tolerations {
+			if tol.Key != corev1.TaintNodeNotReady && tol.Key != corev1.TaintNodeUnreachable {
+				t.Fatalf("remote pod %s tolerates %+v", r.Name, tol)
+			}
+		}
+		return r.Status.Phase == corev1.PodRunning, string(r.Status.Phase)
+	})
+
+	// Nothing of the attacks exists on the provider.
+	for _, p := range remotePods(ctx, t, provider, twin, consumerID) {
+		if strings.HasPrefix(p.Name, "direct-") || p.Name == refused.Name {
+			t.Errorf("attack pod %s exists on the provider", p.Name)
+		}
+	}
+	all, err := provider.Kube.CoreV1().Pods(twin).List(ctx, metav1.ListOptions{LabelSelector: "attack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range all.Items {
+		if p.Name != tolerant.Name {
+			t.Errorf("attack pod %s exists on the provider", p.Name)
+		}
+	}
+	for _, name := range []string{refused.Name, tolerant.Name} {
+		if err := consumer.Kube.CoreV1().Pods("work").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// peerFields returns the fields of kubectl offload status peer NAME -o json on c.
+func peerFields(t *testing.T, c *framework.Cluster, name string) map[string]string {
+	t.Helper()
+	out, _, _ := offload(t, c, "status", "peer", name, "-o", "json")
+	var r struct {
+		Sections []struct {
+			Fields []struct {
+				Name  string `json:"name"`
+				Value string `json:"value"`
+			} `json:"fields"`
+		} `json:"sections"`
+	}
+	if err := jsonUnmarshal(out, &r); err != nil {
+		t.Fatalf("kubectl offload status peer %s -o json: %v\n%s", name, err, out)
+	}
+	fields := map[string]string{}
+	for _, s := range r.Sections {
+		for _, f := range s.Fields {
+			fields[f.Name] = f.Value
+		}
+	}
+	return fields
+}
