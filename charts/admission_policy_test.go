@@ -317,16 +317,11 @@ func applyPodPolicy(t *testing.T, kube kubernetes.Interface) error {
 	objs := charts.Render(t, map[string]any{"clusterName": "test"})
 	var policy admissionregistrationv1.ValidatingAdmissionPolicy
 	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	for obj, into := range map[string]any{
+	if err := fromRendered(objs, map[string]any{
 		"ValidatingAdmissionPolicy/" + offloadv1alpha1.PodPolicyName:        &policy,
 		"ValidatingAdmissionPolicyBinding/" + offloadv1alpha1.PodPolicyName: &binding,
-	} {
-		if objs[obj] == nil {
-			return fmt.Errorf("the chart renders no %s", obj)
-		}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(objs[obj], into, true); err != nil {
-			return fmt.Errorf("reading the rendered %s: %w", obj, err)
-		}
+	}); err != nil {
+		return err
 	}
 	ctx := t.Context()
 	created, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{})
@@ -336,20 +331,40 @@ func applyPodPolicy(t *testing.T, kube kubernetes.Interface) error {
 	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the binding: %w", err)
 	}
-	// kube-controller-manager writes the API server's type checking into the
-	// policy's status; the test API server runs without one, so the test
-	// type-checks the policy the same way, against the API server's schemas.
+	return typeCheck(kube, created)
+}
+
+// fromRendered converts the rendered objects named by the keys of into
+// ("Kind/name") into the typed objects they point to, refusing unknown fields.
+func fromRendered(objs map[string]map[string]any, into map[string]any) error {
+	for obj, typed := range into {
+		if objs[obj] == nil {
+			return fmt.Errorf("the chart renders no %s", obj)
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(objs[obj], typed, true); err != nil {
+			return fmt.Errorf("reading the rendered %s: %w", obj, err)
+		}
+	}
+	return nil
+}
+
+// typeCheck type-checks every expression of policy against the schemas of
+// the API server kube talks to, and fails on any warning.
+// kube-controller-manager writes the API server's type checking into the
+// policy's status; the test API server runs without one, so the test
+// type-checks the policy the same way.
+func typeCheck(kube kubernetes.Interface, policy *admissionregistrationv1.ValidatingAdmissionPolicy) error {
 	discovery := kube.Discovery()
 	checker := validating.TypeChecker{
 		SchemaResolver: &resolver.ClientDiscoveryResolver{Discovery: discovery},
 		RestMapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery)),
 	}
 	var warnings []string
-	for _, w := range checker.Check(created) {
+	for _, w := range checker.Check(policy) {
 		warnings = append(warnings, fmt.Sprintf("%s: %s", w.FieldRef, w.Warning))
 	}
 	if len(warnings) > 0 {
-		return fmt.Errorf("type checking the policy:\n%s", strings.Join(warnings, "\n"))
+		return fmt.Errorf("type checking the policy %s:\n%s", policy.Name, strings.Join(warnings, "\n"))
 	}
 	return nil
 }

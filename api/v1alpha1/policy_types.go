@@ -51,6 +51,12 @@ type ConsumerPolicy struct {
 	// and never set a nodeName.
 	// +optional
 	NodePlacement bool `json:"nodePlacement,omitempty"`
+	// SameNameNamespaces lets the consumer ask for twin namespaces named
+	// as its own namespaces (namespace mapping strategy EnforceSameName),
+	// except the names the provider reserves. When false, the default, its
+	// twin namespaces are always named by TwinNamespace.
+	// +optional
+	SameNameNamespaces bool `json:"sameNameNamespaces,omitempty"`
 }
 
 // Level returns the policy's Pod Security level, baseline when unset.

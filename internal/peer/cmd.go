@@ -27,8 +27,11 @@ level (--pod-security, baseline by default; privileged lets them become root
 on this cluster's nodes) and whether they may pick nodes
 (--allow-node-placement; by default they select nodes only by operating
 system and architecture, and tolerate no taint but not-ready and
-unreachable). Peering again with a new token applies its policy to a
-consumer that is already peered.
+unreachable). It also says whether the consumer may ask for twin namespaces
+named as its own namespaces (--allow-same-name-namespaces, for namespace
+mapping strategy EnforceSameName; by default this cluster names them, and it
+never gives away the names it reserves). Peering again with a new token
+applies its policy to a consumer that is already peered.
 
 Nothing is created unless kubectl offload is installed and its auth service
 has created its CA; kubectl offload status --wait waits for that.`
@@ -43,7 +46,10 @@ const generateExample = `  # Print the command to run on the consumer
   kubectl offload peer generate --auth-url https://peering.example.com:443
 
   # A consumer whose pods run under Pod Security restricted
-  kubectl offload peer generate --pod-security restricted`
+  kubectl offload peer generate --pod-security restricted
+
+  # A consumer whose namespaces keep their names here (EnforceSameName)
+  kubectl offload peer generate --allow-same-name-namespaces`
 
 const tokensLong = `List and revoke the peering tokens of this cluster.
 
@@ -149,6 +155,7 @@ func newCmdGenerate(use string, f factory.Factory, streams genericiooptions.IOSt
 	cmd.Flags().StringVar(&o.AuthURL, "auth-url", o.AuthURL, "The https URL consumers reach the auth service at, instead of the one derived from the install.")
 	cmd.Flags().StringVar(&o.PodSecurity, "pod-security", o.PodSecurity, "The Pod Security level this cluster enforces on the consumer's pods: restricted, baseline or privileged.")
 	cmd.Flags().BoolVar(&o.AllowNodePlacement, "allow-node-placement", o.AllowNodePlacement, "Let the consumer's pods choose this cluster's nodes: set a nodeName, select any node label, tolerate any taint.")
+	cmd.Flags().BoolVar(&o.AllowSameNameNamespaces, "allow-same-name-namespaces", o.AllowSameNameNamespaces, "Let the consumer's twin namespaces have the names of its own namespaces, except the names this cluster reserves.")
 	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
 	return cmd
 }

@@ -49,8 +49,8 @@ type PeerCommand struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 	// Reusable tells whether the token can be used more than once.
 	Reusable bool `json:"reusable"`
-	// Policy is what the pods of the consumers that peer with the token
-	// may do on this cluster.
+	// Policy is what the consumers that peer with the token, and their
+	// pods, may do on this cluster.
 	Policy offloadv1alpha1.ConsumerPolicy `json:"policy"`
 	// Command is the command to run on the consumer.
 	Command string `json:"command"`
@@ -69,6 +69,9 @@ type GenerateOptions struct {
 	PodSecurity string
 	// AllowNodePlacement lets those pods pick this cluster's nodes.
 	AllowNodePlacement bool
+	// AllowSameNameNamespaces lets those consumers have twin namespaces
+	// named as their own namespaces, except the names this cluster reserves.
+	AllowSameNameNamespaces bool
 	// AuthURL overrides the auth URL derived from the install.
 	AuthURL string
 	Output  output.Format
@@ -166,16 +169,21 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 // policy returns the consumer policy of the options, once validated.
 func (o *GenerateOptions) policy() offloadv1alpha1.ConsumerPolicy {
 	level, _ := offloadv1alpha1.ParsePodSecurityLevel(o.PodSecurity)
-	return offloadv1alpha1.ConsumerPolicy{PodSecurity: level, NodePlacement: o.AllowNodePlacement}
+	return offloadv1alpha1.ConsumerPolicy{PodSecurity: level, NodePlacement: o.AllowNodePlacement, SameNameNamespaces: o.AllowSameNameNamespaces}
 }
 
-// policyNote says in a sentence what a consumer's pods may do under p.
+// policyNote says in two sentences what a consumer and its pods may do
+// under p.
 func policyNote(p offloadv1alpha1.ConsumerPolicy) string {
 	placement := "only by operating system and architecture (--allow-node-placement lifts that)"
 	if p.NodePlacement {
 		placement = "freely: by nodeName, any node label, any toleration (--allow-node-placement)"
 	}
-	return fmt.Sprintf("Consumer pods run here under Pod Security %s (--pod-security) and pick nodes %s.", p.Level(), placement)
+	naming := "are always named by this cluster (--allow-same-name-namespaces lets them keep the consumer's names)"
+	if p.SameNameNamespaces {
+		naming = "may have the names of the consumer's own namespaces, except the names this cluster reserves (--allow-same-name-namespaces)"
+	}
+	return fmt.Sprintf("Consumer pods run here under Pod Security %s (--pod-security) and pick nodes %s. Consumer namespaces offloaded here %s.", p.Level(), placement, naming)
 }
 
 // providerArgs reads this cluster's identity, auth CA and auth URL.

@@ -126,7 +126,7 @@ func TestGeneratePrintsTheCommandForANewToken(t *testing.T) {
 	if strings.Contains(errOut.String(), tok.Secret) || !strings.Contains(errOut.String(), tok.ID) {
 		t.Errorf("the note names the token by its ID only: %q", errOut)
 	}
-	if !strings.Contains(errOut.String(), "Pod Security baseline") || strings.Contains(errOut.String(), "root") {
+	if !strings.Contains(errOut.String(), "Pod Security baseline") || !strings.Contains(errOut.String(), "always named by this cluster") || strings.Contains(errOut.String(), "root") {
 		t.Errorf("the note does not name the default policy, or warns about it: %q", errOut)
 	}
 	secrets := tokenSecrets(t, kube)
@@ -145,6 +145,7 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 		name        string
 		podSecurity string
 		placement   bool
+		sameName    bool
 		output      output.Format
 		wantPolicy  offloadv1alpha1.ConsumerPolicy
 		wantNote    []string
@@ -153,7 +154,16 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 		{
 			name: "restricted is stored and shown", podSecurity: "restricted", output: output.Table,
 			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted},
-			wantNote:   []string{"Pod Security restricted", "only by operating system and architecture"},
+			wantNote:   []string{"Pod Security restricted", "only by operating system and architecture", "always named by this cluster (--allow-same-name-namespaces"},
+		},
+		{
+			name: "same-name namespaces are stored and shown", podSecurity: "baseline", sameName: true, output: output.Table,
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, SameNameNamespaces: true},
+			wantNote:   []string{"Pod Security baseline", "only by operating system and architecture", "may have the names of the consumer's own namespaces"},
+		},
+		{
+			name: "same-name namespaces are in the JSON policy", podSecurity: "restricted", sameName: true, output: output.JSON,
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted, SameNameNamespaces: true},
 		},
 		{
 			name: "node placement is stored and shown", podSecurity: "baseline", placement: true, output: output.Table,
@@ -175,7 +185,7 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 			certPEM, _ := testCA(t)
 			kube := fake.NewClientset(identityCM(), caSecret(certPEM))
 			o, out, errOut := newGenerate(kube)
-			o.PodSecurity, o.AllowNodePlacement, o.Output = tt.podSecurity, tt.placement, tt.output
+			o.PodSecurity, o.AllowNodePlacement, o.AllowSameNameNamespaces, o.Output = tt.podSecurity, tt.placement, tt.sameName, tt.output
 			if err := o.Validate(); err != nil {
 				t.Fatal(err)
 			}
@@ -204,6 +214,9 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 				if err := json.Unmarshal(out.Bytes(), &pc); err != nil || pc.Policy != tt.wantPolicy {
 					t.Errorf("the JSON output carries policy %+v (%v), want %+v", pc.Policy, err, tt.wantPolicy)
 				}
+				if got := strings.Contains(out.String(), `"sameNameNamespaces"`); got != tt.wantPolicy.SameNameNamespaces {
+					t.Errorf("the JSON output names sameNameNamespaces: %v, want %v: %s", got, tt.wantPolicy.SameNameNamespaces, out)
+				}
 			default:
 				if args := shellArgs(t, out.String()); args.AuthToken == "" || strings.Count(out.String(), "\n") != 1 {
 					t.Errorf("stdout is not the one pasteable command line: %q", out)
@@ -228,6 +241,9 @@ func TestGenerateValidatesItsFlags(t *testing.T) {
 		{name: "an unknown output is refused", modify: func(o *GenerateOptions) { o.Output = "xml" }},
 		{name: "restricted is a valid pod security", modify: func(o *GenerateOptions) { o.PodSecurity = "restricted" }, ok: true},
 		{name: "privileged with node placement is valid", modify: func(o *GenerateOptions) { o.PodSecurity, o.AllowNodePlacement = "privileged", true }, ok: true},
+		{name: "same-name namespaces are valid with any policy", modify: func(o *GenerateOptions) {
+			o.PodSecurity, o.AllowNodePlacement, o.AllowSameNameNamespaces = "restricted", true, true
+		}, ok: true},
 		{name: "an unknown pod security is refused", modify: func(o *GenerateOptions) { o.PodSecurity = "root" }},
 		{name: "a pod security in capitals is refused", modify: func(o *GenerateOptions) { o.PodSecurity = "Baseline" }},
 	}
@@ -242,9 +258,9 @@ func TestGenerateValidatesItsFlags(t *testing.T) {
 	}
 }
 
-func TestGenerateFlagsDefaultToBaselineWithoutNodePlacement(t *testing.T) {
+func TestGenerateFlagsDefaultToBaselineWithoutNodePlacementOrSameNameNamespaces(t *testing.T) {
 	cmd := newCmdGenerate("generate", nil, genericiooptions.NewTestIOStreamsDiscard())
-	for flag, want := range map[string]string{"pod-security": "baseline", "allow-node-placement": "false"} {
+	for flag, want := range map[string]string{"pod-security": "baseline", "allow-node-placement": "false", "allow-same-name-namespaces": "false"} {
 		if f := cmd.Flags().Lookup(flag); f == nil || f.DefValue != want {
 			t.Errorf("flag --%s: %+v, want the default %s", flag, f, want)
 		}

@@ -92,16 +92,17 @@ const (
 	// UsageSingle and UsageReusable are the values of UsageKey.
 	UsageSingle   = "single-use"
 	UsageReusable = "reusable"
-	// PodSecurityKey and NodePlacementKey hold the ConsumerPolicy the
-	// provider chose for the consumers that peer with the token: a
-	// PodSecurityLevel, and NodePlacementAllowedValue or nothing. A Secret
-	// without them, written by an older CLI, means baseline and no node
-	// placement.
-	PodSecurityKey   = "pod-security"
-	NodePlacementKey = "node-placement"
-	// NodePlacementAllowedValue is the value of NodePlacementKey that
-	// allows node placement.
-	NodePlacementAllowedValue = "true"
+	// PodSecurityKey, NodePlacementKey and SameNameNamespacesKey hold the
+	// ConsumerPolicy the provider chose for the consumers that peer with
+	// the token: a PodSecurityLevel, then AllowedValue or nothing for each
+	// of the others. A Secret without them, written by an older CLI, means
+	// baseline, no node placement and no same-name namespaces.
+	PodSecurityKey        = "pod-security"
+	NodePlacementKey      = "node-placement"
+	SameNameNamespacesKey = "same-name-namespaces"
+	// AllowedValue is the value of NodePlacementKey and
+	// SameNameNamespacesKey that allows what they name.
+	AllowedValue = "true"
 )
 
 // TokenSecretName returns the name of the Secret holding token id.
@@ -114,9 +115,9 @@ type TokenOptions struct {
 	// Reusable lets the token peer any number of consumers until it
 	// expires; otherwise it can be used once.
 	Reusable bool
-	// Policy is what the pods of the consumers that peer with the token
-	// may do on the provider; the zero value is baseline without node
-	// placement.
+	// Policy is what the consumers that peer with the token may do on the
+	// provider; the zero value is baseline without node placement or
+	// same-name namespaces.
 	Policy offloadv1alpha1.ConsumerPolicy
 }
 
@@ -143,7 +144,10 @@ func NewTokenSecret(namespace string, tok Token, o TokenOptions) *corev1.Secret 
 		},
 	}
 	if o.Policy.NodePlacement {
-		s.Data[NodePlacementKey] = []byte(NodePlacementAllowedValue)
+		s.Data[NodePlacementKey] = []byte(AllowedValue)
+	}
+	if o.Policy.SameNameNamespaces {
+		s.Data[SameNameNamespacesKey] = []byte(AllowedValue)
 	}
 	return s
 }
@@ -162,7 +166,8 @@ type StoredToken struct {
 }
 
 // ReadTokenSecret decodes a token Secret. A Secret without the policy keys,
-// written by an older CLI, grants baseline and no node placement.
+// written by an older CLI, grants baseline, no node placement and no
+// same-name namespaces.
 func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
 	if s.Type != TokenSecretType {
 		return StoredToken{}, fmt.Errorf("secret %s is of type %s, not a peering token", s.Name, s.Type)
@@ -189,15 +194,27 @@ func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
 			s.Name, PodSecurityKey, s.Data[PodSecurityKey], PodSecurityLevelList())
 	}
 	t.Policy.PodSecurity = level
-	switch v := string(s.Data[NodePlacementKey]); v {
-	case "", "false":
-	case NodePlacementAllowedValue:
-		t.Policy.NodePlacement = true
-	default:
-		return StoredToken{}, fmt.Errorf("secret %s has an invalid %s %q, want %q or nothing: revoke the token and generate a new one with kubectl offload peer generate",
-			s.Name, NodePlacementKey, v, NodePlacementAllowedValue)
+	if t.Policy.NodePlacement, err = readAllowed(s, NodePlacementKey); err != nil {
+		return StoredToken{}, err
+	}
+	if t.Policy.SameNameNamespaces, err = readAllowed(s, SameNameNamespacesKey); err != nil {
+		return StoredToken{}, err
 	}
 	return t, nil
+}
+
+// readAllowed reads a policy key that holds AllowedValue or nothing; "false"
+// is read as nothing, anything else is an error naming the Secret.
+func readAllowed(s *corev1.Secret, key string) (bool, error) {
+	switch v := string(s.Data[key]); v {
+	case "", "false":
+		return false, nil
+	case AllowedValue:
+		return true, nil
+	default:
+		return false, fmt.Errorf("secret %s has an invalid %s %q, want %q or nothing: revoke the token and generate a new one with kubectl offload peer generate",
+			s.Name, key, v, AllowedValue)
+	}
 }
 
 // PodSecurityLevelList returns the Pod Security levels as "a, b or c", for

@@ -100,6 +100,17 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 			opts:       TokenOptions{Expires: expires, Policy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true}},
 			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true},
 		},
+		{
+			name:       "a token with same-name namespaces reads them back",
+			opts:       TokenOptions{Expires: expires, Policy: offloadv1alpha1.ConsumerPolicy{SameNameNamespaces: true}},
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, SameNameNamespaces: true},
+		},
+		{
+			name: "a token allowing everything reads back everything",
+			opts: TokenOptions{Expires: expires, Reusable: true, Policy: offloadv1alpha1.ConsumerPolicy{
+				PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true, SameNameNamespaces: true}},
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true, SameNameNamespaces: true},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,8 +121,11 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 			if got := string(s.Data[PodSecurityKey]); got != string(tt.wantPolicy.PodSecurity) {
 				t.Errorf("data %s = %q, want %q", PodSecurityKey, got, tt.wantPolicy.PodSecurity)
 			}
-			if v, ok := s.Data[NodePlacementKey]; ok != tt.wantPolicy.NodePlacement || (ok && string(v) != NodePlacementAllowedValue) {
+			if v, ok := s.Data[NodePlacementKey]; ok != tt.wantPolicy.NodePlacement || (ok && string(v) != AllowedValue) {
 				t.Errorf("data %s = %q (present %v), want present only when node placement is allowed", NodePlacementKey, v, ok)
+			}
+			if v, ok := s.Data[SameNameNamespacesKey]; ok != tt.wantPolicy.SameNameNamespaces || (ok && string(v) != AllowedValue) {
+				t.Errorf("data %s = %q (present %v), want present only when same-name namespaces are allowed", SameNameNamespacesKey, v, ok)
 			}
 			got, err := ReadTokenSecret(s)
 			if err != nil {
@@ -133,6 +147,7 @@ func TestReadTokenSecretReadsThePolicy(t *testing.T) {
 		s := good.DeepCopy()
 		delete(s.Data, PodSecurityKey)
 		delete(s.Data, NodePlacementKey)
+		delete(s.Data, SameNameNamespacesKey)
 		for k, v := range data {
 			s.Data[k] = []byte(v)
 		}
@@ -144,7 +159,7 @@ func TestReadTokenSecretReadsThePolicy(t *testing.T) {
 		want    offloadv1alpha1.ConsumerPolicy
 		wantErr bool
 	}{
-		{name: "a Secret of an older CLI without the keys grants baseline and no node placement", secret: with(nil), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
+		{name: "a Secret of an older CLI without the keys grants baseline, no node placement and no same-name namespaces", secret: with(nil), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
 		{name: "an empty level grants baseline", secret: with(map[string]string{PodSecurityKey: ""}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
 		{name: "a restricted level is read", secret: with(map[string]string{PodSecurityKey: "restricted"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted}},
 		{name: "a privileged level is read", secret: with(map[string]string{PodSecurityKey: "privileged"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged}},
@@ -153,6 +168,11 @@ func TestReadTokenSecretReadsThePolicy(t *testing.T) {
 		{name: "an unknown level is an error naming the Secret", secret: with(map[string]string{PodSecurityKey: "root"}), wantErr: true},
 		{name: "a level in another case is an error", secret: with(map[string]string{PodSecurityKey: "Privileged"}), wantErr: true},
 		{name: "an unknown node placement is an error naming the Secret", secret: with(map[string]string{NodePlacementKey: "yes"}), wantErr: true},
+		{name: "same-name namespaces true is read", secret: with(map[string]string{SameNameNamespacesKey: "true"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, SameNameNamespaces: true}},
+		{name: "same-name namespaces false grants none", secret: with(map[string]string{SameNameNamespacesKey: "false"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
+		{name: "same-name namespaces are read apart from node placement", secret: with(map[string]string{NodePlacementKey: "true", SameNameNamespacesKey: "true"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodePlacement: true, SameNameNamespaces: true}},
+		{name: "an unknown same-name namespaces is an error naming the Secret", secret: with(map[string]string{SameNameNamespacesKey: "yes"}), wantErr: true},
+		{name: "same-name namespaces in capitals is an error", secret: with(map[string]string{SameNameNamespacesKey: "True"}), wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

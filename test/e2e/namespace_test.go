@@ -40,7 +40,8 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	consumer, provider := peerableClusters(ctx, t)
-	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
+	// The provider lets this consumer keep its namespaces' names.
+	if errOut, err := outOfBand(t, consumer, generate(t, provider, "--allow-same-name-namespaces"), "--timeout", "2m"); err != nil {
 		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
 	}
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)

@@ -13,8 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -116,6 +118,37 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 	}
 	if ns.Labels[offloadv1alpha1.LabelPodSecurityEnforce] != string(offloadv1alpha1.PodSecurityBaseline) || ns.Labels[offloadv1alpha1.LabelNodePlacement] != "" {
 		t.Errorf("twin namespace %s labels %v, want Pod Security baseline enforced and no node placement", twin, ns.Labels)
+	}
+
+	// Namespaces are the provider's to give: asked for directly, kube-system
+	// and default are refused, and stay as they were.
+	tc, err := client.New(held.config, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{metav1.NamespaceSystem, metav1.NamespaceDefault} {
+		rn := &offloadv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Name: "steal-" + target, Namespace: held.namespace},
+			Spec: offloadv1alpha1.RemoteNamespaceSpec{ConsumerClusterID: consumerID, SourceNamespace: target, TargetNamespace: target,
+				MappingStrategy: offloadv1alpha1.EnforceSameName}}
+		if err := tc.Create(ctx, rn); err != nil {
+			t.Fatalf("creating RemoteNamespace %s with the consumer's credentials: %v", rn.Name, err)
+		}
+		waitFor(ctx, t, time.Minute, "RemoteNamespace "+rn.Name+" to be refused", func(ctx context.Context) (bool, string) {
+			if err := tc.Get(ctx, client.ObjectKeyFromObject(rn), rn); err != nil {
+				return false, err.Error()
+			}
+			return rn.Status.Phase == offloadv1alpha1.RemoteNamespaceFailed, string(rn.Status.Phase)
+		})
+		ns, err := provider.Kube.CoreV1().Namespaces().Get(ctx, target, metav1.GetOptions{})
+		if err != nil || ns.Labels[offloadv1alpha1.LabelOriginClusterID] != "" || ns.Labels[offloadv1alpha1.LabelTenant] != "" {
+			t.Errorf("namespace %s was given to the consumer: labels %v, err %v", target, ns.Labels, err)
+		}
+		if _, err := provider.Kube.RbacV1().RoleBindings(target).Get(ctx, "offload-consumer", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the consumer got a RoleBinding in %s: %v", target, err)
+		}
+		if err := tc.Delete(ctx, rn); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Through the virtual node: a privileged pod is refused by the

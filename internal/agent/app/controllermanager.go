@@ -69,7 +69,10 @@ type controllerManagerOptions struct {
 	// GatewayServiceType and GatewayAddress publish this cluster's gateways
 	// to its consumers.
 	GatewayServiceType, GatewayAddress string
-	global                             *globalOptions
+	// ReservedNamespaces are namespaces no consumer may have, besides
+	// remotenamespace.DefaultReservedNamespaces and the built-in ones.
+	ReservedNamespaces []string
+	global             *globalOptions
 }
 
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
@@ -107,6 +110,8 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.StringSliceVar(&o.RemapPools, "remap-pool", o.RemapPools, "CIDR from which overlapping peer pod CIDRs get their view here (repeatable).")
 	fs.StringSliceVar(&o.ReservedCIDRs, "reserved-cidr", o.ReservedCIDRs, "CIDR no peer's view may use, such as the node network (repeatable).")
 	fs.StringVar(&o.GatewayServiceType, "gateway-service-type", o.GatewayServiceType, "Service type that publishes this cluster's gateways to consumers: NodePort or LoadBalancer.")
+	fs.StringSliceVar(&o.ReservedNamespaces, "reserved-namespace", o.ReservedNamespaces,
+		"Namespace no consumer may have as a twin namespace, besides kube-*, default, the install namespace and common add-on namespaces (repeatable).")
 	fs.StringVar(&o.GatewayAddress, "gateway-address", o.GatewayAddress, "Address consumers dial to reach this cluster's gateways (host or host:port), behind NAT or a fixed load balancer.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "How long the controllers may take to stop after SIGTERM.")
 	return cmd
@@ -195,7 +200,7 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		// Provider side: twin namespaces for the consumers' RemoteNamespaces,
 		// and those of consumers without a Tenant any more.
 		func(mgr ctrlmanager.Manager) error {
-			return (&remotenamespace.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace}).SetupWithManager(mgr)
+			return (&remotenamespace.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, Reserved: o.ReservedNamespaces}).SetupWithManager(mgr)
 		},
 		func(mgr ctrlmanager.Manager) error {
 			return (&remotenamespace.GarbageCollector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr)

@@ -113,8 +113,9 @@ func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.L
 	if req.ProviderClusterID != self.ID {
 		return nil, &peering.Error{
 			Reason: peering.ReasonWrongCluster,
-			Message: fmt.Sprintf("this auth service belongs to cluster %s (%s), not %s: check --cluster-id",
-				self.ID, self.Name, req.ProviderClusterID),
+			// Nothing about this cluster: the caller is not authenticated yet.
+			Message: fmt.Sprintf("this auth service does not belong to cluster %s: check --cluster-id against the command kubectl offload peer generate printed",
+				req.ProviderClusterID),
 			Status: http.StatusForbidden,
 		}
 	}

@@ -296,3 +296,35 @@ func TestConcurrentRequestsWithOneSingleUseTokenPeerExactlyOnce(t *testing.T) {
 		t.Errorf("%d requests succeeded, want exactly 1", ok)
 	}
 }
+
+func TestASecondConsumerClaimingAnotherOnesClusterIDIsRefusedWithoutSpendingTheToken(t *testing.T) {
+	e := newPeeringEnv(t)
+	first := newConsumer()
+	if r := e.post(t, peering.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), first), ""); r.status != http.StatusOK {
+		t.Fatalf("first peering: %d %s", r.status, r.body)
+	}
+	tok := e.newToken(t, time.Now().Add(time.Hour), false)
+	impostor := consumer{id: first.id, name: newConsumer().name}
+	e.post(t, peering.PeerPath, e.peerRequest(tok.String(), impostor), "").wantError(t, http.StatusConflict, peering.ReasonTenantConflict)
+
+	if err := e.admin.Get(context.Background(), client.ObjectKey{Name: impostor.name}, &offloadv1alpha1.Tenant{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the impostor got a tenant: %v", err)
+	}
+	if err := e.admin.Get(context.Background(), client.ObjectKey{Name: offloadv1alpha1.TenantNamespace(impostor.name)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the impostor got a tenant namespace: %v", err)
+	}
+	if r := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), newConsumer()), ""); r.status != http.StatusOK {
+		t.Errorf("the token was spent by the refused request: %d %s", r.status, r.body)
+	}
+}
+
+func TestAWrongProviderClusterIDTellsNothingAboutThisCluster(t *testing.T) {
+	e := newPeeringEnv(t)
+	req := e.peerRequest("abcdef.0123456789abcdef", newConsumer())
+	req.ProviderClusterID = newConsumer().id
+	r := e.post(t, peering.PeerPath, req, "")
+	r.wantError(t, http.StatusForbidden, peering.ReasonWrongCluster)
+	if strings.Contains(string(r.body), e.clusterID) {
+		t.Errorf("an unauthenticated caller learns this cluster's ID: %s", r.body)
+	}
+}

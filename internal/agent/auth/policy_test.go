@@ -17,6 +17,8 @@ var (
 	baselinePolicy   = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}
 	restrictedPolicy = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted}
 	privilegedPolicy = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true}
+	sameNamePolicy   = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, SameNameNamespaces: true}
+	everythingPolicy = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true, SameNameNamespaces: true}
 )
 
 // policyToken stores a single-use token that grants policy.
@@ -53,12 +55,13 @@ func TestPeeringGivesTheTenantThePolicyOfTheToken(t *testing.T) {
 			want:  baselinePolicy,
 		},
 		{
-			name: "a token Secret of an older CLI, without the policy keys, gives baseline without node placement",
+			name: "a token Secret of an older CLI, without the policy keys, gives baseline without node placement or same-name namespaces",
 			token: func(t *testing.T) peering.Token {
 				return e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
-					s := peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: privilegedPolicy})
+					s := peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: everythingPolicy})
 					delete(s.Data, peering.PodSecurityKey)
 					delete(s.Data, peering.NodePlacementKey)
+					delete(s.Data, peering.SameNameNamespacesKey)
 					return s
 				})
 			},
@@ -73,6 +76,16 @@ func TestPeeringGivesTheTenantThePolicyOfTheToken(t *testing.T) {
 			name:  "a privileged token with node placement gives both",
 			token: func(t *testing.T) peering.Token { return e.policyToken(t, privilegedPolicy) },
 			want:  privilegedPolicy,
+		},
+		{
+			name:  "a token with same-name namespaces gives same-name namespaces",
+			token: func(t *testing.T) peering.Token { return e.policyToken(t, sameNamePolicy) },
+			want:  sameNamePolicy,
+		},
+		{
+			name:  "a token allowing everything gives everything",
+			token: func(t *testing.T) peering.Token { return e.policyToken(t, everythingPolicy) },
+			want:  everythingPolicy,
 		},
 	}
 	for _, tt := range tests {
@@ -96,6 +109,18 @@ func TestATokenWithAnUnknownPodSecurityLevelPeersNobody(t *testing.T) {
 	e.assertNothingFor(t, c)
 }
 
+func TestATokenWithAnInvalidSameNameNamespacesPeersNobody(t *testing.T) {
+	e := newPeeringEnv(t)
+	tok := e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
+		s := peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour)})
+		s.Data[peering.SameNameNamespacesKey] = []byte("yes")
+		return s
+	})
+	c := newConsumer()
+	e.post(t, peering.PeerPath, e.peerRequest(tok.String(), c), "").wantError(t, http.StatusUnauthorized, peering.ReasonInvalidToken)
+	e.assertNothingFor(t, c)
+}
+
 func TestPeeringAgainWithANewTokenGivesTheTenantItsPolicy(t *testing.T) {
 	e := newPeeringEnv(t)
 	c := newConsumer()
@@ -106,6 +131,8 @@ func TestPeeringAgainWithANewTokenGivesTheTenantItsPolicy(t *testing.T) {
 		{name: "the first peering, with a baseline token, gives baseline", policy: baselinePolicy},
 		{name: "peering again with a privileged token makes the tenant privileged", policy: privilegedPolicy},
 		{name: "peering again with a restricted token takes node placement away", policy: restrictedPolicy},
+		{name: "peering again with a same-name token gives same-name namespaces", policy: sameNamePolicy},
+		{name: "peering again with a baseline token takes same-name namespaces away", policy: baselinePolicy},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {

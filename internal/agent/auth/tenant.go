@@ -54,8 +54,19 @@ func tenantConflict(format string, args ...any) error {
 }
 
 // checkTenantFree refuses, before the token is spent, a consumer name that
-// another cluster already uses.
+// another cluster already uses, and a cluster ID that another tenant holds:
+// a cluster ID belongs to the tenant that first peered with it, so a second
+// consumer claiming it cannot reach the first one's twin namespaces.
 func (p *Peering) checkTenantFree(ctx context.Context, id, name string) error {
+	var same offloadv1alpha1.TenantList
+	if err := p.client.List(ctx, &same, client.MatchingLabels{offloadv1alpha1.LabelTenant: id}); err != nil {
+		return fmt.Errorf("listing the tenants of cluster ID %s: %w", id, err)
+	}
+	for _, t := range same.Items {
+		if t.Name != name || t.Spec.ClusterID != id {
+			return tenantConflict("cluster ID %s is already peered with this provider under another name: a cluster ID belongs to one consumer; unpeer that one first, or peer from the cluster that owns the ID", id)
+		}
+	}
 	var t offloadv1alpha1.Tenant
 	err := p.client.Get(ctx, client.ObjectKey{Name: name}, &t)
 	if apierrors.IsNotFound(err) {

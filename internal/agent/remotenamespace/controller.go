@@ -78,6 +78,9 @@ type Reconciler struct {
 	Client client.Client
 	// Namespace is the agent's install namespace, never given to a consumer.
 	Namespace string
+	// Reserved are more namespaces never given to a consumer, besides the
+	// built-in ones and DefaultReservedNamespaces.
+	Reserved []string
 
 	// skipNameValidation lets tests start the controller more than once
 	// in a process.

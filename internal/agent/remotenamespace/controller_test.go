@@ -153,6 +153,7 @@ func TestAnOfferChangeResizesTheQuota(t *testing.T) {
 func TestEnforceSameNameFailsCleanlyWhenTheNamespaceBelongsToSomeoneElse(t *testing.T) {
 	e := newEnv(t)
 	e.offer(e.tenant, "4", "8Gi", "110")
+	e.allowSameName(e.tenant)
 	name := "shop-" + rand.String(5)
 	e.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"team": "payments"}}})
 	rn := e.request(e.tenant, name, offloadv1alpha1.EnforceSameName)
@@ -187,23 +188,37 @@ func TestEnforceSameNameFailsCleanlyWhenTheNamespaceBelongsToSomeoneElse(t *test
 
 func TestARequestThatCannotBeServedFails(t *testing.T) {
 	e := newEnv(t)
+	e.r.Reserved = []string{"payments-prod"}
+	e.allowSameName(e.tenant)
 	e.offer(e.tenant, "4", "8Gi", "110")
 	other := e.newTenant("99999999-2222-4333-8444-" + rand.String(12))
+	sameName := func(ns string) func(*offloadv1alpha1.RemoteNamespace) {
+		return func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.SourceNamespace, rn.Spec.TargetNamespace = ns, ns }
+	}
 	for _, tc := range []struct {
-		name   string
-		mutate func(*offloadv1alpha1.RemoteNamespace)
+		name     string
+		strategy offloadv1alpha1.NamespaceMappingStrategy
+		mutate   func(*offloadv1alpha1.RemoteNamespace)
 	}{
-		{"a consumer asks for another consumer", func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.ConsumerClusterID = other.Spec.ClusterID }},
-		{"a consumer asks with an unknown ID", func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.ConsumerClusterID = "not-a-peer" }},
-		{"the target is kube-system", func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.TargetNamespace = "kube-system" }},
-		{"the target is a new kube- namespace", func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.TargetNamespace = "kube-" + rand.String(5) }},
-		{"the target is default", func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.TargetNamespace = "default" }},
-		{"the target is the install namespace", func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.TargetNamespace = installNamespace }},
-		{"the target is another tenant's namespace", func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.TargetNamespace = other.Spec.TenantNamespace }},
+		{"a consumer asks for another consumer", offloadv1alpha1.EnforceSameName, func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.ConsumerClusterID = other.Spec.ClusterID }},
+		{"a consumer asks with an unknown ID", offloadv1alpha1.EnforceSameName, func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.ConsumerClusterID = "not-a-peer" }},
+		{"the same name is kube-system", offloadv1alpha1.EnforceSameName, sameName("kube-system")},
+		{"the same name is a new kube- namespace", offloadv1alpha1.EnforceSameName, sameName("kube-" + rand.String(5))},
+		{"the same name is default", offloadv1alpha1.EnforceSameName, sameName("default")},
+		{"the same name is the install namespace", offloadv1alpha1.EnforceSameName, sameName(installNamespace)},
+		{"the same name is another tenant's namespace", offloadv1alpha1.EnforceSameName, sameName(other.Spec.TenantNamespace)},
+		{"the same name is an add-on's namespace", offloadv1alpha1.EnforceSameName, sameName("cert-manager")},
+		{"the same name is one the provider reserved", offloadv1alpha1.EnforceSameName, sameName("payments-prod")},
+		{"EnforceSameName asks for another name than the source's", offloadv1alpha1.EnforceSameName, func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.TargetNamespace = "app-" + rand.String(5) }},
+		{"DefaultName asks for default", offloadv1alpha1.DefaultName, func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.TargetNamespace = "default" }},
+		{"DefaultName asks for a name of its own", offloadv1alpha1.DefaultName, func(rn *offloadv1alpha1.RemoteNamespace) { rn.Spec.TargetNamespace = "mine-" + rand.String(5) }},
+		{"DefaultName asks for another consumer's twin namespace", offloadv1alpha1.DefaultName, func(rn *offloadv1alpha1.RemoteNamespace) {
+			rn.Spec.TargetNamespace = offloadv1alpha1.TwinNamespace(rn.Spec.SourceNamespace, other.Spec.ClusterName, other.Spec.ClusterID)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e.t = t
-			rn := e.request(e.tenant, "app-"+rand.String(5), offloadv1alpha1.EnforceSameName, tc.mutate)
+			rn := e.request(e.tenant, "app-"+rand.String(5), tc.strategy, tc.mutate)
 			e.reconcile(rn)
 			e.wantRefused(rn, ReasonInvalidRequest)
 			if ns := e.namespace(rn.Spec.TargetNamespace); ns != nil && ns.Labels[offloadv1alpha1.LabelOriginClusterID] != "" {
@@ -213,6 +228,57 @@ func TestARequestThatCannotBeServedFails(t *testing.T) {
 				t.Errorf("the consumer got a RoleBinding in namespace %s", rn.Spec.TargetNamespace)
 			}
 		})
+	}
+}
+
+func TestEnforceSameNameIsTheProvidersToAllow(t *testing.T) {
+	e := newEnv(t)
+	e.offer(e.tenant, "4", "8Gi", "110")
+	rn := e.request(e.tenant, "shop-"+rand.String(5), offloadv1alpha1.EnforceSameName)
+	e.reconcile(rn)
+	e.wantRefused(rn, ReasonInvalidRequest)
+	if e.namespace(rn.Spec.TargetNamespace) != nil {
+		t.Fatalf("namespace %s was created though the provider does not allow same-name namespaces", rn.Spec.TargetNamespace)
+	}
+	e.allowSameName(e.tenant)
+	e.reconcile(rn)
+	if e.get(rn); rn.Status.Phase != offloadv1alpha1.RemoteNamespaceReady {
+		t.Errorf("phase %q once allowed, want Ready", rn.Status.Phase)
+	}
+}
+
+func TestATwinNamespaceBelongsToItsTenantNotToTheClusterIDItStates(t *testing.T) {
+	e := newEnv(t)
+	e.allowSameName(e.tenant)
+	e.offer(e.tenant, "4", "8Gi", "110")
+	rn := e.request(e.tenant, "shop-"+rand.String(5), offloadv1alpha1.EnforceSameName)
+	e.reconcile(rn)
+	e.get(rn)
+	if rn.Status.Phase != offloadv1alpha1.RemoteNamespaceReady {
+		t.Fatalf("phase %q, want Ready", rn.Status.Phase)
+	}
+	// A second tenant that claims the first one's cluster ID (the auth
+	// service refuses this; here it is made by hand) asks for its namespace.
+	impostor := e.newTenant(e.tenant.Spec.ClusterID)
+	e.allowSameName(impostor)
+	e.offer(impostor, "4", "8Gi", "110")
+	theft := e.request(impostor, rn.Spec.SourceNamespace, offloadv1alpha1.EnforceSameName)
+	e.reconcile(theft)
+	e.wantRefused(theft, ReasonNamespaceTaken)
+	var rb rbacv1.RoleBinding
+	if err := e.c.Get(context.Background(), key(rn.Spec.TargetNamespace, RoleBindingName), &rb); err != nil {
+		t.Fatal(err)
+	}
+	if len(rb.Subjects) != 1 || rb.Subjects[0].Namespace != e.tenant.Spec.TenantNamespace {
+		t.Errorf("the RoleBinding binds %+v, want only the first tenant's ServiceAccount", rb.Subjects)
+	}
+	// Withdrawing the impostor's request leaves the namespace alone.
+	if err := e.c.Delete(context.Background(), theft); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(theft)
+	if ns := e.namespace(rn.Spec.TargetNamespace); ns == nil || !ns.DeletionTimestamp.IsZero() {
+		t.Errorf("the first tenant's namespace was deleted by the impostor's request")
 	}
 }
 

@@ -149,3 +149,14 @@ func (e *env) finalizeNamespace(name string) {
 func key(ns, name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: ns, Name: name}
 }
+
+// allowSameName lets tenant name its twin namespaces as its own namespaces.
+func (e *env) allowSameName(tenant *offloadv1alpha1.Tenant) {
+	e.t.Helper()
+	e.get(tenant)
+	patch := client.MergeFrom(tenant.DeepCopy())
+	tenant.Spec.Policy.SameNameNamespaces = true
+	if err := e.c.Patch(context.Background(), tenant, patch); err != nil {
+		e.t.Fatal(err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -66,24 +67,53 @@ func (r *Reconciler) validate(ctx context.Context, rn *offloadv1alpha1.RemoteNam
 	if errs := validation.IsDNS1123Label(target); len(errs) > 0 {
 		return nil, refuse("targetNamespace %q is not a namespace name: %s", target, errs[0])
 	}
-	if r.isSystemNamespace(target) {
-		return nil, refuse("namespace %s is reserved on the provider (Kubernetes, kubectl-offload or a tenant uses it): pick --namespace-mapping-strategy DefaultName", target)
+	// The provider gives the names: the consumer's own only when it may.
+	switch rn.Spec.MappingStrategy {
+	case offloadv1alpha1.EnforceSameName:
+		if !t.Spec.Policy.SameNameNamespaces {
+			return nil, refuse("this provider does not let consumer %s name its twin namespaces (EnforceSameName): pick --namespace-mapping-strategy DefaultName, or ask the provider for kubectl offload peer generate --allow-same-name-namespaces", consumer)
+		}
+		if target != rn.Spec.SourceNamespace {
+			return nil, refuse("targetNamespace %q is not sourceNamespace %q, as EnforceSameName asks", target, rn.Spec.SourceNamespace)
+		}
+	default:
+		if want := offloadv1alpha1.TwinNamespace(rn.Spec.SourceNamespace, t.Spec.ClusterName, t.Spec.ClusterID); target != want {
+			return nil, refuse("targetNamespace %q is not the DefaultName of namespace %s for consumer %s, %s: the provider names twin namespaces", target, rn.Spec.SourceNamespace, consumer, want)
+		}
+	}
+	if r.isReserved(target) {
+		return nil, refuse("namespace %s is reserved on the provider (Kubernetes, kubectl-offload, a tenant or the provider's own software uses it): pick --namespace-mapping-strategy DefaultName", target)
 	}
 	return &t, nil
 }
 
-// isSystemNamespace says whether no consumer may have namespace ns: the
-// Kubernetes namespaces, the install namespace and the tenant namespaces.
-func (r *Reconciler) isSystemNamespace(ns string) bool {
+// DefaultReservedNamespaces are the namespaces no consumer may have besides
+// the Kubernetes ones, the install namespace and the tenant namespaces:
+// those where common cluster software installs itself, so that a consumer
+// cannot take one before the provider installs it.
+var DefaultReservedNamespaces = []string{
+	"cert-manager", "monitoring", "observability", "logging", "ingress-nginx", "istio-system", "linkerd",
+	"gatekeeper-system", "kyverno", "argocd", "flux-system", "local-path-storage", "metallb-system",
+	"tigera-operator", "calico-system", "cilium", "longhorn-system", "velero", "vault", "external-dns",
+}
+
+// isReserved says whether no consumer may have namespace ns: the
+// Kubernetes namespaces, the install namespace, the tenant namespaces,
+// DefaultReservedNamespaces and the Reserved ones.
+func (r *Reconciler) isReserved(ns string) bool {
 	return strings.HasPrefix(ns, "kube-") || ns == metav1.NamespaceDefault || ns == r.Namespace ||
-		strings.HasPrefix(ns, offloadv1alpha1.TenantNamespacePrefix)
+		strings.HasPrefix(ns, offloadv1alpha1.TenantNamespacePrefix) ||
+		slices.Contains(DefaultReservedNamespaces, ns) || slices.Contains(r.Reserved, ns)
 }
 
 // owns says whether namespace ns is the twin namespace rn asks for: made
-// for the same consumer and the same source namespace.
+// for the same source namespace of the same consumer, by a request of the
+// same tenant namespace. The tenant is what counts, not the cluster ID it
+// states: a namespace made for one tenant is never another's.
 func owns(ns *corev1.Namespace, rn *offloadv1alpha1.RemoteNamespace) bool {
 	return ns.Labels[offloadv1alpha1.LabelOriginClusterID] == rn.Spec.ConsumerClusterID &&
-		ns.Labels[offloadv1alpha1.LabelOriginNamespace] == rn.Spec.SourceNamespace
+		ns.Labels[offloadv1alpha1.LabelOriginNamespace] == rn.Spec.SourceNamespace &&
+		strings.HasPrefix(ns.Annotations[AnnotationRemoteNamespace], rn.Namespace+"/")
 }
 
 // managedMeta returns the metadata of an object the controller makes for rn.
