@@ -49,6 +49,29 @@ const (
 // reason in the message.
 const ConditionUnpeered = "Unpeered"
 
+// ConditionCredentialReplayed, on a Tenant, is True once a retired
+// credential of the consumer was presented to the auth service: someone
+// kept a copy. Every credential of the consumer is revoked then; peering
+// again with a new token clears it.
+const ConditionCredentialReplayed = "CredentialReplayed"
+
+// Reasons of ConditionCredentialReplayed.
+const (
+	ReasonRetiredCredentialUsed = "RetiredCredentialUsed"
+	ReasonPeeredAgain           = "PeeredAgain"
+)
+
+// A consumer's credentials are ServiceAccount tokens bound to a Secret of
+// type CredentialSecretType in its tenant namespace, one per credential,
+// named CredentialSecretPrefix plus a random suffix and labelled
+// LabelCredential with the consumer's cluster ID: deleting the Secret
+// revokes the token at once.
+const (
+	CredentialSecretType   = "offload.io/credential"
+	CredentialSecretPrefix = "offload-credential-"
+	LabelCredential        = "offload.io/credential"
+)
+
 // Finalizers and annotations of ForeignClusters.
 const (
 	// FinalizerUnpeer makes the consumer's agent ask the provider to remove

@@ -26,14 +26,46 @@ type TenantStatus struct {
 	// CredentialExpiry is when the consumer's current credentials expire.
 	// +optional
 	CredentialExpiry *metav1.Time `json:"credentialExpiry,omitempty"`
+	// CurrentCredential is the Secret, in the tenant namespace, that the
+	// consumer's newest credential is bound to. The tenant controller
+	// deletes the credential Secrets of every older credential once a grace
+	// period has passed since this one was issued, and their tokens stop
+	// working with them.
+	// +optional
+	CurrentCredential string `json:"currentCredential,omitempty"`
+	// Credentials are the credential Secrets not deleted yet, the current
+	// one among them, in the order they were issued.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Credentials []IssuedCredential `json:"credentials,omitempty"`
+	// RetiredCredentials are the UIDs of the Secrets of the last retired
+	// credentials, oldest first. A refresh with one of them is a replay:
+	// the credential was copied. Every credential of the consumer is then
+	// revoked and CredentialReplayed says so.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	RetiredCredentials []string `json:"retiredCredentials,omitempty"`
 	// Granted are the resources offered to the consumer.
 	// +optional
 	Granted corev1.ResourceList `json:"granted,omitempty"`
-	// Conditions has Ready.
+	// Conditions has Ready and CredentialReplayed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// IssuedCredential is a credential Secret of a consumer: its token is
+// bound to it.
+type IssuedCredential struct {
+	// Name is the Secret's name, in the tenant namespace.
+	Name string `json:"name"`
+	// UID is the Secret's UID, which the token names.
+	UID string `json:"uid"`
+	// Issued is when the token was minted.
+	Issued metav1.Time `json:"issued"`
 }
 
 // Tenant is the provider's record of one consumer.

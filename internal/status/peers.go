@@ -304,6 +304,11 @@ func (p *peer) credentialChecks(env *Env, now time.Time) []Check {
 			out = append(out, ok("credentials", "the credentials for peer %s expire in %s", name, duration.HumanDuration(left)))
 		}
 	}
+	if p.tenant != nil {
+		if c := meta.FindStatusCondition(p.tenant.Status.Conditions, offloadv1alpha1.ConditionCredentialReplayed); c != nil && c.Status == metav1.ConditionTrue {
+			return append(out, fail("tenantCredentials", "%s (since %s)", c.Message, c.LastTransitionTime.UTC().Format(time.RFC3339)))
+		}
+	}
 	if p.tenant != nil && p.tenant.Status.CredentialExpiry != nil {
 		left := p.tenant.Status.CredentialExpiry.Sub(now)
 		switch {

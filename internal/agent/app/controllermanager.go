@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
@@ -69,6 +70,9 @@ type controllerManagerOptions struct {
 	// GatewayServiceType and GatewayAddress publish this cluster's gateways
 	// to its consumers.
 	GatewayServiceType, GatewayAddress string
+	// CredentialGrace is how long a consumer's replaced credentials keep
+	// working after a new one is issued.
+	CredentialGrace time.Duration
 	// ReservedNamespaces are namespaces no consumer may have, besides
 	// remotenamespace.DefaultReservedNamespaces and the built-in ones.
 	ReservedNamespaces []string
@@ -78,7 +82,7 @@ type controllerManagerOptions struct {
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage,
 		UnreachableTolerationSeconds: -1, KubeletPort: 10250, RemapPools: []string{"10.64.0.0/12"},
-		GatewayServiceType: string(corev1.ServiceTypeNodePort), global: g}
+		GatewayServiceType: string(corev1.ServiceTypeNodePort), CredentialGrace: tenant.DefaultCredentialGrace, global: g}
 	cmd := &cobra.Command{
 		Use:     "controller-manager",
 		Short:   "Run the controllers, the webhook and the virtual kubelets",
@@ -110,6 +114,8 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.StringSliceVar(&o.RemapPools, "remap-pool", o.RemapPools, "CIDR from which overlapping peer pod CIDRs get their view here (repeatable).")
 	fs.StringSliceVar(&o.ReservedCIDRs, "reserved-cidr", o.ReservedCIDRs, "CIDR no peer's view may use, such as the node network (repeatable).")
 	fs.StringVar(&o.GatewayServiceType, "gateway-service-type", o.GatewayServiceType, "Service type that publishes this cluster's gateways to consumers: NodePort or LoadBalancer.")
+	fs.DurationVar(&o.CredentialGrace, "credential-grace", o.CredentialGrace,
+		"How long a consumer's replaced credentials keep working after the auth service issues new ones.")
 	fs.StringSliceVar(&o.ReservedNamespaces, "reserved-namespace", o.ReservedNamespaces,
 		"Namespace no consumer may have as a twin namespace, besides kube-*, default, the install namespace and common add-on namespaces (repeatable).")
 	fs.StringVar(&o.GatewayAddress, "gateway-address", o.GatewayAddress, "Address consumers dial to reach this cluster's gateways (host or host:port), behind NAT or a fixed load balancer.")
@@ -207,7 +213,7 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		// Provider side: the one owner of a consumer's tenant teardown.
 		func(mgr ctrlmanager.Manager) error {
-			return (&tenant.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+			return (&tenant.Reconciler{Client: mgr.GetClient(), CredentialGrace: o.CredentialGrace}).SetupWithManager(mgr)
 		},
 		// Provider side: each consumer recorded as a ForeignCluster.
 		func(mgr ctrlmanager.Manager) error {

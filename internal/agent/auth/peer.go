@@ -144,7 +144,7 @@ func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.L
 	if err != nil {
 		return nil, err
 	}
-	resp, err := p.issue(ctx, t, self)
+	resp, err := p.issue(ctx, t, self, true)
 	if err != nil {
 		undo()
 		return nil, err

@@ -36,7 +36,7 @@ func (p *Peering) handleRefresh(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, log, "Refreshing credentials", err)
 		return
 	}
-	resp, err := p.issue(ctx, t, self)
+	resp, err := p.issue(ctx, t, self, false)
 	if err != nil {
 		p.fail(w, log, "Refreshing credentials", err)
 		return
@@ -81,6 +81,7 @@ func (p *Peering) authenticate(ctx context.Context, w http.ResponseWriter, r *ht
 		return nil, fmt.Errorf("reviewing a consumer token: %w", err)
 	}
 	if !review.Status.Authenticated {
+		p.detectReplay(ctx, token)
 		return nil, unauthorized()
 	}
 	name, ok := consumerFromUsername(review.Status.User.Username)

@@ -11,9 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -216,24 +218,40 @@ func (p *Peering) deleteIfExists(ctx context.Context, o client.Object) error {
 	return nil
 }
 
-// issue mints a new token of the tenant's ServiceAccount, records its
-// expiry in the Tenant's status and returns the credentials.
-func (p *Peering) issue(ctx context.Context, t *offloadv1alpha1.Tenant, self peering.Identity) (*peering.PeerResponse, error) {
+// issue mints a new credential for the tenant: a token of its
+// ServiceAccount bound to a new credential Secret, so that deleting the
+// Secret revokes it. It records the Secret as the current credential, which
+// makes the tenant controller retire the older ones after a grace period,
+// and the expiry in the Tenant's status, and returns the credentials.
+// peered says a peering token was just spent: that clears a replay.
+func (p *Peering) issue(ctx context.Context, t *offloadv1alpha1.Tenant, self peering.Identity, peered bool) (*peering.PeerResponse, error) {
 	caCert, err := p.apiServerCA(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if !peered && meta.IsStatusConditionTrue(t.Status.Conditions, offloadv1alpha1.ConditionCredentialReplayed) {
+		return nil, unauthorized()
+	}
+	cred := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: offloadv1alpha1.CredentialSecretPrefix, Namespace: t.Spec.TenantNamespace,
+			Labels: map[string]string{offloadv1alpha1.LabelCredential: t.Spec.ClusterID}},
+		Type: offloadv1alpha1.CredentialSecretType,
+	}
+	if err := p.client.Create(ctx, cred); err != nil {
+		return nil, fmt.Errorf("creating the credential Secret of tenant %s: %w", t.Name, err)
+	}
 	secs := int64(p.opts.CredentialExpiration / time.Second)
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs,
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: cred.Name, UID: cred.UID}}}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: t.Spec.TenantNamespace}}
 	if err := p.client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		_ = p.deleteIfExists(context.WithoutCancel(ctx), cred)
 		return nil, fmt.Errorf("requesting a token for ServiceAccount %s: %w", klog.KObj(sa), err)
 	}
 	expiry := tr.Status.ExpirationTimestamp
-	patch := client.MergeFrom(t.DeepCopy())
-	t.Status.CredentialExpiry = &expiry
-	if err := p.client.Status().Patch(ctx, t, patch); err != nil {
-		return nil, fmt.Errorf("recording the credential expiry of tenant %s: %w", t.Name, err)
+	if err := p.recordCredential(ctx, t, cred, expiry, peered); err != nil {
+		// The credential is not current: the tenant controller retires it.
+		return nil, err
 	}
 	return &peering.PeerResponse{
 		ClusterID:   self.ID,
@@ -246,6 +264,32 @@ func (p *Peering) issue(ctx context.Context, t *offloadv1alpha1.Tenant, self pee
 			TenantNamespace:     t.Spec.TenantNamespace,
 		},
 	}, nil
+}
+
+// recordCredential makes cred the tenant's current credential, with its
+// expiry, under an optimistic lock: the tenant controller edits the list of
+// credentials too.
+func (p *Peering) recordCredential(ctx context.Context, t *offloadv1alpha1.Tenant, cred *corev1.Secret, expiry metav1.Time, peered bool) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := p.client.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
+			return err
+		}
+		patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		t.Status.CredentialExpiry = &expiry
+		t.Status.CurrentCredential = cred.Name
+		t.Status.Credentials = append(t.Status.Credentials, offloadv1alpha1.IssuedCredential{
+			Name: cred.Name, UID: string(cred.UID), Issued: metav1.Now()})
+		if peered && meta.FindStatusCondition(t.Status.Conditions, offloadv1alpha1.ConditionCredentialReplayed) != nil {
+			meta.SetStatusCondition(&t.Status.Conditions, metav1.Condition{Type: offloadv1alpha1.ConditionCredentialReplayed,
+				Status: metav1.ConditionFalse, Reason: offloadv1alpha1.ReasonPeeredAgain, ObservedGeneration: t.Generation,
+				Message: "the consumer peered again with a new peering token"})
+		}
+		return p.client.Status().Patch(ctx, t, patch)
+	})
+	if err != nil {
+		return fmt.Errorf("recording the credential of tenant %s: %w", t.Name, err)
+	}
+	return nil
 }
 
 // apiServerCA returns the configured CA bundle of the API server, or else

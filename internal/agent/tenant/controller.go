@@ -14,6 +14,7 @@ package tenant
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -31,9 +32,13 @@ import (
 // ControllerName names the controller in logs and metrics.
 const ControllerName = "tenant"
 
-// Reconciler tears down deleted Tenants.
+// Reconciler retires the replaced credentials of live Tenants and tears
+// down deleted ones.
 type Reconciler struct {
 	Client client.Client
+	// CredentialGrace is how long replaced credentials keep working; zero
+	// means DefaultCredentialGrace.
+	CredentialGrace time.Duration
 }
 
 // SetupWithManager registers the reconciler with mgr.
@@ -44,7 +49,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// Reconcile keeps the finalizer on a live Tenant and tears a deleted one down.
+// Reconcile keeps the finalizer on a live Tenant and retires its replaced
+// credentials, and tears a deleted one down.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var t offloadv1alpha1.Tenant
 	if err := r.Client.Get(ctx, req.NamespacedName, &t); err != nil {
@@ -58,7 +64,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				return ctrl.Result{}, fmt.Errorf("adding the finalizer of Tenant %s: %w", t.Name, err)
 			}
 		}
-		return ctrl.Result{}, nil
+		// A conflict (the auth service recorded a credential meanwhile) is
+		// retried with backoff like any error.
+		wait, err := r.retire(ctx, &t)
+		return ctrl.Result{RequeueAfter: wait}, err
 	}
 	if !controllerutil.ContainsFinalizer(&t, offloadv1alpha1.FinalizerTenant) {
 		return ctrl.Result{}, nil
