@@ -10,6 +10,7 @@ LDFLAGS := -s -w \
 	-X $(MODULE)/internal/buildinfo.Commit=$(COMMIT) \
 	-X $(MODULE)/internal/buildinfo.BuildDate=$(BUILD_DATE)
 GOLANGCI_LINT_VERSION := v2.15.0
+GOVULNCHECK_VERSION := v1.1.4
 GORELEASER_VERSION := v2.16.0
 
 .PHONY: help
@@ -59,8 +60,8 @@ bench-network: ## Run BenchmarkNetwork (P6: bare wireguard-go, the fabric, the u
 	$(GO) test -p 1 -run '^$$' -bench 'Network' -benchtime 1x -timeout 10m ./bench/...
 
 .PHONY: lint
-lint: ## gofmt, go vet, and golangci-lint (built from the module proxy into .cache/bin).
-	@hack/lint.sh $(GOLANGCI_LINT_VERSION)
+lint: ## gofmt, go vet, golangci-lint and govulncheck (built from the module proxy into .cache/bin).
+	@hack/lint.sh $(GOLANGCI_LINT_VERSION) $(GOVULNCHECK_VERSION)
 
 .PHONY: release-check
 release-check: ## Validate .goreleaser.yaml with goreleaser (built from the module proxy into .cache/bin).

@@ -17,5 +17,8 @@ phase() {
 export PATH="/usr/local/go/bin:${PATH}"
 phase "setup and tool build" hack/setup.sh
 phase "unit tests" bash -c 'go test -count=1 $(go list ./... | grep -v /test/e2e)'
-phase "fuzz tests (bounded)" bash -c 'go test -run "^$" -fuzz "^FuzzParseToken$" -fuzztime 15s ./internal/peering/'
+phase "fuzz tests (bounded)" bash -c 'go test -run "^$" -fuzz "^FuzzParseToken$" -fuzztime 15s ./internal/peering/ &&
+  go test -run "^$" -fuzz "^FuzzPeerRequest$" -fuzztime 10s ./internal/agent/auth/ &&
+  go test -run "^$" -fuzz "^FuzzUnverifiedBinding$" -fuzztime 10s ./internal/agent/auth/ &&
+  go test -run "^$" -fuzz "^FuzzRemotePod$" -fuzztime 15s ./internal/agent/reflection/'
 phase "end-to-end tests" go test -p 1 -count=1 -timeout 60m ./test/e2e/...

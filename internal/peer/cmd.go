@@ -87,6 +87,11 @@ const outOfBandExample = `  # Run the command peer generate printed on the provi
     --cluster-id 123e4567-e89b-12d3-a456-426614174000 --auth-token abc123.0123456789abcdef \
     --ca-cert-hash sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 
+  # Keep the token out of shell history and process lists: read it from a file, or - for stdin
+  kubectl offload peer out-of-band provider --auth-url https://203.0.113.7:31443 \
+    --cluster-id 123e4567-e89b-12d3-a456-426614174000 --auth-token-file token.txt \
+    --ca-cert-hash sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+
   # Return as soon as the ForeignCluster is created
   kubectl offload peer out-of-band provider --wait=false ...
 
@@ -113,6 +118,7 @@ func newCmdOutOfBand(f factory.Factory, streams genericiooptions.IOStreams) *cob
 	cmd.Flags().StringVar(&o.Args.AuthURL, AuthURLFlag, o.Args.AuthURL, "The https URL of the provider's auth service.")
 	cmd.Flags().StringVar(&o.Args.ClusterID, ClusterIDFlag, o.Args.ClusterID, "The provider's cluster ID.")
 	cmd.Flags().StringVar(&o.Args.AuthToken, AuthTokenFlag, o.Args.AuthToken, "The peering token, id.secret, from kubectl offload peer generate.")
+	cmd.Flags().StringVar(&o.AuthTokenFile, AuthTokenFileFlag, o.AuthTokenFile, "A file that holds the peering token, or - for the standard input, to keep it out of shell history and process lists.")
 	cmd.Flags().StringVar(&o.Args.CACertHash, CACertHashFlag, o.Args.CACertHash, "The pin of the provider's auth CA, sha256:HEX.")
 	cmd.Flags().BoolVar(&o.Wait, "wait", o.Wait, "Wait until the peering steps succeed or one fails.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long --wait waits.")

@@ -6,16 +6,20 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // The flags of `kubectl offload peer out-of-band`, as peer generate prints them.
 const (
-	AuthURLFlag    = "auth-url"
-	ClusterIDFlag  = "cluster-id"
-	AuthTokenFlag  = "auth-token"
-	CACertHashFlag = "ca-cert-hash"
+	AuthURLFlag   = "auth-url"
+	ClusterIDFlag = "cluster-id"
+	AuthTokenFlag = "auth-token"
+	// AuthTokenFileFlag reads the token from a file, or "-" for the
+	// standard input, instead of AuthTokenFlag.
+	AuthTokenFileFlag = "auth-token-file"
+	CACertHashFlag    = "ca-cert-hash"
 )
 
 // peerCommandFlags are the flags a peer command carries, in printing order.

@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -50,6 +52,10 @@ type OutOfBandOptions struct {
 	// Networking sets up the network fabric toward the provider; false for
 	// clusters that already share a flat network.
 	Networking bool
+	// AuthTokenFile names a file that holds the peering token, "-" for the
+	// standard input, so that it stays out of shell history and process
+	// lists; it replaces Args.AuthToken.
+	AuthTokenFile string
 
 	extraArgs    int
 	namespace    string
@@ -68,6 +74,16 @@ func (o *OutOfBandOptions) Complete(f factory.Factory, args []string) error {
 		o.Args.Name = args[0]
 		o.extraArgs = len(args) - 1
 	}
+	if o.AuthTokenFile != "" {
+		if o.Args.AuthToken != "" {
+			return fmt.Errorf("give the token with --%s or --%s, not both", AuthTokenFlag, AuthTokenFileFlag)
+		}
+		tok, err := o.readTokenFile()
+		if err != nil {
+			return err
+		}
+		o.Args.AuthToken = tok
+	}
 	o.namespace = f.Namespace()
 	c, err := f.Client()
 	if err != nil {
@@ -75,6 +91,40 @@ func (o *OutOfBandOptions) Complete(f factory.Factory, args []string) error {
 	}
 	o.client = c
 	return nil
+}
+
+// maxTokenFile bounds what --auth-token-file reads: a token is 23 bytes.
+const maxTokenFile = 4 << 10
+
+// readTokenFile reads the token from AuthTokenFile, or the standard input
+// for "-", trimmed of surrounding white space. Its errors never contain
+// what it read.
+func (o *OutOfBandOptions) readTokenFile() (string, error) {
+	r := o.In
+	name := "the standard input"
+	if o.AuthTokenFile != "-" {
+		f, err := os.Open(o.AuthTokenFile)
+		if err != nil {
+			return "", fmt.Errorf("reading --%s: %w", AuthTokenFileFlag, err)
+		}
+		defer func() { _ = f.Close() }()
+		r, name = f, o.AuthTokenFile
+	}
+	if r == nil {
+		return "", fmt.Errorf("reading --%s: no standard input", AuthTokenFileFlag)
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxTokenFile+1))
+	if err != nil {
+		return "", fmt.Errorf("reading the peering token from %s: %w", name, err)
+	}
+	if len(b) > maxTokenFile {
+		return "", fmt.Errorf("%s holds more than a peering token: give a file with only the token, id.secret", name)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("%s holds no peering token: give a file with the token, id.secret, from kubectl offload peer generate", name)
+	}
+	return tok, nil
 }
 
 // Validate checks every argument offline. Its errors never contain the token.

@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -328,5 +329,81 @@ func TestOutOfBandWithAPeerThatConsumesThisClusterRecordsBothDirections(t *testi
 	}
 	if _, ok := fc.Labels[offloadv1alpha1.LabelIncomingOnly]; ok || !fc.Spec.OutgoingPeering.Enabled {
 		t.Errorf("labels %v, outgoing %v; want the ForeignCluster to stand for both directions", fc.Labels, fc.Spec.OutgoingPeering.Enabled)
+	}
+}
+
+// runPeerWithInput is runPeer with stdin.
+func runPeerWithInput(t *testing.T, c client.Client, stdin string, args ...string) (stderr string, err error) {
+	t.Helper()
+	streams, in, out, errOut := genericiooptions.NewTestIOStreams()
+	in.WriteString(stdin)
+	cmd := NewCmdPeer(oobFactory{c: c}, streams)
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err = cmd.ExecuteContext(context.Background())
+	return errOut.String(), err
+}
+
+func TestOutOfBandReadsTheTokenFromAFileOrStandardInput(t *testing.T) {
+	withoutToken := func(extra ...string) []string {
+		return append([]string{"out-of-band", testArgs.Name, "--auth-url", testArgs.AuthURL, "--cluster-id", testArgs.ClusterID,
+			"--ca-cert-hash", testArgs.CACertHash, "--wait=false"}, extra...)
+	}
+	file := t.TempDir() + "/token"
+	if err := os.WriteFile(file, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, stdin string
+		args        []string
+	}{
+		{"from a file, with its trailing newline", "", withoutToken("--auth-token-file", file)},
+		{"from the standard input", "  " + testToken + "\n", withoutToken("--auth-token-file", "-")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeClient(consumerIdentity())
+			if _, err := runPeerWithInput(t, c, tc.stdin, tc.args...); err != nil {
+				t.Fatal(err)
+			}
+			var s corev1.Secret
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: "offload-peer-provider-token"}, &s); err != nil {
+				t.Fatal(err)
+			}
+			if string(s.Data[peering.PeerTokenKey]) != testToken {
+				t.Error("the stored token is not the one read")
+			}
+		})
+	}
+	empty := t.TempDir() + "/empty"
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := t.TempDir() + "/bad"
+	if err := os.WriteFile(bad, []byte(testToken+"x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, stdin, want string
+		args              []string
+	}{
+		{"both a token and a file", "", "not both", append(withoutToken("--auth-token-file", file), "--auth-token", testToken)},
+		{"a missing file", "", "no such file", withoutToken("--auth-token-file", t.TempDir()+"/missing")},
+		{"an empty file", "", "holds no peering token", withoutToken("--auth-token-file", empty)},
+		{"empty standard input", "", "holds no peering token", withoutToken("--auth-token-file", "-")},
+		{"a file with a malformed token", "", "--auth-token", withoutToken("--auth-token-file", bad)},
+	} {
+		t.Run(tc.name+" is refused", func(t *testing.T) {
+			c := newFakeClient()
+			_, err := runPeerWithInput(t, c, tc.stdin, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one that says %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), testSecret) {
+				t.Errorf("the error shows the token: %v", err)
+			}
+			assertNothingWritten(t, c)
+		})
 	}
 }

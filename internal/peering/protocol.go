@@ -71,6 +71,10 @@ const (
 	ReasonNotFound = "NotFound"
 	// ReasonMethodNotAllowed means the endpoint exists but not for the request's method.
 	ReasonMethodNotAllowed = "MethodNotAllowed"
+	// ReasonTooManyRequests means the caller's address sent too many failed
+	// requests, or has too many in flight: wait Retry-After seconds, and
+	// check the token.
+	ReasonTooManyRequests = "TooManyRequests"
 	// ReasonUnexpectedResponse is set by the client, never by the service:
 	// the answer was not a peering error at all.
 	ReasonUnexpectedResponse = "UnexpectedResponse"

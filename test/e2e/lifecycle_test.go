@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,8 +112,10 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 	t.Cleanup(func() { expectHostRestored(t, before) })
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
+	// The agents log at the highest verbosity: expectNoSecretInLogs reads them.
 	consumer, provider := peerableClusters(ctx, t,
-		"--set", "auth.credentialExpirationSeconds="+strconv.FormatInt(int64(credentialLifetime/time.Second), 10))
+		"--set", "auth.credentialExpirationSeconds="+strconv.FormatInt(int64(credentialLifetime/time.Second), 10),
+		"--set", "logVerbosity=10")
 
 	a := generate(t, provider)
 	start := time.Now()
@@ -231,6 +234,10 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 		t.Errorf("the consumer's credentials still work after unpeer")
 	}
 	t.Logf("old credentials rejected %s after unpeer returned", time.Since(revoked).Round(time.Millisecond))
+	// Through peering, rotation and unpeer, at -v=10, no log line of either
+	// side holds the peering token or a credential.
+	expectNoSecretInLogs(t, []*framework.Cluster{consumer, provider},
+		a.AuthToken, first.config.BearerToken, renewed.config.BearerToken)
 	expectNoPeeringLeft(ctx, t, consumer, provider, a.Name)
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		err := ctrlClient(t, provider).Get(ctx, client.ObjectKey{Name: consumer.Name}, &offloadv1alpha1.ForeignCluster{})
@@ -258,4 +265,41 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 		t.Errorf("peering again with the spent token: err=%v, stderr %q; want a refusal saying it was used", err, errOut)
 	}
 	expectNoPeeringLeft(ctx, t, consumer, provider, a.Name)
+}
+
+// jwtLike matches a JSON Web Token: a ServiceAccount token of any identity.
+var jwtLike = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.`)
+
+// expectNoSecretInLogs reads the logs of the controller-manager and the
+// auth service of every cluster, every container and restart, and fails on
+// any of the secrets, their secret halves (the part after the dot of a
+// peering token), any JWT or any private key.
+func expectNoSecretInLogs(t *testing.T, clusters []*framework.Cluster, secrets ...string) {
+	t.Helper()
+	var needles []string
+	for _, s := range secrets {
+		needles = append(needles, s)
+		if _, half, ok := strings.Cut(s, "."); ok && len(half) >= 16 && !strings.Contains(half, ".") {
+			needles = append(needles, half)
+		}
+	}
+	lines := 0
+	for _, c := range clusters {
+		for _, d := range []string{offloadv1alpha1.ControllerManager, offloadv1alpha1.Auth} {
+			logs, err := kubectl(t, c, "-n", installNS, "logs", "deployment/"+d, "--all-containers", "--tail=-1")
+			if err != nil {
+				t.Fatalf("reading the logs of %s on %s: %v", d, c.Name, err)
+			}
+			lines += strings.Count(logs, "\n")
+			for _, n := range needles {
+				if n != "" && strings.Contains(logs, n) {
+					t.Errorf("the logs of %s on %s hold a token or credential", d, c.Name)
+				}
+			}
+			if jwtLike.MatchString(logs) || strings.Contains(logs, "PRIVATE KEY") {
+				t.Errorf("the logs of %s on %s hold a JWT or a private key", d, c.Name)
+			}
+		}
+	}
+	t.Logf("read %d log lines at -v=10 of both agents on %d clusters: no token, credential or key", lines, len(clusters))
 }

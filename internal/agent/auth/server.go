@@ -98,11 +98,15 @@ type Server struct {
 	client client.Client
 	mux    *http.ServeMux
 	ready  atomic.Bool
+	// limits bound the requests of each source; tests shrink them.
+	limits limits
 }
 
 // NewServer returns a Server that reads and writes the CA Secret with c.
 // It serves GET /healthz on the HTTPS port, and a NotFound Error for
-// any path no endpoint handles.
+// any path no endpoint handles. Every other request is limited per
+// source address: too many failures or requests in flight get a
+// TooManyRequests Error at once.
 func NewServer(c client.Client, o Options) (*Server, error) {
 	if c == nil {
 		return nil, errors.New("the auth server needs a Kubernetes client")
@@ -110,7 +114,7 @@ func NewServer(c client.Client, o Options) (*Server, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, client: c, mux: http.NewServeMux()}
+	s := &Server{opts: o, client: c, mux: http.NewServeMux(), limits: defaultLimits()}
 	s.mux.Handle("/healthz", allowMethods(ok, http.MethodGet, http.MethodHead))
 	s.mux.HandleFunc("/", notFound)
 	return s, nil
@@ -164,7 +168,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listening on --listen %s: %w", s.opts.Listen, err)
 	}
-	https := s.newHTTPServer(s.mux)
+	https := s.newHTTPServer(newLimiter(s.limits, log).wrap(s.mux))
 	https.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.getCertificate}
 	go func() { errc <- serve(https, tls.NewListener(ln, https.TLSConfig), "HTTPS server") }()
 	servers = append(servers, https)

@@ -196,6 +196,13 @@ func TestReadyzFailsUntilTheHTTPSServerServes(t *testing.T) {
 // stopped at the end of the test unless the test stops it first.
 func startServer(t *testing.T, c client.Client, namespace string) runningServer {
 	t.Helper()
+	return startServerWith(t, c, namespace, nil)
+}
+
+// startServerWith is startServer with setup, when not nil, called on the
+// Server before Run.
+func startServerWith(t *testing.T, c client.Client, namespace string, setup func(*Server)) runningServer {
+	t.Helper()
 	ports := make([]int, 2)
 	for i := range ports {
 		p, err := framework.FreePort()
@@ -212,6 +219,9 @@ func startServer(t *testing.T, c client.Client, namespace string) runningServer 
 	srv, err := NewServer(c, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(srv)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -60,6 +60,12 @@ func (e *peeringEnv) remember(secret string) {
 // namespace with the identity ConfigMap and starts the auth service there.
 func newPeeringEnv(t *testing.T) *peeringEnv {
 	t.Helper()
+	return newPeeringEnvWith(t, liftedLimits())
+}
+
+// newPeeringEnvWith is newPeeringEnv with the auth service's flood limits.
+func newPeeringEnvWith(t *testing.T, l limits) *peeringEnv {
+	t.Helper()
 	cfg := framework.APIServer(t)
 	admin := framework.NewClient(t, cfg)
 	installClusterObjects(t, admin)
@@ -91,6 +97,7 @@ func newPeeringEnv(t *testing.T) *peeringEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.limits = l
 	peering, err := NewPeering(authClient, PeeringOptions{
 		Namespace: ns, APIServerURL: cfg.Host, APIServerCA: cfg.CAData,
 		CredentialExpiration: testCredentialExpiration, Logger: logger,

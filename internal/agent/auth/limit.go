@@ -1,0 +1,260 @@
+package auth
+
+import (
+	"container/list"
+	"fmt"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/klog/v2"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+)
+
+// limits bound what one source, the remote address of a connection, may
+// cost the auth service, so a flood of bad requests cannot slow down
+// legitimate ones. X-Forwarded-For is never trusted: consumers connect
+// directly, and a header costs nothing to forge.
+type limits struct {
+	// failureBurst failed requests (see countsAsFailure) are allowed at
+	// once; then one more every failureRefill. While none is left, every
+	// request of the source is refused with 429 before any work is done.
+	failureBurst  int
+	failureRefill time.Duration
+	// perSource and total cap the requests in flight.
+	perSource, total int
+	// maxSources caps the table of sources; a source idle for idleAfter
+	// is forgotten. idleAfter should exceed failureBurst*failureRefill, so
+	// that a forgotten source had its bucket full again anyway.
+	maxSources int
+	idleAfter  time.Duration
+	// logEvery is the least time between two logs of refusals for one source.
+	logEvery time.Duration
+	now      func() time.Time
+}
+
+func defaultLimits() limits {
+	return limits{
+		failureBurst:  10,
+		failureRefill: 3 * time.Second,
+		perSource:     4,
+		total:         64,
+		maxSources:    10000,
+		idleAfter:     5 * time.Minute,
+		logEvery:      time.Minute,
+		now:           time.Now,
+	}
+}
+
+
+// countsAsFailure reports whether an answer with status spends a token of
+// its source's bucket: the refusals a caller could provoke at will.
+func countsAsFailure(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
+		http.StatusMethodNotAllowed, http.StatusConflict, http.StatusRequestEntityTooLarge:
+		return true
+	}
+	return false
+}
+
+// limiter applies limits to the requests of an http.Handler.
+type limiter struct {
+	limits
+	log klog.Logger
+
+	mu       sync.Mutex
+	sources  map[string]*list.Element // of *source
+	recent   *list.List               // most recently seen first
+	inFlight int
+}
+
+// source is what the limiter remembers of one remote address.
+type source struct {
+	key      string
+	failures *rate.Limiter
+	inFlight int
+	lastSeen time.Time
+	// loggedAt is when refusals were last logged; refused counts those
+	// since.
+	loggedAt time.Time
+	refused  int
+}
+
+func newLimiter(l limits, log klog.Logger) *limiter {
+	return &limiter{limits: l, log: log, sources: map[string]*list.Element{}, recent: list.New()}
+}
+
+// wrap refuses, with a TooManyRequests Error, the requests over the limits,
+// and counts the failures of the others. /healthz is never limited.
+func (l *limiter) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		src, refusal := l.admit(sourceKey(r.RemoteAddr))
+		if refusal != nil {
+			w.Header().Set("Retry-After", strconv.Itoa(int(refusal.retryAfter.Seconds())))
+			peering.WriteError(w, refusal.err)
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() { l.release(src, rec.status) }()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+type refusal struct {
+	err        *peering.Error
+	retryAfter time.Duration // whole seconds, at least one
+}
+
+// admit counts a request of key in flight, or says why it is refused.
+func (l *limiter) admit(key string) (*source, *refusal) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	src := l.lookup(key, now)
+	var ref *refusal
+	switch tokens := src.failures.TokensAt(now); {
+	case tokens < 1:
+		wait := time.Duration((1 - tokens) * float64(l.failureRefill))
+		ref = &refusal{retryAfter: wholeSeconds(wait), err: &peering.Error{
+			Reason: peering.ReasonTooManyRequests,
+			Message: fmt.Sprintf("too many failed requests from this address: wait %s before retrying, "+
+				"and check the token: a peering token from `kubectl offload peer generate`, or the tenant's current credentials",
+				wholeSeconds(wait)),
+			Status: http.StatusTooManyRequests,
+		}}
+	case src.inFlight >= l.perSource || l.inFlight >= l.total:
+		ref = &refusal{retryAfter: time.Second, err: &peering.Error{
+			Reason:  peering.ReasonTooManyRequests,
+			Message: "too many requests in flight: wait a second and retry, and check the token if requests keep failing",
+			Status:  http.StatusTooManyRequests,
+		}}
+	}
+	if ref != nil {
+		l.logRefusal(src, ref, now)
+		return nil, ref
+	}
+	src.inFlight++
+	l.inFlight++
+	return src, nil
+}
+
+// release ends a request admitted for src, which answered status.
+func (l *limiter) release(src *source, status int) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	src.inFlight--
+	l.inFlight--
+	if countsAsFailure(status) {
+		src.failures.AllowN(now, 1)
+	}
+	l.touch(src, now)
+}
+
+// lookup returns the source of key, remembering a new one when needed,
+// after forgetting the idle ones and, when the table is full, the least
+// recently seen. Sources with requests in flight are never forgotten, so
+// the table holds at most maxSources plus total of them.
+func (l *limiter) lookup(key string, now time.Time) *source {
+	for e := l.recent.Back(); e != nil; {
+		prev := e.Prev()
+		s := e.Value.(*source)
+		if now.Sub(s.lastSeen) <= l.idleAfter {
+			break
+		}
+		if s.inFlight == 0 {
+			l.forget(e)
+		}
+		e = prev
+	}
+	if e, ok := l.sources[key]; ok {
+		s := e.Value.(*source)
+		l.touch(s, now)
+		return s
+	}
+	for e := l.recent.Back(); e != nil && len(l.sources) >= l.maxSources; {
+		prev := e.Prev()
+		if e.Value.(*source).inFlight == 0 {
+			l.forget(e)
+		}
+		e = prev
+	}
+	s := &source{key: key, failures: rate.NewLimiter(rate.Every(l.failureRefill), l.failureBurst), lastSeen: now}
+	l.sources[key] = l.recent.PushFront(s)
+	return s
+}
+
+func (l *limiter) touch(s *source, now time.Time) {
+	s.lastSeen = now
+	if e, ok := l.sources[s.key]; ok && e.Value == s {
+		l.recent.MoveToFront(e)
+	}
+}
+
+func (l *limiter) forget(e *list.Element) {
+	delete(l.sources, e.Value.(*source).key)
+	l.recent.Remove(e)
+}
+
+// logRefusal logs the refusals of src at most once every logEvery. The log
+// names the address, never anything of the request.
+func (l *limiter) logRefusal(src *source, ref *refusal, now time.Time) {
+	src.refused++
+	if !src.loggedAt.IsZero() && now.Sub(src.loggedAt) < l.logEvery {
+		return
+	}
+	l.log.Info("Refusing requests from a source", "source", src.key, "refused", src.refused, "why", ref.err.Message)
+	src.loggedAt = now
+	src.refused = 0
+}
+
+// sourceKey returns the address remoteAddr comes from: the IP, or for IPv6
+// its /64, which one host usually holds whole.
+func sourceKey(remoteAddr string) string {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return remoteAddr // not from a TCP listener; one source for all
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	return netip.PrefixFrom(ip, 64).Masked().String()
+}
+
+func wholeSeconds(d time.Duration) time.Duration {
+	return time.Duration(math.Max(1, math.Ceil(d.Seconds()))) * time.Second
+}
+
+// statusRecorder remembers the status a handler answered.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
