@@ -13,4 +13,9 @@ const (
 	LabelOriginPodUID = "offload.io/origin-pod-uid"
 	// LabelOriginNamespace is the consumer namespace a twin namespace mirrors.
 	LabelOriginNamespace = "offload.io/origin-namespace"
+	// LabelReflect, set to "true" on a ConfigMap or Secret of an offloaded
+	// namespace, copies it to the providers even when no offloaded pod
+	// references it. Without it, only what offloaded pods reference leaves
+	// the consumer.
+	LabelReflect = "offload.io/reflect"
 )

@@ -172,8 +172,16 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		t.Errorf("kubectl port-forward to an offloaded pod: err=%v, body %q; want its host name %s", err, body, pod)
 	}
 
-	// ConfigMaps follow: created and updated on the consumer, they reach the twin namespace.
-	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: "work"}, Data: map[string]string{"mode": "one"}}
+	// Only what offloaded pods reference leaves the consumer: a Secret no pod
+	// uses stays. A ConfigMap labelled offload.io/reflect=true goes anyway,
+	// and follows: created and updated on the consumer, it reaches the twin
+	// namespace, and once there it shows the Secret was seen and kept.
+	private := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "local-only", Namespace: "work"}, StringData: map[string]string{"password": "s3cr3t"}}
+	if _, err := consumer.Kube.CoreV1().Secrets("work").Create(ctx, private, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: "work",
+		Labels: map[string]string{offloadv1alpha1.LabelReflect: "true"}}, Data: map[string]string{"mode": "one"}}
 	if _, err := consumer.Kube.CoreV1().ConfigMaps("work").Create(ctx, settings, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +189,9 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		cm, err := provider.Kube.CoreV1().ConfigMaps(twin).Get(ctx, "settings", metav1.GetOptions{})
 		return err == nil && cm.Data["mode"] == "one", fmt.Sprint(err)
 	})
+	if _, err := provider.Kube.CoreV1().Secrets(twin).Get(ctx, private.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Secret %s, which no offloaded pod references, reached the provider: %v", private.Name, err)
+	}
 	settings.Data["mode"] = "two"
 	if _, err := consumer.Kube.CoreV1().ConfigMaps("work").Update(ctx, settings, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

@@ -99,6 +99,26 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 			_ = provider.Kube.CoreV1().Pods(twin).Delete(ctx, p.Name, metav1.DeleteOptions{})
 		}
 	}
+	// A pod that asks for nothing gets the default requests, which count
+	// against the offer; a Service may not open a port on the provider's
+	// nodes or load balancers, nor take an external address.
+	free := harmlessPod("direct-no-requests", twin)
+	if created, err := tenant.CoreV1().Pods(twin).Create(ctx, free, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("a harmless pod without requests, sent directly: %v", err)
+	} else if req := created.Spec.Containers[0].Resources.Requests; req.Cpu().IsZero() || req.Memory().IsZero() {
+		t.Errorf("a pod without requests got requests %v on the provider, want the twin namespace's defaults", req)
+	}
+	for _, svc := range []*corev1.Service{
+		{ObjectMeta: metav1.ObjectMeta{Name: "direct-nodeport"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "direct-lb"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "direct-external"}, Spec: corev1.ServiceSpec{ExternalIPs: []string{"192.0.2.1"}, Ports: []corev1.ServicePort{{Port: 80}}}},
+	} {
+		if _, err := tenant.CoreV1().Services(twin).Create(ctx, svc, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the consumer's credentials created Service %s (%s) on the provider: err=%v, want Forbidden", svc.Name, svc.Spec.Type, err)
+			_ = provider.Kube.CoreV1().Services(twin).Delete(ctx, svc.Name, metav1.DeleteOptions{})
+		}
+	}
+
 	// The pods the consumer runs cannot be widened afterwards either, nor
 	// the namespace's policy changed.
 	if len(before) > 0 {

@@ -51,7 +51,6 @@ func defaultLimits() limits {
 	}
 }
 
-
 // countsAsFailure reports whether an answer with status spends a token of
 // its source's bucket: the refusals a caller could provoke at will.
 func countsAsFailure(status int) bool {

@@ -52,7 +52,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e.pairs = map[string]string{e.twin: e.consumer}
 	e.r, err = New(Options{
-		Provider: kube, Consumer: kube, ConsumerClusterID: e.clusterID,
+		Provider: kube, Consumer: kube, ConsumerClusterID: e.clusterID, NodeName: virtualNode,
 		TwinNamespaces: func(context.Context) (map[string]string, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -113,6 +113,24 @@ func (e *env) start(t *testing.T) {
 		}
 		return synced == want
 	})
+}
+
+// virtualNode is the virtual node of the Reflector's provider.
+const virtualNode = "offload-provider"
+
+// optIn is the label that copies a ConfigMap or Secret no pod references:
+// the tests of the reflection engine use it; TestOnlyWhatPodsReference...
+// tests the references.
+var optIn = map[string]string{offloadv1alpha1.LabelReflect: "true"}
+
+// withOptIn returns labels with the opt-in label.
+func withOptIn(labels map[string]string) map[string]string {
+	out := maps.Clone(labels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, optIn)
+	return out
 }
 
 // originLabels are the labels of a copy made by the consumer clusterID.

@@ -40,6 +40,10 @@ type resource[T object] struct {
 	// reflect is the desired copy of local; false when local is not
 	// reflected.
 	reflect func(p *pair, local T, o reflection.Origin) (T, bool)
+	// needed says the kind is copied only while pods reference an object:
+	// before a copy is deleted for want of one, the consumer's API server
+	// is asked whether a pod the informer has not seen yet references it.
+	needed bool
 }
 
 func (res *resource[T]) name() string { return res.Name }
@@ -75,6 +79,16 @@ func (res *resource[T]) reconcile(ctx context.Context, r *Reflector, p *pair, na
 	if !ok {
 		if !haveRemote {
 			return nil
+		}
+		if haveLocal && res.needed {
+			needed, err := r.referencedLive(ctx, p, res.Name, name)
+			if err != nil {
+				return err
+			}
+			if needed {
+				// The pod informer is behind: its event will come.
+				return nil
+			}
 		}
 		if !haveLocal {
 			// The cache may lag behind: ask the consumer before deleting.
@@ -123,18 +137,26 @@ func allKinds() []kind {
 			informer: func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
 				return f.Core().V1().ConfigMaps().Informer()
 			},
-			reflect: func(_ *pair, local *corev1.ConfigMap, o reflection.Origin) (*corev1.ConfigMap, bool) {
+			reflect: func(p *pair, local *corev1.ConfigMap, o reflection.Origin) (*corev1.ConfigMap, bool) {
+				if !optedIn(local) && !p.referenced(kindConfigMap, local.Name) {
+					return nil, false
+				}
 				return reflection.RemoteConfigMap(local, o)
 			},
+			needed: true,
 		},
 		&resource[*corev1.Secret]{
 			Kind: Secrets,
 			informer: func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
 				return f.Core().V1().Secrets().Informer()
 			},
-			reflect: func(_ *pair, local *corev1.Secret, o reflection.Origin) (*corev1.Secret, bool) {
+			reflect: func(p *pair, local *corev1.Secret, o reflection.Origin) (*corev1.Secret, bool) {
+				if !optedIn(local) && !p.referenced(kindSecret, local.Name) {
+					return nil, false
+				}
 				return reflection.RemoteSecret(local, o)
 			},
+			needed: true,
 		},
 		&resource[*corev1.Service]{
 			Kind: Services,

@@ -7,6 +7,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -30,6 +31,9 @@ type pair struct {
 	synced  atomic.Bool   // every informer has listed its namespace once
 
 	local, remote map[string]cache.SharedIndexInformer // by kind
+	// pods are the consumer pods of the namespace bound to the virtual
+	// node, indexed by the ConfigMaps and Secrets they reference.
+	pods cache.SharedIndexInformer
 }
 
 // syncPairs starts and stops pairs to match TwinNamespaces.
@@ -96,7 +100,20 @@ func (r *Reflector) startPair(ctx context.Context, twin, ns string) (*pair, erro
 	lf := informers.NewSharedInformerFactoryWithOptions(r.opts.Consumer, 0, informers.WithNamespace(ns), strip)
 	rf := informers.NewSharedInformerFactoryWithOptions(r.opts.Provider, 0, informers.WithNamespace(twin),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }), strip)
-	var synced []cache.InformerSynced
+	pf := informers.NewSharedInformerFactoryWithOptions(r.opts.Consumer, 0, informers.WithNamespace(ns), strip,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", r.opts.NodeName).String()
+		}))
+	p.pods = pf.Core().V1().Pods().Informer()
+	if err := p.pods.AddIndexers(cache.Indexers{kindConfigMap: referencedConfigMaps, kindSecret: referencedSecrets}); err != nil {
+		cancel()
+		return nil, err
+	}
+	if _, err := p.pods.AddEventHandler(r.referenceEnqueuer(twin)); err != nil {
+		cancel()
+		return nil, err
+	}
+	synced := []cache.InformerSynced{p.pods.HasSynced}
 	for name, k := range r.kinds {
 		li, ri := k.informers(lf, rf)
 		for _, inf := range []cache.SharedIndexInformer{li, ri} {
@@ -122,8 +139,10 @@ func (r *Reflector) startPair(ctx context.Context, twin, ns string) (*pair, erro
 	}
 	lf.Start(pctx.Done())
 	rf.Start(pctx.Done())
+	pf.Start(pctx.Done())
 	go func() {
 		defer close(p.stopped)
+		defer pf.Shutdown()
 		defer rf.Shutdown()
 		defer lf.Shutdown()
 		if !cache.WaitForCacheSync(pctx.Done(), synced...) {

@@ -1,8 +1,10 @@
 // Package objectreflection keeps the twin namespaces of one provider in step
-// with their consumer namespaces: it reflects every ConfigMap, Secret,
-// Service and EndpointSlice of an offloaded namespace into its twin, pushes
-// updates as they happen, and deletes the copies whose consumer objects are
-// gone.
+// with their consumer namespaces: it reflects the Services and
+// EndpointSlices of an offloaded namespace into its twin, and the
+// ConfigMaps and Secrets that the pods on the provider's virtual node
+// reference (or that are labelled offload.io/reflect=true), pushes updates
+// as they happen, and deletes the copies whose consumer objects are gone or
+// no longer needed: nothing else of the namespace leaves the consumer.
 //
 // The translations are the pure functions of internal/agent/reflection;
 // every copy is written by this package's Kind.Apply, which pod reflection
@@ -54,6 +56,12 @@ type Options struct {
 	// ConsumerClusterID is the consumer's cluster ID, the value of the
 	// origin cluster label on everything the Reflector creates.
 	ConsumerClusterID string
+	// NodeName is the virtual node of the provider. Of the ConfigMaps and
+	// Secrets of an offloaded namespace, only those that its pods reference
+	// (reflection.ReferencedObjects) or that are labelled
+	// offloadv1alpha1.LabelReflect=true are copied; a copy no pod needs any
+	// more is deleted.
+	NodeName string
 	// TwinNamespaces lists the namespace pairs to reflect, keyed by twin
 	// namespace with the consumer namespace as value. It should list only
 	// twin namespaces that are usable (Ready), as ReadyTwinNamespaces does:
@@ -112,6 +120,8 @@ func New(opts Options) (*Reflector, error) {
 		return nil, errors.New("objectreflection: the consumer client is missing")
 	case opts.ConsumerClusterID == "":
 		return nil, errors.New("objectreflection: the consumer cluster ID is missing")
+	case opts.NodeName == "":
+		return nil, errors.New("objectreflection: the virtual node name is missing")
 	case opts.TwinNamespaces == nil:
 		return nil, errors.New("objectreflection: TwinNamespaces is missing; use ReadyTwinNamespaces")
 	case opts.Resync < 0:

@@ -23,7 +23,7 @@ func TestConfigMapChangesReachTheTwinNamespace(t *testing.T) {
 	ctx := t.Context()
 	cms := e.kube.CoreV1().ConfigMaps(e.consumer)
 
-	local := e.configMap(t, e.consumer, "config", map[string]string{"app": "web"}, map[string]string{"k": "v1"})
+	local := e.configMap(t, e.consumer, "config", withOptIn(map[string]string{"app": "web"}), map[string]string{"k": "v1"})
 	framework.Eventually(t, waitTimeout, "the ConfigMap is copied with the origin label", func(ctx context.Context) bool {
 		cm := e.getConfigMap(ctx, t, e.twin, "config")
 		return cm != nil && cm.Data["k"] == "v1" && cm.Labels["app"] == "web" &&
@@ -51,7 +51,7 @@ func TestCopiesChangedOnTheProviderAreRestored(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(t)
-	e.configMap(t, e.consumer, "config", nil, map[string]string{"k": "v1"})
+	e.configMap(t, e.consumer, "config", optIn, map[string]string{"k": "v1"})
 	var remote *corev1.ConfigMap
 	framework.Eventually(t, waitTimeout, "the ConfigMap is copied", func(ctx context.Context) bool {
 		remote = e.getConfigMap(ctx, t, e.twin, "config")
@@ -74,13 +74,13 @@ func TestSecretsAreReflectedButNotServiceAccountTokens(t *testing.T) {
 	ctx := t.Context()
 	secrets := e.kube.CoreV1().Secrets(e.consumer)
 	token := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "token", Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "token", Labels: optIn, Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
 		Type:       corev1.SecretTypeServiceAccountToken,
 	}
 	if _, err := secrets.Create(ctx, token, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	opaque := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "password"}, Data: map[string][]byte{"p": []byte("s3cr3t")}}
+	opaque := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "password", Labels: optIn}, Data: map[string][]byte{"p": []byte("s3cr3t")}}
 	if _, err := secrets.Create(ctx, opaque, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestChangedImmutableConfigMapIsRecreated(t *testing.T) {
 	ctx := t.Context()
 	cms := e.kube.CoreV1().ConfigMaps(e.consumer)
 	immutable := func(v string) *corev1.ConfigMap {
-		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "frozen"}, Data: map[string]string{"k": v}, Immutable: ptr.To(true)}
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "frozen", Labels: optIn}, Data: map[string]string{"k": v}, Immutable: ptr.To(true)}
 	}
 	if _, err := cms.Create(ctx, immutable("v1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -274,7 +274,7 @@ func TestObjectsOffloadDidNotCreateAreLeftAlone(t *testing.T) {
 	e.start(t)
 	ctx := t.Context()
 	theirs := e.configMap(t, e.twin, "shared", map[string]string{"owner": "provider"}, map[string]string{"k": "provider"})
-	e.configMap(t, e.consumer, "shared", nil, map[string]string{"k": "consumer"})
+	e.configMap(t, e.consumer, "shared", optIn, map[string]string{"k": "consumer"})
 	framework.Eventually(t, waitTimeout, "the conflict is reported", func(context.Context) bool { return e.r.Stats().Conflicts > 0 })
 
 	got := e.getConfigMap(ctx, t, e.twin, "shared")
@@ -286,7 +286,7 @@ func TestObjectsOffloadDidNotCreateAreLeftAlone(t *testing.T) {
 	}
 	// A consumer ConfigMap created after the deletion and reflected shows
 	// the deletion was processed.
-	e.configMap(t, e.consumer, "marker", nil, nil)
+	e.configMap(t, e.consumer, "marker", optIn, nil)
 	framework.Eventually(t, waitTimeout, "a later ConfigMap is reflected", func(ctx context.Context) bool {
 		return e.getConfigMap(ctx, t, e.twin, "marker") != nil
 	})
@@ -302,7 +302,7 @@ func TestOrphansAreCollectedAtStart(t *testing.T) {
 	ours := originLabels(e.clusterID)
 	e.configMap(t, e.twin, "orphan", ours, map[string]string{"k": "old"})
 	stale := e.configMap(t, e.twin, "kept", ours, map[string]string{"k": "old"})
-	e.configMap(t, e.consumer, "kept", nil, map[string]string{"k": "new"})
+	e.configMap(t, e.consumer, "kept", optIn, map[string]string{"k": "new"})
 	other := e.configMap(t, e.twin, "other-consumer", originLabels("another-cluster"), nil)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "gone", Labels: ours},
@@ -343,8 +343,8 @@ func TestNamespacesNoLongerOffloadedStopBeingReflected(t *testing.T) {
 		}
 	})
 
-	e.configMap(t, e.consumer, "late", nil, nil)
-	e.configMap(t, otherConsumer, "late", nil, nil)
+	e.configMap(t, e.consumer, "late", optIn, nil)
+	e.configMap(t, otherConsumer, "late", optIn, nil)
 	framework.Eventually(t, waitTimeout, "the namespace still offloaded is reflected", func(ctx context.Context) bool {
 		return e.getConfigMap(ctx, t, otherTwin, "late") != nil
 	})

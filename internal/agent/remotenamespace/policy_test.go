@@ -3,6 +3,7 @@ package remotenamespace
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestTwinNamespacesEnforceTheTenantsPolicyAndFollowItsChanges(t *testing.T) {
@@ -80,5 +82,28 @@ func TestTenantChangesRequeueTheirRemoteNamespaces(t *testing.T) {
 	}
 	if reqs := e.r.requestsOfTenant(context.Background(), other); len(reqs) != 0 {
 		t.Errorf("requests of another tenant %v, want none", reqs)
+	}
+}
+
+func TestPodsWithoutRequestsGetTheDefaultRequests(t *testing.T) {
+	// The test API server runs no quota controller, so it enforces no
+	// ResourceQuota: the e2e tests check the quota on real clusters.
+	e := newEnv(t)
+	e.offer(e.tenant, "250m", "4Gi", "20")
+	rn := e.ready(e.tenant)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "free", Namespace: rn.Spec.TargetNamespace},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	_, err := framework.Poll(context.Background(), 100*time.Millisecond, 10*time.Second, func(ctx context.Context) (bool, string) {
+		if err := e.c.Create(ctx, pod); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := pod.Spec.Containers[0].Resources.Requests
+	if got.Cpu().Cmp(DefaultRequests[corev1.ResourceCPU]) != 0 || got.Memory().Cmp(DefaultRequests[corev1.ResourceMemory]) != 0 {
+		t.Errorf("a container without requests got %v, want the defaults %v", got, DefaultRequests)
 	}
 }

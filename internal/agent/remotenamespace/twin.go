@@ -261,12 +261,26 @@ func (r *Reconciler) offer(ctx context.Context, tenantNamespace string) (*offloa
 	return nil, nil
 }
 
+// ObjectLimits cap the objects of a twin namespace besides pods: a consumer
+// cannot fill the provider's etcd, and never gets a NodePort or a load
+// balancer (the offload-tenant-services admission policy refuses them too).
+var ObjectLimits = corev1.ResourceList{
+	corev1.ResourceServices:                             resource.MustParse("100"),
+	corev1.ResourceServicesNodePorts:                    resource.MustParse("0"),
+	corev1.ResourceServicesLoadBalancers:                resource.MustParse("0"),
+	corev1.ResourceConfigMaps:                           resource.MustParse("500"),
+	corev1.ResourceSecrets:                              resource.MustParse("500"),
+	"count/endpointslices.discovery.k8s.io":             resource.MustParse("500"),
+	corev1.ResourcePersistentVolumeClaims:               resource.MustParse("0"),
+	corev1.ResourceName("count/replicationcontrollers"): resource.MustParse("0"),
+}
+
 // QuotaFor returns the hard limits of a twin namespace's ResourceQuota for
 // the resources of an offer: the sum of the pods' cpu and memory requests,
-// and their number. Limits are not capped: a quota on limits would refuse
-// every pod that sets none.
+// and their number, and ObjectLimits. Limits are not capped: a quota on
+// limits would refuse every pod that sets none.
 func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
-	hard := corev1.ResourceList{}
+	hard := ObjectLimits.DeepCopy()
 	for from, to := range map[corev1.ResourceName]corev1.ResourceName{
 		corev1.ResourceCPU:    corev1.ResourceRequestsCPU,
 		corev1.ResourceMemory: corev1.ResourceRequestsMemory,
@@ -291,14 +305,21 @@ func (r *Reconciler) ensureQuota(ctx context.Context, rn *offloadv1alpha1.Remote
 	})
 }
 
+// DefaultRequests are what a container that asks for no cpu or memory is
+// given in a twin namespace, so that it counts against the offer: a
+// consumer cannot run unbounded numbers of free pods on the provider.
+var DefaultRequests = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("100m"),
+	corev1.ResourceMemory: resource.MustParse("128Mi"),
+}
+
 // LimitRangeFor returns the LimitRange of a twin namespace: containers
-// without cpu or memory requests get zero ones, which the quota needs to
-// admit them and which keeps their QoS class.
+// without cpu or memory requests get DefaultRequests, which the quota needs
+// to admit them and which count against the offer.
 func LimitRangeFor() corev1.LimitRangeSpec {
-	zero := resource.MustParse("0")
 	return corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
 		Type:           corev1.LimitTypeContainer,
-		DefaultRequest: corev1.ResourceList{corev1.ResourceCPU: zero, corev1.ResourceMemory: zero},
+		DefaultRequest: DefaultRequests.DeepCopy(),
 	}}}
 }
 

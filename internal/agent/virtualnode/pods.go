@@ -151,6 +151,7 @@ func (r *Reconciler) runObjectReflection(ctx context.Context, p *peer) error {
 		Provider:          p.provider,
 		Consumer:          r.podsKube(),
 		ConsumerClusterID: consumerID,
+		NodeName:          p.node(),
 		TwinNamespaces:    objectreflection.ReadyTwinNamespaces(r.Client, p.fc.Spec.ClusterID),
 		Addresses:         p.addresses,
 		Logger:            log.FromContext(ctx).WithName("objects"),

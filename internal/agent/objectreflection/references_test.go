@@ -1,0 +1,74 @@
+package objectreflection
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// podUsing is a pod bound to node that reads ConfigMap cm through env and
+// Secret secret through a volume.
+func podUsing(name, ns, node, cm, secret string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers: []corev1.Container{{Name: "app", Image: "busybox",
+				EnvFrom:      []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "s", MountPath: "/s"}}}},
+			Volumes: []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}},
+		},
+	}
+}
+
+func TestOnlyWhatPodsOfTheVirtualNodeReferenceLeavesTheConsumer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	ctx := t.Context()
+	secret := func(name string, labels map[string]string) {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Data: map[string][]byte{"p": []byte("s3cr3t")}}
+		if _, err := e.kube.CoreV1().Secrets(e.consumer).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copied := func(ctx context.Context, kind, name string) bool {
+		if kind == kindConfigMap {
+			return e.getConfigMap(ctx, t, e.twin, name) != nil
+		}
+		_, err := e.kube.CoreV1().Secrets(e.twin).Get(ctx, name, metav1.GetOptions{})
+		return err == nil
+	}
+	e.configMap(t, e.consumer, "used", nil, map[string]string{"k": "v"})
+	secret("used", nil)
+	e.configMap(t, e.consumer, "local-only", nil, map[string]string{"k": "v"})
+	secret("local-only", nil)
+	secret("wanted", optIn)
+	// A pod on another node references local-only: it stays on the consumer.
+	for _, p := range []*corev1.Pod{podUsing("remote", e.consumer, virtualNode, "used", "used"),
+		podUsing("local", e.consumer, "consumer-worker", "local-only", "local-only")} {
+		if _, err := e.kube.CoreV1().Pods(e.consumer).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	framework.Eventually(t, waitTimeout, "what the offloaded pod references, and the opted-in Secret, are copied", func(ctx context.Context) bool {
+		return copied(ctx, kindConfigMap, "used") && copied(ctx, kindSecret, "used") && copied(ctx, kindSecret, "wanted")
+	})
+	if copied(ctx, kindConfigMap, "local-only") || copied(ctx, kindSecret, "local-only") {
+		t.Error("a ConfigMap or Secret no offloaded pod references was copied to the provider")
+	}
+
+	// The last pod that needs them goes: so do the copies.
+	if err := e.kube.CoreV1().Pods(e.consumer).Delete(ctx, "remote", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, waitTimeout, "the copies no pod needs are deleted, the opted-in one kept", func(ctx context.Context) bool {
+		return !copied(ctx, kindConfigMap, "used") && !copied(ctx, kindSecret, "used") && copied(ctx, kindSecret, "wanted")
+	})
+}
