@@ -94,6 +94,12 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 		t.Errorf("offloading again printed %q, want unchanged", out)
 	}
 
+	// The offer is one budget for all the consumer's twin namespaces.
+	createNamespace(ctx, t, cc, "extra")
+	mustOffload(t, consumer, "namespace", "extra", "--timeout", "2m")
+	expectOneBudget(ctx, t, consumer, provider, twin, offloadv1alpha1.TwinNamespace("extra", consumer.Name, identity(ctx, t, consumer)["clusterID"]))
+	mustOffload(t, consumer, "unoffload", "namespace", "extra", "--timeout", "2m")
+
 	// The scheduling webhook: pods of demo may go to the virtual node,
 	// DaemonSet pods never do.
 	expectSchedulingWebhook(ctx, t, consumer, "demo")

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -263,4 +264,49 @@ func peerFields(t *testing.T, c *framework.Cluster, name string) map[string]stri
 		}
 	}
 	return fields
+}
+
+// expectOneBudget checks, with the consumer's own credentials, that two
+// twin namespaces together cannot use more cpu than the offer: a pod asking
+// for 60% of it is admitted in the first, and then refused in the second.
+func expectOneBudget(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, first, second string) {
+	t.Helper()
+	held := readHeldCredentials(ctx, t, consumer, "provider")
+	tenant, err := kubernetes.NewForConfig(held.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offer offloadv1alpha1.ResourceOfferList
+	if err := ctrlClient(t, provider).List(ctx, &offer, client.InNamespace(held.namespace)); err != nil || len(offer.Items) != 1 {
+		t.Fatalf("the consumer's ResourceOffer: %v (%d)", err, len(offer.Items))
+	}
+	cpu := offer.Items[0].Spec.Resources.Cpu().MilliValue()
+	share := resource.NewMilliQuantity(cpu*6/10, resource.DecimalSI)
+	pod := func(ns string) *corev1.Pod {
+		p := harmlessPod("budget", ns)
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *share}
+		return p
+	}
+	// The quota of a fresh twin namespace is ready once the quota
+	// controller has computed its use.
+	waitFor(ctx, t, time.Minute, "a pod using 60% of the offer in "+first, func(ctx context.Context) (bool, string) {
+		_, err := tenant.CoreV1().Pods(first).Create(ctx, pod(first), metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	waitFor(ctx, t, time.Minute, "the second twin namespace's budget to shrink", func(ctx context.Context) (bool, string) {
+		q, err := provider.Kube.CoreV1().ResourceQuotas(second).Get(ctx, "offload-quota", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		hard := q.Spec.Hard[corev1.ResourceRequestsCPU]
+		return hard.MilliValue() <= cpu-share.MilliValue(), hard.String()
+	})
+	_, err = tenant.CoreV1().Pods(second).Create(ctx, pod(second), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") {
+		t.Errorf("a second pod using 60%% of the offer, in another twin namespace: err=%v, want Forbidden by the quota", err)
+	}
+	t.Logf("offer %dm cpu: a %s pod in one twin namespace, the same refused in another", cpu, share)
+	if err := tenant.CoreV1().Pods(first).Delete(ctx, "budget", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
 }

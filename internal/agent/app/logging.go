@@ -20,15 +20,25 @@ const (
 	envNodeName    = "NODE_NAME"
 )
 
+// maxVerbosity is the highest log verbosity the agent uses. client-go logs
+// through the same contextual logger, and from level 7 on it logs request
+// headers and from 8 on request and response bodies: TokenReviews,
+// TokenRequests and Secrets, credentials included. A higher --v is capped.
+const maxVerbosity = 6
+
 // logger returns the structured logger of a component, writing klog's text
 // format to errOut. It also becomes the logger of klog and controller-runtime,
 // so client-go's and controller-runtime's own logs go the same way. The
 // process runs one component, so setting these globals here is safe.
 func (g *globalOptions) logger(component string) klog.Logger {
-	cfg := textlogger.NewConfig(textlogger.Verbosity(g.verbosity), textlogger.Output(g.errOut))
+	cfg := textlogger.NewConfig(textlogger.Verbosity(min(g.verbosity, maxVerbosity)), textlogger.Output(g.errOut))
 	logger := textlogger.NewLogger(cfg).WithName(component)
 	klog.SetLoggerWithOptions(logger, klog.ContextualLogger(true))
 	ctrllog.SetLogger(logger)
+	if g.verbosity > maxVerbosity {
+		logger.Info("Capping the log verbosity: higher levels would log request and response bodies, credentials included",
+			"requested", g.verbosity, "verbosity", maxVerbosity)
+	}
 	return logger
 }
 

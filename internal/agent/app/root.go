@@ -74,5 +74,5 @@ func (g *globalOptions) addFlags(root *cobra.Command) {
 		fs.AddGoFlag(f)
 		fs.Lookup(config.KubeconfigFlagName).Usage = "Path to a kubeconfig, to run out of the cluster (default: $KUBECONFIG, else the in-cluster config, else ~/.kube/config)."
 	}
-	fs.IntVarP(&g.verbosity, "v", "v", g.verbosity, "Log verbosity: 0 logs what an operator needs, higher levels add detail.")
+	fs.IntVarP(&g.verbosity, "v", "v", g.verbosity, "Log verbosity: 0 logs what an operator needs, higher levels add detail, up to 6 (higher is capped, since client-go would log credentials).")
 }

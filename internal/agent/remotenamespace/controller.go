@@ -102,7 +102,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&offloadv1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenant)).
 		Watches(&corev1.Namespace{}, byAnnotation, owned).
 		Watches(&rbacv1.RoleBinding{}, byAnnotation, owned).
-		Watches(&corev1.ResourceQuota{}, byAnnotation, owned).
+		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenantOf), owned).
 		Watches(&corev1.LimitRange{}, byAnnotation, owned).
 		Complete(r)
 	if err != nil {

@@ -7,7 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -105,5 +107,59 @@ func TestPodsWithoutRequestsGetTheDefaultRequests(t *testing.T) {
 	got := pod.Spec.Containers[0].Resources.Requests
 	if got.Cpu().Cmp(DefaultRequests[corev1.ResourceCPU]) != 0 || got.Memory().Cmp(DefaultRequests[corev1.ResourceMemory]) != 0 {
 		t.Errorf("a container without requests got %v, want the defaults %v", got, DefaultRequests)
+	}
+}
+
+func TestTheOfferIsOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
+	e := newEnv(t)
+	e.offer(e.tenant, "4", "8Gi", "20")
+	a, b := e.ready(e.tenant), e.ready(e.tenant)
+	ctx := context.Background()
+	// What the quota controller records as used in a's namespace (the test
+	// API server runs none).
+	var qa corev1.ResourceQuota
+	if err := e.c.Get(ctx, key(a.Spec.TargetNamespace, QuotaName), &qa); err != nil {
+		t.Fatal(err)
+	}
+	qa.Status.Hard = qa.Spec.Hard
+	qa.Status.Used = corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("3"),
+		corev1.ResourceRequestsMemory: resource.MustParse("2Gi"), corev1.ResourcePods: resource.MustParse("5")}
+	if err := e.c.Status().Update(ctx, &qa); err != nil {
+		t.Fatal(err)
+	}
+	reqs := e.r.requestsOfTenantOf(ctx, &qa)
+	if len(reqs) != 2 {
+		t.Errorf("a change of use in one twin namespace requeues %v, want both RemoteNamespaces of the tenant", reqs)
+	}
+	e.reconcile(b)
+	var qb corev1.ResourceQuota
+	if err := e.c.Get(ctx, key(b.Spec.TargetNamespace, QuotaName), &qb); err != nil {
+		t.Fatal(err)
+	}
+	want := corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1"),
+		corev1.ResourceRequestsMemory: resource.MustParse("6Gi"), corev1.ResourcePods: resource.MustParse("15")}
+	for name, q := range want {
+		if got := qb.Spec.Hard[name]; got.Cmp(q) != 0 {
+			t.Errorf("quota of the second namespace: %s = %s, want %s (the offer less the first namespace's use)", name, got.String(), q.String())
+		}
+	}
+	// Another tenant's use does not count.
+	other := e.newTenant("88888888-2222-4333-8444-" + rand.String(12))
+	e.offer(other, "4", "8Gi", "20")
+	c := e.ready(other)
+	var qc corev1.ResourceQuota
+	if err := e.c.Get(ctx, key(c.Spec.TargetNamespace, QuotaName), &qc); err != nil {
+		t.Fatal(err)
+	}
+	if got := qc.Spec.Hard[corev1.ResourceRequestsCPU]; got.Cmp(resource.MustParse("4")) != 0 {
+		t.Errorf("another tenant's quota: cpu %s, want its whole offer", got.String())
+	}
+}
+
+func TestBudgetForNeverGoesBelowZero(t *testing.T) {
+	got := BudgetFor(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+		corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("3")})
+	if q := got[corev1.ResourceRequestsCPU]; q.Sign() != 0 {
+		t.Errorf("budget %s, want 0 when the others use more than the offer", q.String())
 	}
 }

@@ -294,8 +294,12 @@ func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
 }
 
 func (r *Reconciler) ensureQuota(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, offer *offloadv1alpha1.ResourceOffer) error {
+	elsewhere, err := r.usedElsewhere(ctx, rn)
+	if err != nil {
+		return err
+	}
 	want := &corev1.ResourceQuota{ObjectMeta: managedMeta(rn, QuotaName, rn.Spec.TargetNamespace),
-		Spec: corev1.ResourceQuotaSpec{Hard: QuotaFor(offer.Spec.Resources)}}
+		Spec: corev1.ResourceQuotaSpec{Hard: BudgetFor(offer.Spec.Resources, elsewhere)}}
 	return ensureObject(ctx, r.Client, want, &corev1.ResourceQuota{}, func(have *corev1.ResourceQuota) bool {
 		if sameResources(have.Spec.Hard, want.Spec.Hard) && have.Spec.Scopes == nil && have.Spec.ScopeSelector == nil {
 			return false

@@ -1,0 +1,90 @@
+package remotenamespace
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+// budgeted are the quota resources an offer is a budget of, for the whole
+// tenant: every twin namespace of a consumer shares one offer.
+var budgeted = []corev1.ResourceName{corev1.ResourceRequestsCPU, corev1.ResourceRequestsMemory, corev1.ResourcePods}
+
+// BudgetFor returns the hard limits of one twin namespace's quota so that
+// the tenant's twin namespaces together stay within the offer: the offer,
+// less what the tenant's other twin namespaces use. Each namespace may use
+// all that is left, so one busy namespace is not held back by idle ones;
+// the quotas follow every change of use.
+func BudgetFor(offered corev1.ResourceList, usedElsewhere corev1.ResourceList) corev1.ResourceList {
+	hard := QuotaFor(offered)
+	for _, name := range budgeted {
+		q, ok := hard[name]
+		if !ok {
+			continue
+		}
+		if used, ok := usedElsewhere[name]; ok {
+			q.Sub(used)
+			if q.Sign() < 0 {
+				q = resource.MustParse("0")
+			}
+			hard[name] = q
+		}
+	}
+	return hard
+}
+
+// usedElsewhere sums what the tenant's twin namespaces other than rn's use
+// of the budgeted resources, as their quotas' status says.
+func (r *Reconciler) usedElsewhere(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace) (corev1.ResourceList, error) {
+	var list offloadv1alpha1.RemoteNamespaceList
+	if err := r.Client.List(ctx, &list, client.InNamespace(rn.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing the RemoteNamespaces of namespace %s: %w", rn.Namespace, err)
+	}
+	sum := corev1.ResourceList{}
+	for _, other := range list.Items {
+		target := other.Spec.TargetNamespace
+		if other.Name == rn.Name || target == "" || target == rn.Spec.TargetNamespace {
+			continue
+		}
+		var q corev1.ResourceQuota
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: target, Name: QuotaName}, &q)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the quota of namespace %s: %w", target, err)
+		}
+		// Only a quota this controller made for the same tenant counts.
+		if !strings.HasPrefix(q.Annotations[AnnotationRemoteNamespace], rn.Namespace+"/") {
+			continue
+		}
+		for _, name := range budgeted {
+			if used, ok := q.Status.Used[name]; ok {
+				total := sum[name]
+				total.Add(used)
+				sum[name] = total
+			}
+		}
+	}
+	return sum, nil
+}
+
+// requestsOfTenantOf maps a quota the controller made to every
+// RemoteNamespace of its tenant: a change of use in one twin namespace
+// changes the budget of the others.
+func (r *Reconciler) requestsOfTenantOf(ctx context.Context, o client.Object) []reconcile.Request {
+	ns, _, ok := strings.Cut(o.GetAnnotations()[AnnotationRemoteNamespace], "/")
+	if !ok || ns == "" {
+		return nil
+	}
+	return r.requestsIn(ctx, ns)
+}
