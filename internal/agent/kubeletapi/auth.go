@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
@@ -99,37 +100,51 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t, err := s.opts.Resolver.Resolve(ctx, req.namespace, req.pod)
 	switch {
 	case errors.Is(err, ErrUnknownPod):
-		http.Error(w, fmt.Sprintf("pod %s/%s not found", req.namespace, req.pod), http.StatusNotFound)
+		// Whether a pod exists is for those who may proxy to nodes only:
+		// with no pod there is no node, so the caller needs nodes/proxy on
+		// every node to learn that.
+		if s.authorized(w, r, user, verb, "") {
+			http.Error(w, fmt.Sprintf("pod %s/%s not found", req.namespace, req.pod), http.StatusNotFound)
+		}
 		return
 	case err != nil:
 		s.log.Error(err, "Resolving a pod for the kubelet API", "namespace", req.namespace, "pod", req.pod)
 		http.Error(w, "Internal Server Error", http.StatusInternalServerError)
 		return
 	}
+	if !s.authorized(w, r, user, verb, t.NodeName) {
+		return
+	}
+	ctx = context.WithValue(ctx, targetKey{}, resolved{request: req, target: t})
+	s.handler.ServeHTTP(w, r.WithContext(ctx))
+}
 
+// authorized asks whether user may verb nodes/proxy on node ("" for every
+// node), and answers the request itself when not.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, user user.Info, verb, node string) bool {
 	attrs := authorizer.AttributesRecord{
 		User:            user,
 		Verb:            verb,
 		APIVersion:      "v1",
 		Resource:        "nodes",
 		Subresource:     "proxy",
-		Name:            t.NodeName,
+		Name:            node,
 		ResourceRequest: true,
 		Path:            r.URL.Path,
 	}
-	decision, reason, err := s.authz.Authorize(ctx, attrs)
+	decision, reason, err := s.authz.Authorize(r.Context(), attrs)
 	if err != nil {
-		s.log.Error(err, "Authorizing a kubelet API request", "user", user.GetName(), "verb", verb, "node", t.NodeName)
+		s.log.Error(err, "Authorizing a kubelet API request", "user", user.GetName(), "verb", verb, "node", node)
 		http.Error(w, "Internal Server Error", http.StatusInternalServerError)
-		return
+		return false
 	}
 	if decision != authorizer.DecisionAllow {
-		s.log.V(2).Info("Forbidden kubelet API request", "user", user.GetName(), "verb", verb, "node", t.NodeName, "reason", reason)
-		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource=proxy, node=%s)", user.GetName(), verb, t.NodeName), http.StatusForbidden)
-		return
+		s.log.V(2).Info("Forbidden kubelet API request", "user", user.GetName(), "verb", verb, "node", node, "reason", reason)
+		// The same answer whether the pod exists or not, and without its node.
+		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource=proxy)", user.GetName(), verb), http.StatusForbidden)
+		return false
 	}
-	ctx = context.WithValue(ctx, targetKey{}, resolved{request: req, target: t})
-	s.handler.ServeHTTP(w, r.WithContext(ctx))
+	return true
 }
 
 // errString returns the message of err, or "" for nil.

@@ -240,7 +240,7 @@ func (e *env) serviceAccount(t *testing.T, verbs ...string) string {
 		t.Fatal(err)
 	}
 	if len(verbs) > 0 {
-		e.grant(t, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: e.ns, Name: sa.Name}, "system:serviceaccount:"+e.ns+":"+sa.Name, verbs...)
+		e.grant(t, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: e.ns, Name: sa.Name}, "system:serviceaccount:"+e.ns+":"+sa.Name, []string{e.node}, verbs...)
 	}
 	tr, err := e.kube.CoreV1().ServiceAccounts(e.ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
@@ -251,14 +251,33 @@ func (e *env) serviceAccount(t *testing.T, verbs ...string) string {
 	return tr.Status.Token
 }
 
-// grant binds a ClusterRole allowing verbs on nodes/proxy of the virtual
-// node to subject, and waits until the API server authorizes user with it.
-func (e *env) grant(t *testing.T, subject rbacv1.Subject, user string, verbs ...string) {
+// everywhereServiceAccount is serviceAccount, allowed verbs on nodes/proxy of
+// every node, as the API server's kubelet client is.
+func (e *env) everywhereServiceAccount(t *testing.T, verbs ...string) string {
+	t.Helper()
+	sa, err := e.kube.CoreV1().ServiceAccounts(e.ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{GenerateName: "admin-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.grant(t, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: e.ns, Name: sa.Name}, "system:serviceaccount:"+e.ns+":"+sa.Name, nil, verbs...)
+	tr, err := e.kube.CoreV1().ServiceAccounts(e.ns).CreateToken(t.Context(), sa.Name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// grant binds a ClusterRole allowing verbs on nodes/proxy of the nodes
+// names (every node when nil) to subject, and waits until the API server
+// authorizes user with it.
+func (e *env) grant(t *testing.T, subject rbacv1.Subject, user string, names []string, verbs ...string) {
 	t.Helper()
 	ctx := t.Context()
 	role, err := e.kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-proxy-"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, ResourceNames: []string{e.node}, Verbs: verbs}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, ResourceNames: names, Verbs: verbs}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

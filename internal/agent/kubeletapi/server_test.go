@@ -41,6 +41,7 @@ func TestAuthenticationAndAuthorization(t *testing.T) {
 	c := httpClient()
 	denied := e.serviceAccount(t)
 	allowed := e.serviceAccount(t, "get", "create")
+	everywhere := e.everywhereServiceAccount(t, "get")
 
 	tests := []struct {
 		name, path, token string
@@ -54,8 +55,9 @@ func TestAuthenticationAndAuthorization(t *testing.T) {
 			body: "user=system:serviceaccount:" + e.ns + ":"},
 		{name: "a ServiceAccount with nodes/proxy reads the logs of the remote pod", path: logsPath, token: allowed, want: http.StatusOK,
 			body: e.ns + "/" + e.remote + "/" + container + " tail=0"},
-		{name: "an unknown pod is not found once authenticated", path: "/containerLogs/shop/nope/app", token: allowed, want: http.StatusNotFound},
-		{name: "an unknown pod is not found even for a forbidden user", path: "/containerLogs/shop/nope/app", token: denied, want: http.StatusNotFound},
+		{name: "an unknown pod is not found for a user allowed nodes/proxy on every node", path: "/containerLogs/shop/nope/app", token: everywhere, want: http.StatusNotFound},
+		{name: "whether a pod exists is forbidden to a user without nodes/proxy", path: "/containerLogs/shop/nope/app", token: denied, want: http.StatusForbidden},
+		{name: "whether a pod exists is forbidden to a user allowed on one node only", path: "/containerLogs/shop/nope/app", token: allowed, want: http.StatusForbidden},
 		{name: "a path outside the kubelet pod API is not found", path: "/stats/summary", token: allowed, want: http.StatusNotFound},
 	}
 	for _, tt := range tests {
@@ -69,12 +71,18 @@ func TestAuthenticationAndAuthorization(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a forbidden answer names the verb, nodes/proxy and the node", func(t *testing.T) {
+	t.Run("a forbidden answer names the verb and nodes/proxy, not the pod's node, and is the same for an unknown pod", func(t *testing.T) {
 		_, body := get(t, c, e.addr, logsPath, denied)
-		for _, want := range []string{"verb=get", "resource=nodes", "subresource=proxy", "node=" + e.node} {
+		for _, want := range []string{"verb=get", "resource=nodes", "subresource=proxy"} {
 			if !strings.Contains(body, want) {
 				t.Errorf("body %q does not contain %q", body, want)
 			}
+		}
+		if strings.Contains(body, e.node) {
+			t.Errorf("body %q tells a forbidden user the pod's node", body)
+		}
+		if _, unknown := get(t, c, e.addr, "/containerLogs/shop/nope/app", denied); unknown != body {
+			t.Errorf("a forbidden user tells an existing pod (%q) from an unknown one (%q)", body, unknown)
 		}
 	})
 }
@@ -119,7 +127,7 @@ func TestClientCertificates(t *testing.T) {
 			t.Fatal(err)
 		}
 		addr := e.start(t, Options{ClientCAConfigMap: types.NamespacedName{Namespace: cm.Namespace, Name: cm.Name}})
-		e.grant(t, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}, "alice", "get")
+		e.grant(t, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}, "alice", []string{e.node}, "get")
 		alice, bob := httpClient(certs[0]), httpClient(certs[1])
 		// The client CA is loaded once the ConfigMap informer has synced.
 		framework.Eventually(t, waitTimeout, "alice is authenticated and allowed", func(context.Context) bool {
