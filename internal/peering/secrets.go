@@ -1,7 +1,10 @@
 package peering
 
 import (
+	"encoding/pem"
+	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,6 +74,9 @@ func PeerToken(s *corev1.Secret) string {
 // namespace, and when creds expire and were issued. The agent writes it;
 // TenantConfig and CredentialTimes read it.
 func NewKubeconfigSecret(namespace, name string, creds Credentials, issued time.Time) (*corev1.Secret, error) {
+	if err := creds.CheckSecure(); err != nil {
+		return nil, err
+	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: creds.APIServerURL, CertificateAuthorityData: []byte(creds.CACert)}
 	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: creds.Token}
@@ -120,4 +126,23 @@ func BearerToken(s *corev1.Secret) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("secret %s holds no token", s.Name)
+}
+
+// ErrInsecureCredentials is wrapped by the errors of credentials whose API
+// server would get the token in clear or unverified.
+var ErrInsecureCredentials = errors.New("the provider's API server is not reached over verified https")
+
+// CheckSecure checks that the credentials' API server URL is https and
+// that they come with a CA bundle to verify it: the token must never travel
+// in clear, nor to a server nobody checked.
+func (c Credentials) CheckSecure() error {
+	u, err := url.Parse(c.APIServerURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("%w: the advertised API server URL %q is not https://HOST[:PORT]; the provider must install with --api-server-url https://HOST:PORT",
+			ErrInsecureCredentials, c.APIServerURL)
+	}
+	if block, _ := pem.Decode([]byte(c.CACert)); block == nil || block.Type != "CERTIFICATE" {
+		return fmt.Errorf("%w: the provider sent no CA certificate for its API server %s", ErrInsecureCredentials, c.APIServerURL)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"time"
 
@@ -109,7 +110,11 @@ func (o *authOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	peering, err := auth.NewPeering(c, o.peeringOptions(cfg))
+	po, err := o.peeringOptions(cfg)
+	if err != nil {
+		return err
+	}
+	peering, err := auth.NewPeering(c, po)
 	if err != nil {
 		return err
 	}
@@ -120,7 +125,7 @@ func (o *authOptions) Run(ctx context.Context) error {
 // peeringOptions advertises --api-server-url, or else the API server the
 // agent reaches (in a pod, the kubernetes Service), with the CA the agent
 // trusts; without one the endpoints read ConfigMap kube-root-ca.crt.
-func (o *authOptions) peeringOptions(cfg *rest.Config) auth.PeeringOptions {
+func (o *authOptions) peeringOptions(cfg *rest.Config) (auth.PeeringOptions, error) {
 	po := auth.PeeringOptions{
 		Namespace:            o.Namespace,
 		APIServerURL:         o.APIServerURL,
@@ -132,6 +137,9 @@ func (o *authOptions) peeringOptions(cfg *rest.Config) auth.PeeringOptions {
 		po.APIServerURL = cfg.Host
 		o.Logger.Info("No --api-server-url: advertising the API server the agent uses, which peers may not reach", "url", cfg.Host)
 	}
+	if u, err := url.Parse(po.APIServerURL); err != nil || u.Scheme != "https" || u.Host == "" {
+		return po, fmt.Errorf("the API server URL %q given to consumers is not https://HOST[:PORT]: consumers would send their credentials in clear; pass --api-server-url https://HOST:PORT", po.APIServerURL)
+	}
 	if len(po.APIServerCA) == 0 && cfg.CAFile != "" {
 		if ca, err := os.ReadFile(cfg.CAFile); err == nil {
 			po.APIServerCA = ca
@@ -139,5 +147,5 @@ func (o *authOptions) peeringOptions(cfg *rest.Config) auth.PeeringOptions {
 			o.Logger.Info("Cannot read the API server CA file; using ConfigMap kube-root-ca.crt", "file", cfg.CAFile, "err", err.Error())
 		}
 	}
-	return po
+	return po, nil
 }

@@ -196,6 +196,10 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 			"the auth service answered as cluster %s, not %s: check --cluster-id", resp.ClusterID, fc.Spec.ClusterID))
 	}
 	secret, err := r.kubeconfigSecret(fc, resp.Credentials)
+	if errors.Is(err, peering.ErrInsecureCredentials) {
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, ReasonInsecureProvider,
+			fmt.Sprintf("%v; the credentials were not kept: peer again once the provider is fixed", err))
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -290,3 +290,31 @@ func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 		t.Fatal(err)
 	}
 }
+
+func TestCredentialsForAnAPIServerWithoutVerifiedHTTPSAreNotKept(t *testing.T) {
+	for _, tc := range []struct{ name, url, ca string }{
+		{"an http URL", "http://203.0.113.7:6443", "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"},
+		{"no CA", providerAPIURL, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newConsumerEnv(t)
+			e.answer = func(w http.ResponseWriter, _ peering.PeerRequest, providerID string) {
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(peering.PeerResponse{ClusterID: providerID, ClusterName: "provider", Credentials: peering.Credentials{
+					APIServerURL: tc.url, CACert: tc.ca, Token: tenantSAToken,
+					ExpirationTimestamp: time.Now().Add(time.Hour), TenantNamespace: "tenant-consumer",
+				}})
+			}
+			name := e.peerWith(t, e.pin)
+			if _, err := e.reconcile(t, name); err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+			if c := authenticated(t, e.foreignCluster(t, name)); c.Status != metav1.ConditionFalse || c.Reason != ReasonInsecureProvider {
+				t.Errorf("Authenticated = %+v, want False for %s", c, ReasonInsecureProvider)
+			}
+			if e.secret(t, peering.PeerKubeconfigSecretName(name)) != nil {
+				t.Error("the credentials were kept in a kubeconfig Secret")
+			}
+		})
+	}
+}

@@ -24,6 +24,9 @@ const (
 	ReasonCredentialsRefused = "CredentialsRefused"
 	// ReasonCredentialsExpired: they expired before they could be renewed.
 	ReasonCredentialsExpired = "CredentialsExpired"
+	// ReasonInsecureProvider: the provider's API server is not reached over
+	// verified https, so its credentials are not kept.
+	ReasonInsecureProvider = "InsecureProvider"
 )
 
 // renewalFailed reports whether fc's Authenticated condition says the
