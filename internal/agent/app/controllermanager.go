@@ -73,6 +73,9 @@ type controllerManagerOptions struct {
 	// CredentialGrace is how long a consumer's replaced credentials keep
 	// working after a new one is issued.
 	CredentialGrace time.Duration
+	// AbandonedAfter is how long after its credentials expired a consumer
+	// is taken as gone for good and removed.
+	AbandonedAfter time.Duration
 	// ReservedNamespaces are namespaces no consumer may have, besides
 	// remotenamespace.DefaultReservedNamespaces and the built-in ones.
 	ReservedNamespaces []string
@@ -82,7 +85,7 @@ type controllerManagerOptions struct {
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage,
 		UnreachableTolerationSeconds: -1, KubeletPort: 10250, RemapPools: []string{"10.64.0.0/12"},
-		GatewayServiceType: string(corev1.ServiceTypeNodePort), CredentialGrace: tenant.DefaultCredentialGrace, global: g}
+		GatewayServiceType: string(corev1.ServiceTypeNodePort), CredentialGrace: tenant.DefaultCredentialGrace, AbandonedAfter: tenant.DefaultAbandonedAfter, global: g}
 	cmd := &cobra.Command{
 		Use:     "controller-manager",
 		Short:   "Run the controllers, the webhook and the virtual kubelets",
@@ -116,6 +119,8 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.StringVar(&o.GatewayServiceType, "gateway-service-type", o.GatewayServiceType, "Service type that publishes this cluster's gateways to consumers: NodePort or LoadBalancer.")
 	fs.DurationVar(&o.CredentialGrace, "credential-grace", o.CredentialGrace,
 		"How long a consumer's replaced credentials keep working after the auth service issues new ones.")
+	fs.DurationVar(&o.AbandonedAfter, "abandoned-tenant-after", o.AbandonedAfter,
+		"How long after its credentials expired a consumer that never renewed them is removed, with its twin namespaces.")
 	fs.StringSliceVar(&o.ReservedNamespaces, "reserved-namespace", o.ReservedNamespaces,
 		"Namespace no consumer may have as a twin namespace, besides kube-*, default, the install namespace and common add-on namespaces (repeatable).")
 	fs.StringVar(&o.GatewayAddress, "gateway-address", o.GatewayAddress, "Address consumers dial to reach this cluster's gateways (host or host:port), behind NAT or a fixed load balancer.")
@@ -213,7 +218,7 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		// Provider side: the one owner of a consumer's tenant teardown.
 		func(mgr ctrlmanager.Manager) error {
-			return (&tenant.Reconciler{Client: mgr.GetClient(), CredentialGrace: o.CredentialGrace}).SetupWithManager(mgr)
+			return (&tenant.Reconciler{Client: mgr.GetClient(), CredentialGrace: o.CredentialGrace, AbandonedAfter: o.AbandonedAfter}).SetupWithManager(mgr)
 		},
 		// Provider side: each consumer recorded as a ForeignCluster.
 		func(mgr ctrlmanager.Manager) error {

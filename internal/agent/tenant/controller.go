@@ -39,7 +39,15 @@ type Reconciler struct {
 	// CredentialGrace is how long replaced credentials keep working; zero
 	// means DefaultCredentialGrace.
 	CredentialGrace time.Duration
+	// AbandonedAfter is how long after its credentials expired a consumer
+	// that never refreshed them is taken as gone for good: its Tenant is
+	// deleted, with its twin namespaces. Zero means DefaultAbandonedAfter.
+	AbandonedAfter time.Duration
 }
+
+// DefaultAbandonedAfter is AbandonedAfter's default: a consumer down for a
+// day past its credentials' expiry is gone.
+const DefaultAbandonedAfter = 24 * time.Hour
 
 // SetupWithManager registers the reconciler with mgr.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -64,10 +72,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				return ctrl.Result{}, fmt.Errorf("adding the finalizer of Tenant %s: %w", t.Name, err)
 			}
 		}
+		deleted, left, err := r.collectAbandoned(ctx, &t)
+		if err != nil || deleted {
+			return ctrl.Result{}, err
+		}
 		// A conflict (the auth service recorded a credential meanwhile) is
 		// retried with backoff like any error.
 		wait, err := r.retire(ctx, &t)
-		return ctrl.Result{RequeueAfter: wait}, err
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if wait == 0 || left > 0 && left < wait {
+			wait = left
+		}
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if !controllerutil.ContainsFinalizer(&t, offloadv1alpha1.FinalizerTenant) {
 		return ctrl.Result{}, nil
@@ -115,4 +133,28 @@ func (r *Reconciler) teardown(ctx context.Context, t *offloadv1alpha1.Tenant) er
 		}
 	}
 	return nil
+}
+
+// collectAbandoned deletes t when its consumer let its credentials expire
+// AbandonedAfter ago without refreshing them: it is gone for good, and its
+// teardown (this controller's finalizer) removes its namespaces. It
+// returns whether it deleted t, and otherwise how long until it would.
+func (r *Reconciler) collectAbandoned(ctx context.Context, t *offloadv1alpha1.Tenant) (bool, time.Duration, error) {
+	if t.Status.CredentialExpiry == nil {
+		return false, 0, nil
+	}
+	after := r.AbandonedAfter
+	if after == 0 {
+		after = DefaultAbandonedAfter
+	}
+	if left := time.Until(t.Status.CredentialExpiry.Add(after)); left > 0 {
+		return false, left, nil
+	}
+	uid := t.UID
+	if err := r.Client.Delete(ctx, t, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		return false, 0, fmt.Errorf("deleting the abandoned tenant %s: %w", t.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Removing a consumer gone for good: its credentials expired and were not renewed",
+		"tenant", klog.KObj(t), "expired", t.Status.CredentialExpiry.Time, "after", after)
+	return true, 0, nil
 }

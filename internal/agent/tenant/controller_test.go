@@ -124,3 +124,33 @@ func TestDeletingATenantRevokesItsCredentialsAndDeletesItsNamespace(t *testing.T
 		t.Errorf("a namespace labelled for another consumer was deleted: %v, %v", got.DeletionTimestamp, err)
 	}
 }
+
+func TestAConsumerGoneForGoodIsRemovedAfterItsCredentialsExpireAndTheGracePeriod(t *testing.T) {
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, c)
+	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+		return (&tenant.Reconciler{Client: mgr.GetClient(), AbandonedAfter: time.Hour}).SetupWithManager(mgr)
+	})
+	ctx := t.Context()
+	setExpiry := func(tn *offloadv1alpha1.Tenant, at time.Time) {
+		t.Helper()
+		patch := client.MergeFrom(tn.DeepCopy())
+		tn.Status.CredentialExpiry = &metav1.Time{Time: at}
+		if err := c.Status().Patch(ctx, tn, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recent := newTenant(t, c, true)
+	setExpiry(recent, time.Now().Add(-30*time.Minute))
+	abandoned := newTenant(t, c, true)
+	setExpiry(abandoned, time.Now().Add(-2*time.Hour))
+
+	framework.Eventually(t, waitTimeout, "the abandoned tenant and its namespace are removed", func(ctx context.Context) bool {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: abandoned.Spec.TenantNamespace}}
+		return gone(ctx, c, abandoned) && (gone(ctx, c, ns) || ns.DeletionTimestamp != nil)
+	})
+	if gone(ctx, c, recent) || !recent.DeletionTimestamp.IsZero() {
+		t.Error("a tenant whose credentials expired within the grace period was removed")
+	}
+}
