@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -297,15 +298,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 // until that many are Ready.
 func scaleAgent(ctx context.Context, t *testing.T, c *framework.Cluster, replicas int32) {
 	t.Helper()
-	deploy := offloadv1alpha1.ControllerManager
-	scale, err := c.Kube.AppsV1().Deployments(installNS).GetScale(ctx, deploy, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = replicas
-	if _, err := c.Kube.AppsV1().Deployments(installNS).UpdateScale(ctx, deploy, scale, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	scaleDeployment(ctx, t, c, installNS, offloadv1alpha1.ControllerManager, replicas)
 	waitFor(ctx, t, 2*time.Minute, fmt.Sprintf("%d controller-manager pods", replicas), func(ctx context.Context) (bool, string) {
 		pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
 		if err != nil {
@@ -405,32 +398,28 @@ func expectReflected(ctx context.Context, t *testing.T, consumer, provider *fram
 func expectWorkloads(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, clusterID string) {
 	t.Helper()
 	deployments := consumer.Kube.AppsV1().Deployments("work")
-	scale := func(n int32) {
-		s, err := deployments.GetScale(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Spec.Replicas = n
-		if _, err := deployments.UpdateScale(ctx, "web", s, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scale := func(n int32) { scaleDeployment(ctx, t, consumer, "work", "web", n) }
 	scale(3)
 	expectReflected(ctx, t, consumer, provider, twin, clusterID, "app=web", 3)
 	scale(1)
 	expectReflected(ctx, t, consumer, provider, twin, clusterID, "app=web", 1)
 
 	// A rolling update replaces the pods, on the provider too.
-	d, err := deployments.Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	before, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Spec.Template.Spec.Containers[0].Env = append(d.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "RELEASE", Value: "2"})
-	if _, err := deployments.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+	// The Deployment controller writes the status meanwhile: a conflict is
+	// retried on the new version.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := deployments.Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template.Spec.Containers[0].Env = append(d.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "RELEASE", Value: "2"})
+		_, err = deployments.Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, 3*time.Minute, "the rolling update to replace the pod", func(ctx context.Context) (bool, string) {
@@ -591,4 +580,24 @@ func httpGet(url string) (string, error) {
 		err = fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return string(body), err
+}
+
+// scaleDeployment sets the replicas of Deployment ns/name on c. Its
+// controller writes the status meanwhile: a conflict is retried on the new
+// version, as kubectl scale does.
+func scaleDeployment(ctx context.Context, t *testing.T, c *framework.Cluster, ns, name string, n int32) {
+	t.Helper()
+	deployments := c.Kube.AppsV1().Deployments(ns)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := deployments.GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = n
+		_, err = deployments.UpdateScale(ctx, name, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("scaling %s/%s to %d: %v", ns, name, n, err)
+	}
 }
