@@ -207,10 +207,11 @@ type Stats struct {
 	Namespaces int
 	// Created, Updated and Recreated count the writes of copies (Kind.Apply's
 	// results); Deleted counts the copies deleted as their consumer
-	// object went.
+	// object went or no pod needs it any more.
 	Created, Updated, Recreated, Deleted int64
 	// Refused counts the reconciliations of consumer objects that are not
-	// reflected, such as service-account token Secrets.
+	// reflected, such as service-account token Secrets, or ConfigMaps and
+	// Secrets no offloaded pod references.
 	Refused int64
 	// Conflicts counts the reconciliations that left alone a provider
 	// object of the same name that the Reflector did not create.
