@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // ManagedByLabel marks the objects the CLI creates outside the chart, such as
@@ -108,11 +108,8 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("invalid %s %q: want a CIDR such as 10.244.0.0/16", flag, v)
 		}
 	}
-	if o.APIServerURL != "" {
-		u, err := url.Parse(o.APIServerURL)
-		if err != nil || u.Scheme != "https" || u.Host == "" {
-			return fmt.Errorf("invalid --api-server-url %q: want https://HOST:PORT", o.APIServerURL)
-		}
+	if o.APIServerURL != "" && !peering.IsHTTPSURL(o.APIServerURL) {
+		return fmt.Errorf("invalid --api-server-url %q: want https://HOST:PORT", o.APIServerURL)
 	}
 	switch o.GatewayServiceType {
 	case "", "NodePort", "LoadBalancer":

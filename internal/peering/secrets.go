@@ -132,12 +132,19 @@ func BearerToken(s *corev1.Secret) (string, error) {
 // server would get the token in clear or unverified.
 var ErrInsecureCredentials = errors.New("the provider's API server is not reached over verified https")
 
+// IsHTTPSURL reports whether s is an https URL with a host: an API server
+// URL credentials may be sent to. Install, the auth service and the
+// consumer's agent all hold the advertised URL to it.
+func IsHTTPSURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Scheme == "https" && u.Host != ""
+}
+
 // CheckSecure checks that the credentials' API server URL is https and
 // that they come with a CA bundle to verify it: the token must never travel
 // in clear, nor to a server nobody checked.
 func (c Credentials) CheckSecure() error {
-	u, err := url.Parse(c.APIServerURL)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
+	if !IsHTTPSURL(c.APIServerURL) {
 		return fmt.Errorf("%w: the advertised API server URL %q is not https://HOST[:PORT]; the provider must install with --api-server-url https://HOST:PORT",
 			ErrInsecureCredentials, c.APIServerURL)
 	}

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 
@@ -137,7 +137,7 @@ func (o *authOptions) peeringOptions(cfg *rest.Config) (auth.PeeringOptions, err
 		po.APIServerURL = cfg.Host
 		o.Logger.Info("No --api-server-url: advertising the API server the agent uses, which peers may not reach", "url", cfg.Host)
 	}
-	if u, err := url.Parse(po.APIServerURL); err != nil || u.Scheme != "https" || u.Host == "" {
+	if !peering.IsHTTPSURL(po.APIServerURL) {
 		return po, fmt.Errorf("the API server URL %q given to consumers is not https://HOST[:PORT]: consumers would send their credentials in clear; pass --api-server-url https://HOST:PORT", po.APIServerURL)
 	}
 	if len(po.APIServerCA) == 0 && cfg.CAFile != "" {
