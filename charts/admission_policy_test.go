@@ -140,7 +140,7 @@ var ordinary = []struct {
 }
 
 func TestTheTenantPodPolicyRefusesNodePlacement(t *testing.T) {
-	kube := enforcedPodPolicy(t)
+	kube := enforcedPolicy(t, offloadv1alpha1.PodPolicyName)
 	tenant := tenantNamespace(t, kube, nil)
 	allowed := tenantNamespace(t, kube, map[string]string{offloadv1alpha1.LabelNodePlacement: offloadv1alpha1.NodePlacementAllowed})
 	plain := newNamespace(t, kube, nil)
@@ -190,7 +190,7 @@ func TestTheTenantPodPolicyRefusesNodePlacement(t *testing.T) {
 }
 
 func TestTheTenantPodPolicyRefusesUpdatesThatPlacePods(t *testing.T) {
-	kube := enforcedPodPolicy(t)
+	kube := enforcedPolicy(t, offloadv1alpha1.PodPolicyName)
 	tenant := tenantNamespace(t, kube, nil)
 	gate := []corev1.PodSchedulingGate{{Name: "example.com/gate"}}
 	for i, tc := range []struct {
@@ -255,7 +255,7 @@ func TestTheTenantPodPolicyRefusesUpdatesThatPlacePods(t *testing.T) {
 // finalizers): the policy refuses only updates that change a field it
 // governs.
 func TestTheTenantPodPolicyKeepsPodsAdmittedBeforeTheExemptionWent(t *testing.T) {
-	kube := enforcedPodPolicy(t)
+	kube := enforcedPolicy(t, offloadv1alpha1.PodPolicyName)
 	ns := tenantNamespace(t, kube, map[string]string{offloadv1alpha1.LabelNodePlacement: offloadv1alpha1.NodePlacementAllowed})
 	pods := make([]*corev1.Pod, len(attacks))
 	for i, tc := range attacks {
@@ -292,44 +292,44 @@ func TestTheTenantPodPolicyKeepsPodsAdmittedBeforeTheExemptionWent(t *testing.T)
 	})
 }
 
-var podPolicy struct {
-	once sync.Once
-	err  error
-}
+// applied holds, per policy name, the one attempt of this test process to
+// apply that policy (a sync.OnceValue).
+var applied sync.Map
 
-// enforcedPodPolicy applies the chart's ValidatingAdmissionPolicy and
-// binding PodPolicyName, as rendered, to the test API server, once per test
-// process, and checks that every expression type-checks without a warning.
-func enforcedPodPolicy(t *testing.T) kubernetes.Interface {
+// enforcedPolicy applies the chart's ValidatingAdmissionPolicy name and its
+// binding of the same name, as rendered, to the test API server, once per
+// test process, and checks that every expression type-checks without a
+// warning.
+func enforcedPolicy(t *testing.T, name string) kubernetes.Interface {
 	t.Helper()
 	kube, err := kubernetes.NewForConfig(framework.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	podPolicy.once.Do(func() { podPolicy.err = applyPodPolicy(t, kube) })
-	if podPolicy.err != nil {
-		t.Fatal(podPolicy.err)
+	apply, _ := applied.LoadOrStore(name, sync.OnceValue(func() error { return applyPolicy(t, kube, name) }))
+	if err := apply.(func() error)(); err != nil {
+		t.Fatal(err)
 	}
 	return kube
 }
 
-func applyPodPolicy(t *testing.T, kube kubernetes.Interface) error {
+func applyPolicy(t *testing.T, kube kubernetes.Interface, name string) error {
 	objs := charts.Render(t, map[string]any{"clusterName": "test"})
 	var policy admissionregistrationv1.ValidatingAdmissionPolicy
 	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	if err := fromRendered(objs, map[string]any{
-		"ValidatingAdmissionPolicy/" + offloadv1alpha1.PodPolicyName:        &policy,
-		"ValidatingAdmissionPolicyBinding/" + offloadv1alpha1.PodPolicyName: &binding,
+		"ValidatingAdmissionPolicy/" + name:        &policy,
+		"ValidatingAdmissionPolicyBinding/" + name: &binding,
 	}); err != nil {
 		return err
 	}
 	ctx := t.Context()
 	created, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("creating the policy: %w", err)
+		return fmt.Errorf("creating the policy %s: %w", name, err)
 	}
 	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating the binding: %w", err)
+		return fmt.Errorf("creating the binding %s: %w", name, err)
 	}
 	return typeCheck(kube, created)
 }

@@ -4,62 +4,18 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 const servicePolicyName = "offload-tenant-services"
-
-var servicePolicy struct {
-	once sync.Once
-	err  error
-}
-
-// enforcedServicePolicy applies the chart's Service policy, as rendered,
-// once per test process.
-func enforcedServicePolicy(t *testing.T) kubernetes.Interface {
-	t.Helper()
-	kube, err := kubernetes.NewForConfig(framework.APIServer(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicePolicy.once.Do(func() {
-		objs := charts.Render(t, map[string]any{"clusterName": "test"})
-		var policy admissionregistrationv1.ValidatingAdmissionPolicy
-		var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
-		if servicePolicy.err = fromRendered(objs, map[string]any{
-			"ValidatingAdmissionPolicy/" + servicePolicyName:        &policy,
-			"ValidatingAdmissionPolicyBinding/" + servicePolicyName: &binding,
-		}); servicePolicy.err != nil {
-			return
-		}
-		created, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(t.Context(), &policy, metav1.CreateOptions{})
-		if err != nil {
-			servicePolicy.err = fmt.Errorf("creating the policy: %w", err)
-			return
-		}
-		if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(t.Context(), &binding, metav1.CreateOptions{}); err != nil {
-			servicePolicy.err = fmt.Errorf("creating the binding: %w", err)
-			return
-		}
-		servicePolicy.err = typeCheck(kube, created)
-	})
-	if servicePolicy.err != nil {
-		t.Fatal(servicePolicy.err)
-	}
-	return kube
-}
 
 func service(name string, spec func(*corev1.ServiceSpec)) *corev1.Service {
 	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -71,7 +27,7 @@ func service(name string, spec func(*corev1.ServiceSpec)) *corev1.Service {
 }
 
 func TestTheTenantServicePolicyKeepsServicesInsideTheCluster(t *testing.T) {
-	kube := enforcedServicePolicy(t)
+	kube := enforcedPolicy(t, servicePolicyName)
 	tenant := newNamespace(t, kube, map[string]string{offloadv1alpha1.LabelTenant: "x"})
 	other := newNamespace(t, kube, nil)
 	refused := []struct {
