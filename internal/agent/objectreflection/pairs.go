@@ -105,7 +105,7 @@ func (r *Reflector) startPair(ctx context.Context, twin, ns string) (*pair, erro
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", r.opts.NodeName).String()
 		}))
 	p.pods = pf.Core().V1().Pods().Informer()
-	if err := p.pods.AddIndexers(cache.Indexers{kindConfigMap: referencedConfigMaps, kindSecret: referencedSecrets}); err != nil {
+	if err := p.pods.AddIndexers(cache.Indexers{byReferenceIndex: podReferences}); err != nil {
 		cancel()
 		return nil, err
 	}

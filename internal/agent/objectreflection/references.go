@@ -20,22 +20,30 @@ var (
 	kindSecret    = Secrets.Name
 )
 
-func referencedConfigMaps(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return nil, nil
-	}
-	cms, _ := reflection.ReferencedObjects(pod)
-	return sets.List(cms), nil
-}
+// byReferenceIndex indexes pods by the objects they reference, as
+// referenceKey.
+const byReferenceIndex = "reference"
 
-func referencedSecrets(obj any) ([]string, error) {
+// referenceKey names the object name of kind (kindConfigMap or kindSecret)
+// in byReferenceIndex.
+func referenceKey(kind, name string) string { return kind + "/" + name }
+
+// podReferences is the index function of byReferenceIndex: one pass over
+// the pod for both kinds.
+func podReferences(obj any) ([]string, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return nil, nil
 	}
-	_, secrets := reflection.ReferencedObjects(pod)
-	return sets.List(secrets), nil
+	cms, secrets := reflection.ReferencedObjects(pod)
+	keys := make([]string, 0, cms.Len()+secrets.Len())
+	for _, n := range sets.List(cms) {
+		keys = append(keys, referenceKey(kindConfigMap, n))
+	}
+	for _, n := range sets.List(secrets) {
+		keys = append(keys, referenceKey(kindSecret, n))
+	}
+	return keys, nil
 }
 
 // optedIn says whether a consumer object asks to be copied whether or not
@@ -46,7 +54,7 @@ func optedIn(m metav1.Object) bool { return m.GetLabels()[offloadv1alpha1.LabelR
 // references the object name of kind (kindConfigMap or kindSecret), as the
 // pod informer sees it.
 func (p *pair) referenced(kind, name string) bool {
-	pods, err := p.pods.GetIndexer().ByIndex(kind, name)
+	pods, err := p.pods.GetIndexer().ByIndex(byReferenceIndex, referenceKey(kind, name))
 	return err == nil && len(pods) > 0
 }
 
