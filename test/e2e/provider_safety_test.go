@@ -82,11 +82,7 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 		t.Errorf("kubectl offload status peer consumer on the provider: policy fields %q, %q; want baseline, not allowed", fields["tenantPodSecurity"], fields["tenantNodePlacement"])
 	}
 
-	held := readHeldCredentials(ctx, t, consumer, "provider")
-	tenant, err := kubernetes.NewForConfig(held.config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	held, tenant := tenantClient(ctx, t, consumer)
 	before := remotePods(ctx, t, provider, twin, consumerID)
 
 	// Directly, with the consumer's credentials: refused by the provider's
@@ -271,11 +267,7 @@ func peerFields(t *testing.T, c *framework.Cluster, name string) map[string]stri
 // for 60% of it is admitted in the first, and then refused in the second.
 func expectOneBudget(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, first, second string) {
 	t.Helper()
-	held := readHeldCredentials(ctx, t, consumer, "provider")
-	tenant, err := kubernetes.NewForConfig(held.config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	held, tenant := tenantClient(ctx, t, consumer)
 	var offer offloadv1alpha1.ResourceOfferList
 	if err := ctrlClient(t, provider).List(ctx, &offer, client.InNamespace(held.namespace)); err != nil || len(offer.Items) != 1 {
 		t.Fatalf("the consumer's ResourceOffer: %v (%d)", err, len(offer.Items))
@@ -301,7 +293,7 @@ func expectOneBudget(ctx context.Context, t *testing.T, consumer, provider *fram
 		hard := q.Spec.Hard[corev1.ResourceRequestsCPU]
 		return hard.MilliValue() <= cpu-share.MilliValue(), hard.String()
 	})
-	_, err = tenant.CoreV1().Pods(second).Create(ctx, pod(second), metav1.CreateOptions{})
+	_, err := tenant.CoreV1().Pods(second).Create(ctx, pod(second), metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") {
 		t.Errorf("a second pod using 60%% of the offer, in another twin namespace: err=%v, want Forbidden by the quota", err)
 	}
@@ -309,4 +301,16 @@ func expectOneBudget(ctx context.Context, t *testing.T, consumer, provider *fram
 	if err := tenant.CoreV1().Pods(first).Delete(ctx, "budget", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// tenantClient returns the consumer's credentials for its provider
+// "provider", as its agent holds them, and a client that uses them.
+func tenantClient(ctx context.Context, t *testing.T, consumer *framework.Cluster) (heldCredentials, kubernetes.Interface) {
+	t.Helper()
+	held := readHeldCredentials(ctx, t, consumer, "provider")
+	tenant, err := kubernetes.NewForConfig(held.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held, tenant
 }
