@@ -89,6 +89,16 @@ const (
 	NodePlacementAllowed = "allowed"
 )
 
+// AnnotationEndpointCIDRs, on a twin namespace, lists (comma-separated)
+// the CIDRs the addresses of EndpointSlices its tenant writes must fall in:
+// the provider's pod CIDRs, the provider's views of the consumer's pod
+// CIDRs, and what the provider's admin adds. The provider's
+// remotenamespace controller sets it and the chart's ValidatingAdmissionPolicy
+// offload-tenant-endpoints enforces it; without it a tenant's EndpointSlice
+// could point the provider's kube-proxy, ingress controllers or monitoring
+// at its API server, its nodes or another tenant's pods.
+const AnnotationEndpointCIDRs = "offload.io/endpoint-cidrs"
+
 // PodPolicyName is the ValidatingAdmissionPolicy, and its binding, that
 // the chart installs on providers: in every namespace labelled
 // LabelTenant, pods keep to the node-placement rules of ConsumerPolicy.

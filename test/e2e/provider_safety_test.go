@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -114,6 +115,22 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 			t.Errorf("the consumer's credentials created Service %s (%s) on the provider: err=%v, want Forbidden", svc.Name, svc.Spec.Type, err)
 			_ = provider.Kube.CoreV1().Services(twin).Delete(ctx, svc.Name, metav1.DeleteOptions{})
 		}
+	}
+	// Nor may an EndpointSlice point the provider's kube-proxy at its API
+	// server.
+	apiServer, err := provider.Kube.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || len(apiServer.Endpoints) == 0 {
+		t.Fatalf("the provider's API server EndpointSlice: %v, %v", apiServer, err)
+	}
+	addr := apiServer.Endpoints[0].Addresses[0]
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "direct-apiserver", Labels: map[string]string{discoveryv1.LabelServiceName: "direct-apiserver"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}}},
+	}
+	if _, err := tenant.DiscoveryV1().EndpointSlices(twin).Create(ctx, slice, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "points at "+addr) {
+		t.Errorf("the consumer's credentials created an EndpointSlice pointing at the provider's API server %s: err=%v, want Forbidden", addr, err)
+		_ = provider.Kube.DiscoveryV1().EndpointSlices(twin).Delete(ctx, slice.Name, metav1.DeleteOptions{})
 	}
 
 	// The pods the consumer runs cannot be widened afterwards either, nor

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -79,6 +80,9 @@ type controllerManagerOptions struct {
 	// ReservedNamespaces are namespaces no consumer may have, besides
 	// remotenamespace.DefaultReservedNamespaces and the built-in ones.
 	ReservedNamespaces []string
+	// TenantEndpointCIDRs are where tenants' EndpointSlices may point
+	// besides this cluster's pod CIDRs and, with the fabric, their views.
+	TenantEndpointCIDRs []string
 	global             *globalOptions
 }
 
@@ -123,6 +127,8 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 		"How long after its credentials expired a consumer that never renewed them is removed, with its twin namespaces.")
 	fs.StringSliceVar(&o.ReservedNamespaces, "reserved-namespace", o.ReservedNamespaces,
 		"Namespace no consumer may have as a twin namespace, besides kube-*, default, the install namespace and common add-on namespaces (repeatable).")
+	fs.StringSliceVar(&o.TenantEndpointCIDRs, "tenant-endpoint-cidr", o.TenantEndpointCIDRs,
+		"CIDR the EndpointSlices of consumers' twin namespaces may point into besides --pod-cidr and the fabric's views, such as the consumers' pod CIDRs on a shared flat network (repeatable).")
 	fs.StringVar(&o.GatewayAddress, "gateway-address", o.GatewayAddress, "Address consumers dial to reach this cluster's gateways (host or host:port), behind NAT or a fixed load balancer.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "How long the controllers may take to stop after SIGTERM.")
 	return cmd
@@ -151,6 +157,9 @@ func (o *controllerManagerOptions) Validate() error {
 		if _, err := o.networkSettings(); err != nil {
 			return err
 		}
+	}
+	if _, err := o.endpointCIDRs(); err != nil {
+		return err
 	}
 	return o.Options.Validate()
 }
@@ -186,6 +195,20 @@ func (o *controllerManagerOptions) networkSettings() (network.Settings, error) {
 	return s, nil
 }
 
+// endpointCIDRs parses where tenants' EndpointSlices may always point:
+// --pod-cidr and --tenant-endpoint-cidr.
+func (o *controllerManagerOptions) endpointCIDRs() ([]netip.Prefix, error) {
+	pods, err := ipam.ParsePrefixes("--pod-cidr", o.PodCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	extra, err := ipam.ParsePrefixes("--tenant-endpoint-cidr", o.TenantEndpointCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	return append(pods, extra...), nil
+}
+
 // Run runs the controller-manager until ctx is cancelled.
 func (o *controllerManagerOptions) Run(ctx context.Context) error {
 	o.Logger = o.global.logger("controller-manager")
@@ -211,7 +234,11 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		// Provider side: twin namespaces for the consumers' RemoteNamespaces,
 		// and those of consumers without a Tenant any more.
 		func(mgr ctrlmanager.Manager) error {
-			return (&remotenamespace.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, Reserved: o.ReservedNamespaces}).SetupWithManager(mgr)
+			cidrs, err := o.endpointCIDRs()
+			if err != nil {
+				return err
+			}
+			return (&remotenamespace.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, Reserved: o.ReservedNamespaces, EndpointCIDRs: cidrs}).SetupWithManager(mgr)
 		},
 		func(mgr ctrlmanager.Manager) error {
 			return (&remotenamespace.GarbageCollector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr)

@@ -31,7 +31,7 @@ func TestHelpListsTheFlagsTheChartPasses(t *testing.T) {
 	}{
 		{"controller-manager", []string{"--health-probe-bind-address", "--metrics-bind-address", "--leader-elect", "--namespace", "--cluster-name", "--kubeconfig"}},
 		{"auth", []string{"--listen", "--health-probe-bind-address", "--tls-san", "--namespace", "--kubeconfig"}},
-		{"controller-manager", []string{"--network", "--pod-cidr", "--service-cidr", "--remap-pool", "--reserved-cidr", "--gateway-service-type", "--gateway-address", "--reserved-namespace", "--credential-grace", "--abandoned-tenant-after"}},
+		{"controller-manager", []string{"--network", "--pod-cidr", "--service-cidr", "--remap-pool", "--reserved-cidr", "--gateway-service-type", "--gateway-address", "--reserved-namespace", "--credential-grace", "--abandoned-tenant-after", "--tenant-endpoint-cidr"}},
 		{"gateway", []string{"--tunnel", "--namespace", "--implementation", "--private-key-file", "--init", "--config", "--health-probe-bind-address"}},
 		{"fabric", []string{"--namespace", "--node-name"}},
 	}
@@ -60,6 +60,7 @@ func TestTheNetworkRefusesBadSettingsBeforeStarting(t *testing.T) {
 		{"a pod CIDR that is not one", []string{"--network", "--pod-cidr", "10.244.0.0"}, `--pod-cidr "10.244.0.0" is not a CIDR`},
 		{"overlapping pools", []string{"--network", "--pod-cidr", "10.244.0.0/16", "--remap-pool", "10.64.0.0/12", "--remap-pool", "10.70.0.0/16"}, "overlap"},
 		{"an unknown Service type", []string{"--network", "--pod-cidr", "10.244.0.0/16", "--gateway-service-type", "ClusterIP"}, "NodePort or LoadBalancer"},
+		{"a tenant endpoint CIDR that is not one", []string{"--tenant-endpoint-cidr", "10.0.0.1"}, `--tenant-endpoint-cidr "10.0.0.1" is not a CIDR`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -28,6 +29,11 @@ type limits struct {
 	failureRefill time.Duration
 	// perSource and total cap the requests in flight.
 	perSource, total int
+	// connsPerSource and conns cap the open connections. A connection
+	// over them, or from a source whose failures bucket is empty, is
+	// closed as soon as it is accepted, before the TLS handshake, which
+	// is most of what a request costs the service.
+	connsPerSource, conns int
 	// maxSources caps the table of sources; a source idle for idleAfter
 	// is forgotten. idleAfter should exceed failureBurst*failureRefill, so
 	// that a forgotten source had its bucket full again anyway.
@@ -44,10 +50,13 @@ func defaultLimits() limits {
 		failureRefill: 3 * time.Second,
 		perSource:     4,
 		total:         64,
-		maxSources:    10000,
-		idleAfter:     5 * time.Minute,
-		logEvery:      time.Minute,
-		now:           time.Now,
+		// A client keeps one or two connections; a browser six.
+		connsPerSource: 8,
+		conns:          512,
+		maxSources:     10000,
+		idleAfter:      5 * time.Minute,
+		logEvery:       time.Minute,
+		now:            time.Now,
 	}
 }
 
@@ -71,6 +80,7 @@ type limiter struct {
 	sources  map[string]*list.Element // of *source
 	recent   *list.List               // most recently seen first
 	inFlight int
+	open     int // connections
 }
 
 // source is what the limiter remembers of one remote address.
@@ -78,6 +88,7 @@ type source struct {
 	key      string
 	failures *rate.Limiter
 	inFlight int
+	conns    int
 	lastSeen time.Time
 	// loggedAt is when refusals were last logged; refused counts those
 	// since.
@@ -162,8 +173,8 @@ func (l *limiter) release(src *source, status int) {
 
 // lookup returns the source of key, remembering a new one when needed,
 // after forgetting the idle ones and, when the table is full, the least
-// recently seen. Sources with requests in flight are never forgotten, so
-// the table holds at most maxSources plus total of them.
+// recently seen. Sources with requests in flight or connections open are
+// never forgotten, so the table holds at most maxSources plus conns of them.
 func (l *limiter) lookup(key string, now time.Time) *source {
 	for e := l.recent.Back(); e != nil; {
 		prev := e.Prev()
@@ -171,7 +182,7 @@ func (l *limiter) lookup(key string, now time.Time) *source {
 		if now.Sub(s.lastSeen) <= l.idleAfter {
 			break
 		}
-		if s.inFlight == 0 {
+		if s.inFlight == 0 && s.conns == 0 {
 			l.forget(e)
 		}
 		e = prev
@@ -183,7 +194,7 @@ func (l *limiter) lookup(key string, now time.Time) *source {
 	}
 	for e := l.recent.Back(); e != nil && len(l.sources) >= l.maxSources; {
 		prev := e.Prev()
-		if e.Value.(*source).inFlight == 0 {
+		if s := e.Value.(*source); s.inFlight == 0 && s.conns == 0 {
 			l.forget(e)
 		}
 		e = prev
@@ -203,6 +214,77 @@ func (l *limiter) touch(s *source, now time.Time) {
 func (l *limiter) forget(e *list.Element) {
 	delete(l.sources, e.Value.(*source).key)
 	l.recent.Remove(e)
+}
+
+// listen wraps ln so that the connections over the limits are closed as
+// soon as they are accepted, before any TLS work.
+func (l *limiter) listen(ln net.Listener) net.Listener { return &limitedListener{Listener: ln, l: l} }
+
+type limitedListener struct {
+	net.Listener
+	l *limiter
+}
+
+// Accept returns the next connection within the limits, closing the others.
+func (ln *limitedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := ln.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		src, ok := ln.l.admitConn(sourceKey(c.RemoteAddr().String()))
+		if !ok {
+			_ = c.Close()
+			continue
+		}
+		return &limitedConn{Conn: c, close: func() { ln.l.releaseConn(src) }}, nil
+	}
+}
+
+type limitedConn struct {
+	net.Conn
+	once  sync.Once
+	close func()
+}
+
+func (c *limitedConn) Close() error {
+	c.once.Do(c.close)
+	return c.Conn.Close()
+}
+
+// admitConn counts an open connection of key, or says it must be closed: its
+// source failed too often, or holds too many, or the service does.
+func (l *limiter) admitConn(key string) (*source, bool) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	src := l.lookup(key, now)
+	var why string
+	switch {
+	case src.failures.TokensAt(now) < 1:
+		why = "too many failed requests from this address: closing its connections before the TLS handshake"
+	case src.conns >= l.connsPerSource:
+		why = fmt.Sprintf("more than %d connections open from this address", l.connsPerSource)
+	case l.open >= l.conns:
+		why = fmt.Sprintf("more than %d connections open", l.conns)
+	}
+	if why != "" {
+		l.logRefusal(src, &refusal{err: &peering.Error{Message: why}}, now)
+		return nil, false
+	}
+	src.conns++
+	l.open++
+	return src, true
+}
+
+// releaseConn ends a connection admitted for src.
+func (l *limiter) releaseConn(src *source) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	src.conns--
+	l.open--
+	l.touch(src, now)
 }
 
 // logRefusal logs the refusals of src at most once every logEvery. The log

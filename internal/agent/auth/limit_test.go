@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math"
@@ -31,6 +32,7 @@ import (
 func liftedLimits() limits {
 	l := defaultLimits()
 	l.failureBurst, l.perSource, l.total = math.MaxInt32, math.MaxInt32, math.MaxInt32
+	l.connsPerSource, l.conns = math.MaxInt32, math.MaxInt32
 	return l
 }
 
@@ -154,6 +156,67 @@ func TestRequestsOverTheConcurrencyCapsAreRefusedAtOnce(t *testing.T) {
 			s.send(t, tt.from, tt.req).want(t, tt.after)
 		})
 	}
+}
+
+func TestConnectionsOverTheLimitsAreClosedBeforeTheTLSHandshake(t *testing.T) {
+	s := startLimitedServer(t)
+	host := strings.TrimPrefix(s.url, "https://")
+	// handshake opens a new connection from ip and says whether the
+	// server went through a TLS handshake on it.
+	handshake := func(ip string) error {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+		c, err := tls.DialWithDialer(d, "tcp", host, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only the handshake is tested
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	}
+
+	t.Run("a source whose failures bucket is empty gets 429 on its open connection, and no new one", func(t *testing.T) {
+		for range 3 {
+			s.send(t, "127.0.0.3", fail).want(t, http.StatusUnauthorized)
+		}
+		s.send(t, "127.0.0.3", succeed).want(t, http.StatusTooManyRequests)
+		if err := handshake("127.0.0.3"); err == nil {
+			t.Fatal("a new connection from the refused source was served a TLS handshake")
+		}
+		if err := handshake("127.0.0.4"); err != nil {
+			t.Fatalf("another source: %v", err)
+		}
+		s.clock.advance(3 * time.Second) // one failure token back
+		if err := handshake("127.0.0.3"); err != nil {
+			t.Fatalf("the source once its bucket refilled: %v", err)
+		}
+	})
+
+	t.Run("a source holding its connections' worth gets no more until it closes one", func(t *testing.T) {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.5")}}
+		for range defaultLimits().connsPerSource {
+			c, err := d.Dial("tcp", host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, c)
+		}
+		// The server accepts them one by one: poll until the next is closed.
+		framework.Eventually(t, 10*time.Second, "a connection over the per-source cap was served", func(context.Context) bool {
+			return handshake("127.0.0.5") != nil
+		})
+		if err := handshake("127.0.0.6"); err != nil {
+			t.Fatalf("another source: %v", err)
+		}
+		_ = held[0].Close()
+		held = held[1:]
+		framework.Eventually(t, 10*time.Second, "the source is still refused after closing a connection", func(context.Context) bool {
+			return handshake("127.0.0.5") == nil
+		})
+	})
 }
 
 func TestALegitimateRefreshSucceedsDuringAFloodOfBadTokensFromAnotherSource(t *testing.T) {

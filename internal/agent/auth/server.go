@@ -168,9 +168,10 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listening on --listen %s: %w", s.opts.Listen, err)
 	}
-	https := s.newHTTPServer(newLimiter(s.limits, log).wrap(s.mux))
+	limiter := newLimiter(s.limits, log)
+	https := s.newHTTPServer(limiter.wrap(s.mux))
 	https.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.getCertificate}
-	go func() { errc <- serve(https, tls.NewListener(ln, https.TLSConfig), "HTTPS server") }()
+	go func() { errc <- serve(https, tls.NewListener(limiter.listen(ln), https.TLSConfig), "HTTPS server") }()
 	servers = append(servers, https)
 	s.ready.Store(true)
 	log.Info("Serving", "https", ln.Addr().String(), "health", healthLn.Addr().String())

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -81,6 +82,11 @@ type Reconciler struct {
 	// Reserved are more namespaces never given to a consumer, besides the
 	// built-in ones and DefaultReservedNamespaces.
 	Reserved []string
+	// EndpointCIDRs are where the addresses of a tenant's EndpointSlices
+	// may always point: this cluster's pod CIDRs and what its admin adds
+	// (for consumers on a shared flat network). The network fabric adds
+	// each tenant's views. See AnnotationEndpointCIDRs.
+	EndpointCIDRs []netip.Prefix
 
 	// skipNameValidation lets tests start the controller more than once
 	// in a process.
@@ -100,6 +106,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&offloadv1alpha1.RemoteNamespace{}).
 		Watches(&offloadv1alpha1.ResourceOffer{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenantNamespace)).
 		Watches(&offloadv1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenant)).
+		Watches(&offloadv1alpha1.Tunnel{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTunnel)).
 		Watches(&corev1.Namespace{}, byAnnotation, owned).
 		Watches(&rbacv1.RoleBinding{}, byAnnotation, owned).
 		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenantOf), owned).

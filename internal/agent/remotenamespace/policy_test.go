@@ -2,6 +2,7 @@ package remotenamespace
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -162,4 +163,45 @@ func TestBudgetForNeverGoesBelowZero(t *testing.T) {
 	if q := got[corev1.ResourceRequestsCPU]; q.Sign() != 0 {
 		t.Errorf("budget %s, want 0 when the others use more than the offer", q.String())
 	}
+}
+
+func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
+	e := newEnv(t)
+	e.r.EndpointCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.50.0/24"), netip.MustParsePrefix("10.244.0.0/16")}
+	e.offer(e.tenant, "2", "4Gi", "20")
+	rn := e.ready(e.tenant)
+	wantCIDRs := func(want string) {
+		t.Helper()
+		if got := e.namespace(rn.Spec.TargetNamespace).Annotations[offloadv1alpha1.AnnotationEndpointCIDRs]; got != want {
+			t.Errorf("annotation %s = %q, want %q", offloadv1alpha1.AnnotationEndpointCIDRs, got, want)
+		}
+	}
+	// Without the fabric: this cluster's pod CIDRs and the admin's ranges.
+	wantCIDRs("10.244.0.0/16,192.168.50.0/24")
+
+	// The fabric serves the tenant: the views of its pods are added.
+	if err := e.c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tunnel := &offloadv1alpha1.Tunnel{
+		ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, e.tenant.Name)},
+		Spec: offloadv1alpha1.TunnelSpec{ClusterID: e.tenant.Spec.ClusterID, ClusterName: e.tenant.Name, Role: offloadv1alpha1.TunnelServer,
+			LocalPodCIDRs: []string{"10.244.0.0/16"}, Mappings: []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.71.0.0/16"}}},
+	}
+	e.create(tunnel)
+	if got := e.r.requestsOfTunnel(context.Background(), tunnel); len(got) != 1 || got[0].Name != rn.Name || got[0].Namespace != rn.Namespace {
+		t.Errorf("the Tunnel requeues %v, want the tenant's RemoteNamespace", got)
+	}
+	e.reconcile(rn)
+	wantCIDRs("10.244.0.0/16,10.71.0.0/16,192.168.50.0/24")
+
+	// A hand edit is put back.
+	ns := e.namespace(rn.Spec.TargetNamespace)
+	patch := client.MergeFrom(ns.DeepCopy())
+	ns.Annotations[offloadv1alpha1.AnnotationEndpointCIDRs] = "0.0.0.0/0"
+	if err := e.c.Patch(context.Background(), ns, patch); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(rn)
+	wantCIDRs("10.244.0.0/16,10.71.0.0/16,192.168.50.0/24")
 }

@@ -1,0 +1,202 @@
+package charts_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+const virtualNodesPolicyName = "offload-virtual-nodes"
+
+// controllerManagerScope applies the chart's ClusterRole of the
+// controller-manager and virtualNodesPolicyName, rendered for a new release
+// namespace, and returns a client acting as the controller-manager's
+// ServiceAccount there, once both are enforced.
+func controllerManagerScope(t *testing.T, admin kubernetes.Interface) kubernetes.Interface {
+	t.Helper()
+	ctx := t.Context()
+	ns, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "release-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := renderIn(ns.Name, map[string]any{"clusterName": "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		policy  admissionregistrationv1.ValidatingAdmissionPolicy
+		binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		role    rbacv1.ClusterRole
+		bound   rbacv1.ClusterRoleBinding
+	)
+	if err := fromRendered(objs, map[string]any{
+		"ValidatingAdmissionPolicy/" + virtualNodesPolicyName:        &policy,
+		"ValidatingAdmissionPolicyBinding/" + virtualNodesPolicyName: &binding,
+		"ClusterRole/offload-controller-manager":                     &role,
+		"ClusterRoleBinding/offload-controller-manager":              &bound,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Names unique to this test, since the API server is shared.
+	suffix := "-" + ns.Name
+	policy.Name += suffix
+	binding.Name += suffix
+	binding.Spec.PolicyName = policy.Name
+	role.Name += suffix
+	bound.Name += suffix
+	bound.RoleRef.Name = role.Name
+	created, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := typeCheck(admin, created); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &bound, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(framework.APIServer(t))
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns.Name + ":" + offloadv1alpha1.ControllerManager,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns.Name, "system:authenticated"},
+	}
+	agent, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Admission runs after authorization: the probe is refused by the
+	// policy once both are in force.
+	framework.Eventually(t, 30*time.Second, "the policy and RBAC are not enforced", func(ctx context.Context) bool {
+		_, err := agent.CoreV1().Nodes().Create(ctx, node("probe", false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), virtualNodesPolicyName)
+	})
+	return agent
+}
+
+func node(name string, virtual bool) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if virtual {
+		n.Labels = map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}
+	}
+	return n
+}
+
+func TestTheControllerManagerWritesOnlyItsVirtualNodesAndTheirPods(t *testing.T) {
+	admin, err := kubernetes.NewForConfig(framework.APIServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := controllerManagerScope(t, admin)
+	ctx := t.Context()
+	id := rand.String(5)
+	real, virtual := "real-"+id, offloadv1alpha1.VirtualNodeName("peer-"+id)
+	for _, n := range []*corev1.Node{node(real, false), node(virtual, true)} {
+		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
+	}
+	ns := newNamespace(t, admin, nil)
+	pod := func(name, nodeName string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: nodeName,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		p, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	onReal, onVirtual := pod("on-real", real), pod("on-virtual", virtual)
+	dry := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	statusPatch := []byte(`{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`)
+
+	refused := []struct {
+		name string
+		do   func() error
+		want string // in the message: the policy's name, or RBAC's "cannot"
+	}{
+		{"creating a node that is not virtual", func() error {
+			_, err := agent.CoreV1().Nodes().Create(ctx, node("rogue-"+id, false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}, virtualNodesPolicyName},
+		{"deleting a real node", func() error { return agent.CoreV1().Nodes().Delete(ctx, real, dry) }, virtualNodesPolicyName},
+		{"patching a real node's status", func() error {
+			_, err := agent.CoreV1().Nodes().Patch(ctx, real, types.StrategicMergePatchType, statusPatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+			return err
+		}, virtualNodesPolicyName},
+		{"relabelling a node", func() error {
+			_, err := agent.CoreV1().Nodes().Patch(ctx, real, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+			return err
+		}, "cannot patch resource \"nodes\""},
+		{"creating a pod", func() error {
+			_, err := agent.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: onVirtual.Spec}, metav1.CreateOptions{})
+			return err
+		}, "cannot create resource \"pods\""},
+		{"changing a pod", func() error {
+			_, err := agent.CoreV1().Pods(ns).Patch(ctx, onVirtual.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+			return err
+		}, "cannot patch resource \"pods\""},
+		{"deleting a pod of a real node", func() error { return agent.CoreV1().Pods(ns).Delete(ctx, onReal.Name, dry) }, virtualNodesPolicyName},
+		{"writing the status of a pod of a real node", func() error {
+			_, err := agent.CoreV1().Pods(ns).UpdateStatus(ctx, onReal, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}, virtualNodesPolicyName},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name+" is refused", func(t *testing.T) {
+			if err := tc.do(); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want Forbidden by %s", err, tc.want)
+			}
+		})
+	}
+	if _, err := admin.CoreV1().Nodes().Get(ctx, real, metav1.GetOptions{}); err != nil {
+		t.Errorf("the real node: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		do   func() error
+	}{
+		{"creating a virtual node", func() error {
+			_, err := agent.CoreV1().Nodes().Create(ctx, node(offloadv1alpha1.VirtualNodeName("new-"+id), true), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"patching its status", func() error {
+			_, err := agent.CoreV1().Nodes().Patch(ctx, virtual, types.StrategicMergePatchType, statusPatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+			return err
+		}},
+		{"writing the status of a pod bound to it", func() error {
+			_, err := agent.CoreV1().Pods(ns).UpdateStatus(ctx, onVirtual, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"deleting a pod bound to it", func() error { return agent.CoreV1().Pods(ns).Delete(ctx, onVirtual.Name, dry) }},
+		{"deleting it", func() error { return agent.CoreV1().Nodes().Delete(ctx, virtual, dry) }},
+	} {
+		t.Run(fmt.Sprintf("%s is admitted", tc.name), func(t *testing.T) {
+			if err := tc.do(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
