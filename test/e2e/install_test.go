@@ -289,6 +289,11 @@ func checkRBAC(ctx context.Context, t *testing.T, c *framework.Cluster) {
 			{"get", "", "secrets", "", "default", false},
 			{"list", "", "secrets", "", "", false},
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
+			// Virtual-kubelet work only: no pod is created or changed but
+			// its status, no node changed but its status.
+			{"create", "", "pods", "", "default", false},
+			{"patch", "", "pods", "", "default", false},
+			{"update", "", "nodes", "", "", false},
 			// Allowed by RBAC, confined to twin namespaces by the
 			// ValidatingAdmissionPolicy (checkNamespacePolicy).
 			{"delete", "", "namespaces", "", "", true},

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -152,6 +154,29 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 	}
 	if ns.Labels[offloadv1alpha1.LabelPodSecurityEnforce] != string(offloadv1alpha1.PodSecurityBaseline) || ns.Labels[offloadv1alpha1.LabelNodePlacement] != "" {
 		t.Errorf("twin namespace %s labels %v, want Pod Security baseline enforced and no node placement", twin, ns.Labels)
+	}
+	// Other tenants' pods are kept out where the network plugin enforces
+	// NetworkPolicy: the consumer's pods come in by the fabric's view of
+	// them. The consumer cannot remove the policy.
+	pc := ctrlClient(t, provider)
+	waitFor(ctx, t, time.Minute, "the twin namespace's NetworkPolicy to let in the consumer's pods only", func(ctx context.Context) (bool, string) {
+		var tunnel offloadv1alpha1.Tunnel
+		if err := pc.Get(ctx, client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer")}, &tunnel); err != nil {
+			return false, "the provider's Tunnel of the consumer: " + err.Error()
+		}
+		var views []string
+		for _, m := range tunnel.Spec.Mappings {
+			views = append(views, m.View)
+		}
+		np, err := provider.Kube.NetworkingV1().NetworkPolicies(twin).Get(ctx, remotenamespace.NetworkPolicyName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		want := remotenamespace.NetworkPolicyFor(consumerID, views)
+		return len(views) > 0 && equality.Semantic.DeepEqual(np.Spec, want), fmt.Sprintf("%+v, want %+v", np.Spec, want)
+	})
+	if err := tenant.NetworkingV1().NetworkPolicies(twin).Delete(ctx, remotenamespace.NetworkPolicyName, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the consumer's credentials deleted the NetworkPolicy of its twin namespace: err=%v, want Forbidden", err)
 	}
 
 	// Namespaces are the provider's to give: asked for directly, kube-system

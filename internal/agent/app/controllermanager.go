@@ -158,7 +158,7 @@ func (o *controllerManagerOptions) Validate() error {
 			return err
 		}
 	}
-	if _, err := o.endpointCIDRs(); err != nil {
+	if _, _, err := o.endpointCIDRs(); err != nil {
 		return err
 	}
 	return o.Options.Validate()
@@ -195,18 +195,15 @@ func (o *controllerManagerOptions) networkSettings() (network.Settings, error) {
 	return s, nil
 }
 
-// endpointCIDRs parses where tenants' EndpointSlices may always point:
-// --pod-cidr and --tenant-endpoint-cidr.
-func (o *controllerManagerOptions) endpointCIDRs() ([]netip.Prefix, error) {
-	pods, err := ipam.ParsePrefixes("--pod-cidr", o.PodCIDRs)
-	if err != nil {
-		return nil, err
+// endpointCIDRs parses --pod-cidr and --tenant-endpoint-cidr.
+func (o *controllerManagerOptions) endpointCIDRs() (pods, flat []netip.Prefix, err error) {
+	if pods, err = ipam.ParsePrefixes("--pod-cidr", o.PodCIDRs); err != nil {
+		return nil, nil, err
 	}
-	extra, err := ipam.ParsePrefixes("--tenant-endpoint-cidr", o.TenantEndpointCIDRs)
-	if err != nil {
-		return nil, err
+	if flat, err = ipam.ParsePrefixes("--tenant-endpoint-cidr", o.TenantEndpointCIDRs); err != nil {
+		return nil, nil, err
 	}
-	return append(pods, extra...), nil
+	return pods, flat, nil
 }
 
 // Run runs the controller-manager until ctx is cancelled.
@@ -234,11 +231,12 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		// Provider side: twin namespaces for the consumers' RemoteNamespaces,
 		// and those of consumers without a Tenant any more.
 		func(mgr ctrlmanager.Manager) error {
-			cidrs, err := o.endpointCIDRs()
+			pods, flat, err := o.endpointCIDRs()
 			if err != nil {
 				return err
 			}
-			return (&remotenamespace.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, Reserved: o.ReservedNamespaces, EndpointCIDRs: cidrs}).SetupWithManager(mgr)
+			return (&remotenamespace.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, Reserved: o.ReservedNamespaces,
+				PodCIDRs: pods, FlatCIDRs: flat}).SetupWithManager(mgr)
 		},
 		func(mgr ctrlmanager.Manager) error {
 			return (&remotenamespace.GarbageCollector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr)

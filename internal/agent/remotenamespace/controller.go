@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -82,11 +83,12 @@ type Reconciler struct {
 	// Reserved are more namespaces never given to a consumer, besides the
 	// built-in ones and DefaultReservedNamespaces.
 	Reserved []string
-	// EndpointCIDRs are where the addresses of a tenant's EndpointSlices
-	// may always point: this cluster's pod CIDRs and what its admin adds
-	// (for consumers on a shared flat network). The network fabric adds
-	// each tenant's views. See AnnotationEndpointCIDRs.
-	EndpointCIDRs []netip.Prefix
+	// PodCIDRs are this cluster's pod CIDRs, and FlatCIDRs what its admin
+	// adds for consumers whose pods share a flat network with it. With the
+	// network fabric each tenant's views are added. They bound where a
+	// tenant's EndpointSlices may point (AnnotationEndpointCIDRs), and
+	// FlatCIDRs and the views are let in by NetworkPolicyName.
+	PodCIDRs, FlatCIDRs []netip.Prefix
 
 	// skipNameValidation lets tests start the controller more than once
 	// in a process.
@@ -111,6 +113,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&rbacv1.RoleBinding{}, byAnnotation, owned).
 		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenantOf), owned).
 		Watches(&corev1.LimitRange{}, byAnnotation, owned).
+		Watches(&networkingv1.NetworkPolicy{}, byAnnotation, owned).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the %s controller: %w", ControllerName, err)
@@ -160,8 +163,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: o.retry}, nil
 }
 
-// ensure creates or repairs, in order, the twin namespace, its quota and
-// LimitRange, and last the RoleBinding, so that the consumer never gets a
+// ensure creates or repairs, in order, the twin namespace, its quota,
+// LimitRange and NetworkPolicy, and last the RoleBinding, so that the consumer never gets a
 // namespace without a quota.
 func (r *Reconciler) ensure(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, tenant *offloadv1alpha1.Tenant) (outcome, error) {
 	if o, err := r.ensureNamespace(ctx, rn, tenant); o != nil || err != nil {
@@ -179,6 +182,13 @@ func (r *Reconciler) ensure(ctx context.Context, rn *offloadv1alpha1.RemoteNames
 		return outcome{}, err
 	}
 	if err := r.ensureLimitRange(ctx, rn); err != nil {
+		return outcome{}, err
+	}
+	addrs, err := r.addressesOf(ctx, tenant)
+	if err != nil {
+		return outcome{}, err
+	}
+	if err := r.ensureNetworkPolicy(ctx, rn, tenant, addrs); err != nil {
 		return outcome{}, err
 	}
 	if err := r.ensureRoleBinding(ctx, rn); err != nil {

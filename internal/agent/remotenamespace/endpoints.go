@@ -6,50 +6,110 @@ import (
 	"slices"
 	"strings"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
-// endpointCIDRs is the value of a tenant's twin namespaces'
-// AnnotationEndpointCIDRs: r.EndpointCIDRs (this cluster's pod CIDRs and
-// what its admin added), and, when the network fabric serves the tenant,
-// the pod CIDRs of its server Tunnel and the views of the consumer's pod
-// CIDRs there. Sorted and without repeats, so that it changes only when
-// one of them does.
-func (r *Reconciler) endpointCIDRs(ctx context.Context, tenant *offloadv1alpha1.Tenant) (string, error) {
-	set := map[string]bool{}
-	for _, p := range r.EndpointCIDRs {
-		set[p.Masked().String()] = true
+// NetworkPolicyName is the NetworkPolicy of a twin namespace that keeps
+// out the pods of other tenants.
+const NetworkPolicyName = "offload-tenant-isolation"
+
+// tenantAddresses are the addresses that belong to one tenant's traffic on
+// this cluster.
+type tenantAddresses struct {
+	// local are this cluster's pod CIDRs, where the tenant's pods here run.
+	local []string
+	// consumer are where the consumer's own pods appear from here: the
+	// fabric's views of its pod CIDRs, and the admin's flat-network ranges.
+	consumer []string
+}
+
+// addressesOf returns the addresses of tenant: r.PodCIDRs and r.FlatCIDRs,
+// and, when the network fabric serves the tenant, the pod CIDRs of its
+// server Tunnel and the views of the consumer's pod CIDRs there.
+func (r *Reconciler) addressesOf(ctx context.Context, tenant *offloadv1alpha1.Tenant) (tenantAddresses, error) {
+	var local, consumer []string
+	for _, p := range r.PodCIDRs {
+		local = append(local, p.String())
+	}
+	for _, p := range r.FlatCIDRs {
+		consumer = append(consumer, p.String())
 	}
 	var tunnel offloadv1alpha1.Tunnel
 	key := client.ObjectKey{Namespace: r.Namespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, tenant.Name)}
 	err := r.Client.Get(ctx, key, &tunnel)
 	if client.IgnoreNotFound(err) != nil {
-		return "", err
+		return tenantAddresses{}, err
 	}
 	if err == nil && tunnel.Spec.ClusterID == tenant.Spec.ClusterID {
-		cidrs := slices.Clone(tunnel.Spec.LocalPodCIDRs)
+		local = append(local, tunnel.Spec.LocalPodCIDRs...)
 		for _, m := range tunnel.Spec.Mappings {
-			cidrs = append(cidrs, m.View)
-		}
-		for _, c := range cidrs {
-			if p, err := netip.ParsePrefix(c); err == nil {
-				set[p.Masked().String()] = true
-			}
+			consumer = append(consumer, m.View)
 		}
 	}
-	out := make([]string, 0, len(set))
-	for c := range set {
-		out = append(out, c)
-	}
-	slices.Sort(out)
-	return strings.Join(out, ","), nil
+	return tenantAddresses{local: canonical(local), consumer: canonical(consumer)}, nil
 }
 
-// requestsOfTunnel maps a server Tunnel, whose views bound what the
-// tenant's EndpointSlices may hold, to the RemoteNamespaces of its tenant.
+// canonical parses, masks, sorts and deduplicates cidrs, dropping what is
+// not a CIDR, so that the result changes only when one of them does.
+func canonical(cidrs []string) []string {
+	out := make([]string, 0, len(cidrs))
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out = append(out, p.Masked().String())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// endpointCIDRs is the value of AnnotationEndpointCIDRs: every address of
+// the tenant's traffic.
+func (a tenantAddresses) endpointCIDRs() string {
+	return strings.Join(canonical(append(slices.Clone(a.local), a.consumer...)), ",")
+}
+
+// NetworkPolicyFor returns the NetworkPolicy of a twin namespace of the
+// tenant with cluster ID tenantID, whose consumer's pods appear from
+// consumerCIDRs: its pods take connections from this cluster's own
+// namespaces (those of no tenant), from the tenant's twin namespaces, and
+// from the consumer's pods; not from other tenants' pods. It holds where
+// the cluster's network plugin enforces NetworkPolicy.
+func NetworkPolicyFor(tenantID string, consumerCIDRs []string) networkingv1.NetworkPolicySpec {
+	from := []networkingv1.NetworkPolicyPeer{
+		{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: offloadv1alpha1.LabelTenant, Operator: metav1.LabelSelectorOpDoesNotExist}}}},
+		{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{offloadv1alpha1.LabelTenant: tenantID}}},
+	}
+	for _, c := range consumerCIDRs {
+		from = append(from, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: c}})
+	}
+	return networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from}},
+	}
+}
+
+func (r *Reconciler) ensureNetworkPolicy(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, tenant *offloadv1alpha1.Tenant, a tenantAddresses) error {
+	want := &networkingv1.NetworkPolicy{ObjectMeta: managedMeta(rn, NetworkPolicyName, rn.Spec.TargetNamespace),
+		Spec: NetworkPolicyFor(tenant.Spec.ClusterID, a.consumer)}
+	return ensureObject(ctx, r.Client, want, &networkingv1.NetworkPolicy{}, func(have *networkingv1.NetworkPolicy) bool {
+		if equality.Semantic.DeepEqual(have.Spec, want.Spec) {
+			return false
+		}
+		have.Spec = want.Spec
+		return true
+	})
+}
+
+// requestsOfTunnel maps a server Tunnel, whose views bound the tenant's
+// EndpointSlices and NetworkPolicies, to the RemoteNamespaces of its tenant.
 func (r *Reconciler) requestsOfTunnel(ctx context.Context, o client.Object) []reconcile.Request {
 	t, ok := o.(*offloadv1alpha1.Tunnel)
 	if !ok || t.Spec.Role != offloadv1alpha1.TunnelServer || t.Spec.ClusterName == "" {
@@ -57,3 +117,4 @@ func (r *Reconciler) requestsOfTunnel(ctx context.Context, o client.Object) []re
 	}
 	return r.requestsIn(ctx, offloadv1alpha1.TenantNamespacePrefix+t.Spec.ClusterName)
 }
+

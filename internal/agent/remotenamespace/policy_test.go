@@ -7,9 +7,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -167,7 +170,8 @@ func TestBudgetForNeverGoesBelowZero(t *testing.T) {
 
 func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 	e := newEnv(t)
-	e.r.EndpointCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.50.0/24"), netip.MustParsePrefix("10.244.0.0/16")}
+	e.r.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	e.r.FlatCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.50.0/24")}
 	e.offer(e.tenant, "2", "4Gi", "20")
 	rn := e.ready(e.tenant)
 	wantCIDRs := func(want string) {
@@ -176,8 +180,21 @@ func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 			t.Errorf("annotation %s = %q, want %q", offloadv1alpha1.AnnotationEndpointCIDRs, got, want)
 		}
 	}
-	// Without the fabric: this cluster's pod CIDRs and the admin's ranges.
+	wantPolicy := func(ipBlocks ...string) {
+		t.Helper()
+		var np networkingv1.NetworkPolicy
+		if err := e.c.Get(context.Background(), key(rn.Spec.TargetNamespace, NetworkPolicyName), &np); err != nil {
+			t.Fatal(err)
+		}
+		want := NetworkPolicyFor(e.tenant.Spec.ClusterID, ipBlocks)
+		if !equality.Semantic.DeepEqual(np.Spec, want) {
+			t.Errorf("NetworkPolicy %s = %+v, want %+v", NetworkPolicyName, np.Spec, want)
+		}
+	}
+	// Without the fabric: this cluster's pod CIDRs and the admin's ranges;
+	// only the latter are the consumer's pods.
 	wantCIDRs("10.244.0.0/16,192.168.50.0/24")
+	wantPolicy("192.168.50.0/24")
 
 	// The fabric serves the tenant: the views of its pods are added.
 	if err := e.c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -194,8 +211,17 @@ func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 	}
 	e.reconcile(rn)
 	wantCIDRs("10.244.0.0/16,10.71.0.0/16,192.168.50.0/24")
+	wantPolicy("10.71.0.0/16", "192.168.50.0/24")
 
-	// A hand edit is put back.
+	// Hand edits are put back.
+	var np networkingv1.NetworkPolicy
+	if err := e.c.Get(context.Background(), key(rn.Spec.TargetNamespace, NetworkPolicyName), &np); err != nil {
+		t.Fatal(err)
+	}
+	np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}} // from anywhere
+	if err := e.c.Update(context.Background(), &np); err != nil {
+		t.Fatal(err)
+	}
 	ns := e.namespace(rn.Spec.TargetNamespace)
 	patch := client.MergeFrom(ns.DeepCopy())
 	ns.Annotations[offloadv1alpha1.AnnotationEndpointCIDRs] = "0.0.0.0/0"
@@ -204,4 +230,47 @@ func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 	}
 	e.reconcile(rn)
 	wantCIDRs("10.244.0.0/16,10.71.0.0/16,192.168.50.0/24")
+	wantPolicy("10.71.0.0/16", "192.168.50.0/24")
+}
+
+func TestTheNetworkPolicyLetsInTheProviderTheTenantAndItsConsumerOnly(t *testing.T) {
+	spec := NetworkPolicyFor("tenant-a", []string{"10.71.0.0/16"})
+	if len(spec.PolicyTypes) != 1 || spec.PolicyTypes[0] != networkingv1.PolicyTypeIngress || len(spec.PodSelector.MatchLabels)+len(spec.PodSelector.MatchExpressions) != 0 {
+		t.Fatalf("the policy must select every pod of the namespace for ingress: %+v", spec)
+	}
+	// Which namespaces' pods get in, by their labels.
+	for _, tc := range []struct {
+		name   string
+		labels labels.Set
+		in     bool
+	}{
+		{"the provider's own namespace", labels.Set{"kubernetes.io/metadata.name": "monitoring"}, true},
+		{"a twin namespace of the same tenant", labels.Set{offloadv1alpha1.LabelTenant: "tenant-a"}, true},
+		{"a twin namespace of another tenant", labels.Set{offloadv1alpha1.LabelTenant: "tenant-b"}, false},
+		{"another tenant's namespace", labels.Set{offloadv1alpha1.LabelTenant: "tenant-b", "kubernetes.io/metadata.name": offloadv1alpha1.TenantNamespacePrefix + "b"}, false},
+	} {
+		in := false
+		for _, peer := range spec.Ingress[0].From {
+			if peer.NamespaceSelector == nil {
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in = in || sel.Matches(tc.labels)
+		}
+		if in != tc.in {
+			t.Errorf("pods of %s let in: %v, want %v", tc.name, in, tc.in)
+		}
+	}
+	var blocks []string
+	for _, peer := range spec.Ingress[0].From {
+		if peer.IPBlock != nil {
+			blocks = append(blocks, peer.IPBlock.CIDR)
+		}
+	}
+	if len(blocks) != 1 || blocks[0] != "10.71.0.0/16" {
+		t.Errorf("addresses let in: %v, want only the consumer's view 10.71.0.0/16", blocks)
+	}
 }

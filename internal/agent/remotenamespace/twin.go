@@ -157,11 +157,11 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, rn *offloadv1alpha1.Re
 	want.Labels[offloadv1alpha1.LabelOriginNamespace] = rn.Spec.SourceNamespace
 	want.Labels[offloadv1alpha1.LabelTenant] = tenant.Spec.ClusterID
 	maps.Copy(want.Labels, PolicyLabels(tenant.Spec.Policy))
-	cidrs, err := r.endpointCIDRs(ctx, tenant)
+	addrs, err := r.addressesOf(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	want.Annotations[offloadv1alpha1.AnnotationEndpointCIDRs] = cidrs
+	want.Annotations[offloadv1alpha1.AnnotationEndpointCIDRs] = addrs.endpointCIDRs()
 	ns, err := r.getNamespace(ctx, target)
 	if err != nil {
 		return nil, err

@@ -9,8 +9,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -21,10 +23,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-const virtualNodesPolicyName = "offload-virtual-nodes"
+const controllerManagerPolicyName = "offload-controller-manager-scope"
 
 // controllerManagerScope applies the chart's ClusterRole of the
-// controller-manager and virtualNodesPolicyName, rendered for a new release
+// controller-manager and controllerManagerPolicyName, rendered for a new release
 // namespace, and returns a client acting as the controller-manager's
 // ServiceAccount there, once both are enforced.
 func controllerManagerScope(t *testing.T, admin kubernetes.Interface) kubernetes.Interface {
@@ -45,8 +47,8 @@ func controllerManagerScope(t *testing.T, admin kubernetes.Interface) kubernetes
 		bound   rbacv1.ClusterRoleBinding
 	)
 	if err := fromRendered(objs, map[string]any{
-		"ValidatingAdmissionPolicy/" + virtualNodesPolicyName:        &policy,
-		"ValidatingAdmissionPolicyBinding/" + virtualNodesPolicyName: &binding,
+		"ValidatingAdmissionPolicy/" + controllerManagerPolicyName:        &policy,
+		"ValidatingAdmissionPolicyBinding/" + controllerManagerPolicyName: &binding,
 		"ClusterRole/offload-controller-manager":                     &role,
 		"ClusterRoleBinding/offload-controller-manager":              &bound,
 	}); err != nil {
@@ -89,7 +91,7 @@ func controllerManagerScope(t *testing.T, admin kubernetes.Interface) kubernetes
 	// policy once both are in force.
 	framework.Eventually(t, 30*time.Second, "the policy and RBAC are not enforced", func(ctx context.Context) bool {
 		_, err := agent.CoreV1().Nodes().Create(ctx, node("probe", false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), virtualNodesPolicyName)
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), controllerManagerPolicyName)
 	})
 	return agent
 }
@@ -102,7 +104,7 @@ func node(name string, virtual bool) *corev1.Node {
 	return n
 }
 
-func TestTheControllerManagerWritesOnlyItsVirtualNodesAndTheirPods(t *testing.T) {
+func TestTheControllerManagerWritesOnlyItsVirtualNodesTheirPodsAndTwinNamespaces(t *testing.T) {
 	admin, err := kubernetes.NewForConfig(framework.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
@@ -128,6 +130,14 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesAndTheirPods(t *testing.T)
 		return p
 	}
 	onReal, onVirtual := pod("on-real", real), pod("on-virtual", virtual)
+	twin := newNamespace(t, admin, map[string]string{offloadv1alpha1.LabelOriginClusterID: "c"})
+	quota := func() *corev1.ResourceQuota {
+		return &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}}
+	}
+	policy := func() *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
+	}
+	dryCreate := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	dry := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
 	statusPatch := []byte(`{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`)
 
@@ -139,12 +149,12 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesAndTheirPods(t *testing.T)
 		{"creating a node that is not virtual", func() error {
 			_, err := agent.CoreV1().Nodes().Create(ctx, node("rogue-"+id, false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
-		}, virtualNodesPolicyName},
-		{"deleting a real node", func() error { return agent.CoreV1().Nodes().Delete(ctx, real, dry) }, virtualNodesPolicyName},
+		}, controllerManagerPolicyName},
+		{"deleting a real node", func() error { return agent.CoreV1().Nodes().Delete(ctx, real, dry) }, controllerManagerPolicyName},
 		{"patching a real node's status", func() error {
 			_, err := agent.CoreV1().Nodes().Patch(ctx, real, types.StrategicMergePatchType, statusPatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
 			return err
-		}, virtualNodesPolicyName},
+		}, controllerManagerPolicyName},
 		{"relabelling a node", func() error {
 			_, err := agent.CoreV1().Nodes().Patch(ctx, real, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
 			return err
@@ -157,11 +167,19 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesAndTheirPods(t *testing.T)
 			_, err := agent.CoreV1().Pods(ns).Patch(ctx, onVirtual.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
 			return err
 		}, "cannot patch resource \"pods\""},
-		{"deleting a pod of a real node", func() error { return agent.CoreV1().Pods(ns).Delete(ctx, onReal.Name, dry) }, virtualNodesPolicyName},
+		{"deleting a pod of a real node", func() error { return agent.CoreV1().Pods(ns).Delete(ctx, onReal.Name, dry) }, controllerManagerPolicyName},
+		{"a quota outside twin namespaces", func() error {
+			_, err := agent.CoreV1().ResourceQuotas(ns).Create(ctx, quota(), dryCreate)
+			return err
+		}, controllerManagerPolicyName},
+		{"a NetworkPolicy outside twin namespaces", func() error {
+			_, err := agent.NetworkingV1().NetworkPolicies(ns).Create(ctx, policy(), dryCreate)
+			return err
+		}, controllerManagerPolicyName},
 		{"writing the status of a pod of a real node", func() error {
 			_, err := agent.CoreV1().Pods(ns).UpdateStatus(ctx, onReal, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
-		}, virtualNodesPolicyName},
+		}, controllerManagerPolicyName},
 	}
 	for _, tc := range refused {
 		t.Run(tc.name+" is refused", func(t *testing.T) {
@@ -192,6 +210,14 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesAndTheirPods(t *testing.T)
 		}},
 		{"deleting a pod bound to it", func() error { return agent.CoreV1().Pods(ns).Delete(ctx, onVirtual.Name, dry) }},
 		{"deleting it", func() error { return agent.CoreV1().Nodes().Delete(ctx, virtual, dry) }},
+		{"a quota in a twin namespace", func() error {
+			_, err := agent.CoreV1().ResourceQuotas(twin).Create(ctx, quota(), dryCreate)
+			return err
+		}},
+		{"a NetworkPolicy in a twin namespace", func() error {
+			_, err := agent.NetworkingV1().NetworkPolicies(twin).Create(ctx, policy(), dryCreate)
+			return err
+		}},
 	} {
 		t.Run(fmt.Sprintf("%s is admitted", tc.name), func(t *testing.T) {
 			if err := tc.do(); err != nil {
