@@ -49,8 +49,8 @@ func controllerManagerScope(t *testing.T, admin kubernetes.Interface) kubernetes
 	if err := fromRendered(objs, map[string]any{
 		"ValidatingAdmissionPolicy/" + controllerManagerPolicyName:        &policy,
 		"ValidatingAdmissionPolicyBinding/" + controllerManagerPolicyName: &binding,
-		"ClusterRole/offload-controller-manager":                     &role,
-		"ClusterRoleBinding/offload-controller-manager":              &bound,
+		"ClusterRole/offload-controller-manager":                          &role,
+		"ClusterRoleBinding/offload-controller-manager":                   &bound,
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ type controllerManagerOptions struct {
 	// TenantEndpointCIDRs are where tenants' EndpointSlices may point
 	// besides this cluster's pod CIDRs and, with the fabric, their views.
 	TenantEndpointCIDRs []string
-	global             *globalOptions
+	global              *globalOptions
 }
 
 func newCmdControllerManager(g *globalOptions) *cobra.Command {

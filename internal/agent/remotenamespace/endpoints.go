@@ -117,4 +117,3 @@ func (r *Reconciler) requestsOfTunnel(ctx context.Context, o client.Object) []re
 	}
 	return r.requestsIn(ctx, offloadv1alpha1.TenantNamespacePrefix+t.Spec.ClusterName)
 }
-
