@@ -101,12 +101,14 @@ const (
 )
 
 // Detect inspects the cluster behind kube; restHost is the API server address
-// of the kubeconfig. It fails only when the nodes cannot be listed, which
+// of the kubeconfig, and provider the distribution the user named with
+// --provider ("" to detect it): the distribution's defaults then apply
+// where nothing better is found. It fails only when the nodes cannot be listed, which
 // makes detection meaningless (the error wraps the API error), or when ctx
 // ends. Anything
 // merely unknown is left empty with Source "not detected". Detect creates
 // nothing: the one write it may send is a server-side dry run.
-func Detect(ctx context.Context, kube kubernetes.Interface, restHost string) (*Detection, error) {
+func Detect(ctx context.Context, kube kubernetes.Interface, restHost string, provider Provider) (*Detection, error) {
 	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
@@ -114,6 +116,9 @@ func Detect(ctx context.Context, kube kubernetes.Interface, restHost string) (*D
 	nodes := realNodes(list.Items)
 	d := &Detection{ClusterNameSource: sourceNotDetected}
 	d.Provider, d.ProviderSource = DetectProvider(nodes)
+	if provider != "" {
+		d.Provider, d.ProviderSource = provider, "--provider"
+	}
 	if d.Provider == ProviderKind {
 		if name, providerID := kindClusterName(nodes); name != "" {
 			d.ClusterName, d.ClusterNameSource = name, "node providerID "+providerID
@@ -210,7 +215,6 @@ func detectPodCIDR(ctx context.Context, kube kubernetes.Interface, p Provider, n
 		if c := k3sNodeArg(nodes, "cluster-cidr"); c != "" {
 			return c, k3sNodeArgsAnnotation + " --cluster-cidr"
 		}
-		return k3sDefaultPodCIDR, "default for k3s"
 	}
 	if s, ok := nodePodCIDRSupernet(nodes); ok && s.Bits() >= minNodePodCIDRBits {
 		if s.Bits() <= nodePodCIDRBits {
@@ -218,7 +222,10 @@ func detectPodCIDR(ctx context.Context, kube kubernetes.Interface, p Provider, n
 		}
 		return netip.PrefixFrom(s.Addr(), nodePodCIDRBits).Masked().String(), "node podCIDRs (widened)"
 	}
-	if p == ProviderKind {
+	switch p {
+	case ProviderK3s:
+		return k3sDefaultPodCIDR, "default for k3s"
+	case ProviderKind:
 		return kindDefaultPodCIDR, "default for kind"
 	}
 	return "", sourceNotDetected
@@ -336,10 +343,12 @@ func detectServiceCIDR(ctx context.Context, kube kubernetes.Interface, p Provide
 		if c := k3sNodeArg(nodes, "service-cidr"); c != "" {
 			return c, k3sNodeArgsAnnotation + " --service-cidr"
 		}
-		return k3sDefaultServiceCIDR, "default for k3s"
 	}
 	if c := probeServiceCIDR(ctx, kube); c != "" {
 		return c, "dry-run Service probe"
+	}
+	if p == ProviderK3s {
+		return k3sDefaultServiceCIDR, "default for k3s"
 	}
 	return "", sourceNotDetected
 }

@@ -141,8 +141,10 @@ func TestNodePodCIDRs(t *testing.T) {
 		{"fake and virtual nodes do not count", ProviderGeneric,
 			[]corev1.Node{testNode("a", kwokFake, withPodCIDRs("10.1.0.0/24")), testNode("b", virtualNode, withPodCIDRs("10.2.0.0/24"))}, "", "not detected"},
 		{"kind without node ranges falls back to its default", ProviderKind, nil, "10.244.0.0/16", "default for kind"},
-		{"k3s takes its default before node ranges", ProviderK3s,
-			[]corev1.Node{testNode("a", withPodCIDRs("10.42.3.0/24"))}, "10.42.0.0/16", "default for k3s"},
+		{"k3s node ranges come before its default", ProviderK3s,
+			[]corev1.Node{testNode("a", withPodCIDRs("10.52.3.0/24"))}, "10.52.0.0/16", "node podCIDRs (widened)"},
+		{"k3s without node-args or node ranges falls back to its default", ProviderK3s,
+			[]corev1.Node{testNode("a")}, "10.42.0.0/16", "default for k3s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -321,6 +323,8 @@ func TestDetect(t *testing.T) {
 		objects  []runtime.Object
 		probe    error
 		restHost string
+		// provider is the --provider flag, "" when not given.
+		provider Provider
 		want     Detection
 	}{{
 		name: "a kind cluster is read from providerIDs and static pods, and peers reach the control-plane node on 6443",
@@ -357,14 +361,37 @@ func TestDetect(t *testing.T) {
 			APIServerURL: "https://192.168.1.10:6443", APIServerURLSource: "control-plane node server-0 InternalIP",
 		},
 	}, {
-		name:     "a k3s cluster without flags takes the k3s defaults, but the ServiceCIDR object wins",
+		name:     "a k3s cluster without flags takes its nodes' ranges, and the ServiceCIDR object",
 		objects:  clusterObjects(k3sNodes(`["server"]`), serviceCIDRObject("10.55.0.0/16")),
 		restHost: "https://localhost:6443",
 		want: Detection{
 			Provider: ProviderK3s, ProviderSource: "node providerID k3s://agent-0", ClusterNameSource: "not detected",
-			PodCIDR: "10.42.0.0/16", PodCIDRSource: "default for k3s",
+			PodCIDR: "10.42.0.0/16", PodCIDRSource: "node podCIDRs (widened)",
 			ServiceCIDR: "10.55.0.0/16", ServiceCIDRSource: "ServiceCIDR kubernetes",
 			APIServerURL: "https://192.168.1.10:6443", APIServerURLSource: "control-plane node server-0 InternalIP",
+		},
+	}, {
+		name:     "a k3s cluster the service range probe answers for takes the probe's range before the k3s default",
+		objects:  clusterObjects(k3sNodes(`["server"]`)),
+		probe:    outOfRange("10.56.0.0/16"),
+		restHost: "https://localhost:6443",
+		want: Detection{
+			Provider: ProviderK3s, ProviderSource: "node providerID k3s://agent-0", ClusterNameSource: "not detected",
+			PodCIDR: "10.42.0.0/16", PodCIDRSource: "node podCIDRs (widened)",
+			ServiceCIDR: "10.56.0.0/16", ServiceCIDRSource: "dry-run Service probe",
+			APIServerURL: "https://192.168.1.10:6443", APIServerURLSource: "control-plane node server-0 InternalIP",
+		},
+	}, {
+		name:     "--provider k3s on nodes without markers or ranges gives the k3s defaults, each said to be one",
+		objects:  clusterObjects([]corev1.Node{testNode("n1", withInternalIP("192.168.1.20"))}),
+		probe:    apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, "", errors.New("denied")),
+		restHost: "https://127.0.0.1:6443",
+		provider: ProviderK3s,
+		want: Detection{
+			Provider: ProviderK3s, ProviderSource: "--provider", ClusterNameSource: "not detected",
+			PodCIDR: "10.42.0.0/16", PodCIDRSource: "default for k3s",
+			ServiceCIDR: "10.43.0.0/16", ServiceCIDRSource: "default for k3s",
+			APIServerURL: "https://127.0.0.1:6443", APIServerURLSource: "kubeconfig server (loopback)", APIServerLoopback: true,
 		},
 	}, {
 		name: "a dual-stack kubeadm cluster gives its IPv4 ranges, and a routable kubeconfig server is kept",
@@ -404,7 +431,7 @@ func TestDetect(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cs := fake.NewClientset(tt.objects...)
 			answerProbe(t, cs, tt.probe)
-			got, err := Detect(context.Background(), cs, tt.restHost)
+			got, err := Detect(context.Background(), cs, tt.restHost, tt.provider)
 			if err != nil {
 				t.Fatalf("Detect() error = %v", err)
 			}
@@ -420,7 +447,7 @@ func TestDetectFailsWhenNodesCannotBeListed(t *testing.T) {
 	cs.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("denied"))
 	})
-	_, err := Detect(context.Background(), cs, "https://127.0.0.1:6443")
+	_, err := Detect(context.Background(), cs, "https://127.0.0.1:6443", "")
 	if !apierrors.IsForbidden(err) || !strings.HasPrefix(err.Error(), "listing nodes: ") {
 		t.Errorf("Detect() error = %v; want a wrapped Forbidden error saying nodes could not be listed", err)
 	}

@@ -153,7 +153,7 @@ func (o *Options) Run(ctx context.Context) error {
 	var det *Detection
 	if err := steps.Run("Detected the cluster settings", func() error {
 		var err error
-		det, err = Detect(ctx, o.kube, o.restHost)
+		det, err = Detect(ctx, o.kube, o.restHost, o.provider)
 		if apierrors.IsForbidden(err) {
 			return fmt.Errorf("%w: installing needs cluster-admin rights on the cluster", err)
 		}

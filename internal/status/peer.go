@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -284,11 +285,30 @@ func timeText(t *metav1.Time, rel func(time.Time) string) string {
 	return fmt.Sprintf("%s (%s)", t.UTC().Format(time.RFC3339), rel(t.Time))
 }
 
-// quantity returns the quantity of resource r in l, or "" when there is none.
+// quantity returns the quantity of resource r in l in the units kubectl
+// shows, or "" when there is none: memory in Gi to one decimal (Mi below a
+// Gi), cpu in cores or millicores, anything else as the API writes it. An
+// offer is a share of free memory, which the API would write as
+// 280677150Ki.
 func quantity(l corev1.ResourceList, r corev1.ResourceName) string {
 	q, found := l[r]
 	if !found {
 		return ""
+	}
+	switch r {
+	case corev1.ResourceMemory:
+		const mi, gi = 1 << 20, 1 << 30
+		switch b := q.Value(); {
+		case b >= gi:
+			return strings.TrimSuffix(strconv.FormatFloat(float64(b)/gi, 'f', 1, 64), ".0") + "Gi"
+		case b >= mi:
+			return strconv.FormatInt(b/mi, 10) + "Mi"
+		}
+	case corev1.ResourceCPU:
+		if m := q.MilliValue(); m%1000 != 0 {
+			return strconv.FormatInt(m, 10) + "m"
+		}
+		return strconv.FormatInt(q.Value(), 10)
 	}
 	return q.String()
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -144,5 +147,34 @@ func TestStatusPeerNeedsOneName(t *testing.T) {
 		if err == nil {
 			t.Errorf("status %v succeeded, want an error", args)
 		}
+	}
+}
+
+func TestQuantitiesAreShownInTheUnitsKubectlUses(t *testing.T) {
+	tests := []struct {
+		name     string
+		resource corev1.ResourceName
+		value    string
+		want     string
+	}{
+		{"an offer's share of free memory is shown in Gi to one decimal", corev1.ResourceMemory, "280677150Ki", "267.7Gi"},
+		{"a whole number of Gi has no decimal", corev1.ResourceMemory, "8Gi", "8Gi"},
+		{"memory in bytes is converted too", corev1.ResourceMemory, "17179869184", "16Gi"},
+		{"less than a Gi is shown in Mi", corev1.ResourceMemory, "524288Ki", "512Mi"},
+		{"less than a Mi is left as it is", corev1.ResourceMemory, "1000", "1k"},
+		{"whole cores are shown as cores", corev1.ResourceCPU, "8000m", "8"},
+		{"a share of a core is shown in millicores", corev1.ResourceCPU, "3.2", "3200m"},
+		{"pods are a count", corev1.ResourcePods, "110", "110"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := corev1.ResourceList{tt.resource: resource.MustParse(tt.value)}
+			if got := quantity(l, tt.resource); got != tt.want {
+				t.Errorf("quantity(%s %s) = %q; want %q", tt.resource, tt.value, got, tt.want)
+			}
+		})
+	}
+	if got := quantity(corev1.ResourceList{}, corev1.ResourceMemory); got != "" {
+		t.Errorf("quantity of a missing resource = %q; want empty", got)
 	}
 }

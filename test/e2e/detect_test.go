@@ -26,7 +26,7 @@ func TestDetectReadsALocalClusterWithoutChangingIt(t *testing.T) {
 	defer cancel()
 
 	t.Run("an admin finds a generic cluster, its ServiceCIDR object and a loopback API server", func(t *testing.T) {
-		d, err := install.Detect(ctx, c.Kube, c.Config.Host)
+		d, err := install.Detect(ctx, c.Kube, c.Config.Host, "")
 		if err != nil {
 			t.Fatalf("Detect: %v", err)
 		}
@@ -49,6 +49,22 @@ func TestDetectReadsALocalClusterWithoutChangingIt(t *testing.T) {
 		checkOnlyKubernetesService(ctx, t, c)
 	})
 
+	t.Run("an admin who names k3s gets its default pod CIDR where nothing better is found, said to be the default", func(t *testing.T) {
+		d, err := install.Detect(ctx, c.Kube, c.Config.Host, install.ProviderK3s)
+		if err != nil {
+			t.Fatalf("Detect: %v", err)
+		}
+		if d.Provider != install.ProviderK3s || d.ProviderSource != "--provider" {
+			t.Errorf("provider = %q (%s); want k3s from --provider", d.Provider, d.ProviderSource)
+		}
+		if d.PodCIDR != "10.42.0.0/16" || d.PodCIDRSource != "default for k3s" {
+			t.Errorf("pod CIDR = %q (%s); want k3s's 10.42.0.0/16, the default for k3s", d.PodCIDR, d.PodCIDRSource)
+		}
+		if d.ServiceCIDR != localServiceCIDR || d.ServiceCIDRSource != "ServiceCIDR kubernetes" {
+			t.Errorf("service CIDR = %q (%s); want %s from the ServiceCIDR API, before any default", d.ServiceCIDR, d.ServiceCIDRSource, localServiceCIDR)
+		}
+	})
+
 	t.Run("a user who may not read ServiceCIDRs gets the service range from a dry run that creates nothing", func(t *testing.T) {
 		kube := clientWithRules(ctx, t, c, "detect-prober",
 			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list"}},
@@ -57,7 +73,7 @@ func TestDetectReadsALocalClusterWithoutChangingIt(t *testing.T) {
 		if _, err := kube.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 			t.Fatalf("reading ServiceCIDR kubernetes as detect-prober: err = %v; want Forbidden", err)
 		}
-		d, err := install.Detect(ctx, kube, c.Config.Host)
+		d, err := install.Detect(ctx, kube, c.Config.Host, "")
 		if err != nil {
 			t.Fatalf("Detect: %v", err)
 		}
@@ -69,7 +85,7 @@ func TestDetectReadsALocalClusterWithoutChangingIt(t *testing.T) {
 
 	t.Run("a user who may not list nodes gets a Forbidden error", func(t *testing.T) {
 		kube := clientWithRules(ctx, t, c, "detect-nobody")
-		_, err := install.Detect(ctx, kube, c.Config.Host)
+		_, err := install.Detect(ctx, kube, c.Config.Host, "")
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("Detect as a user without rights: err = %v; want Forbidden", err)
 		}
