@@ -30,6 +30,16 @@ const controllerManagerPolicyName = "offload-controller-manager-scope"
 // namespace, and returns a client acting as the controller-manager's
 // ServiceAccount there, once both are enforced.
 func controllerManagerScope(t *testing.T, admin kubernetes.Interface) kubernetes.Interface {
+	return controllerManagerUnder(t, admin, controllerManagerPolicyName, func(ctx context.Context, agent kubernetes.Interface) error {
+		_, err := agent.CoreV1().Nodes().Create(ctx, node("probe", false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+}
+
+// controllerManagerUnder is controllerManagerScope for the chart's policy
+// policyName; probe is a request that policy refuses, to know when it is
+// enforced.
+func controllerManagerUnder(t *testing.T, admin kubernetes.Interface, policyName string, probe func(context.Context, kubernetes.Interface) error) kubernetes.Interface {
 	t.Helper()
 	ctx := t.Context()
 	ns, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "release-"}}, metav1.CreateOptions{})
@@ -47,10 +57,10 @@ func controllerManagerScope(t *testing.T, admin kubernetes.Interface) kubernetes
 		bound   rbacv1.ClusterRoleBinding
 	)
 	if err := fromRendered(objs, map[string]any{
-		"ValidatingAdmissionPolicy/" + controllerManagerPolicyName:        &policy,
-		"ValidatingAdmissionPolicyBinding/" + controllerManagerPolicyName: &binding,
-		"ClusterRole/offload-controller-manager":                          &role,
-		"ClusterRoleBinding/offload-controller-manager":                   &bound,
+		"ValidatingAdmissionPolicy/" + policyName:        &policy,
+		"ValidatingAdmissionPolicyBinding/" + policyName: &binding,
+		"ClusterRole/offload-controller-manager":         &role,
+		"ClusterRoleBinding/offload-controller-manager":  &bound,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +100,8 @@ func controllerManagerScope(t *testing.T, admin kubernetes.Interface) kubernetes
 	// Admission runs after authorization: the probe is refused by the
 	// policy once both are in force.
 	framework.Eventually(t, 30*time.Second, "the policy and RBAC are not enforced", func(ctx context.Context) bool {
-		_, err := agent.CoreV1().Nodes().Create(ctx, node("probe", false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), controllerManagerPolicyName)
+		err := probe(ctx, agent)
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), policyName)
 	})
 	return agent
 }

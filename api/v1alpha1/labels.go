@@ -19,3 +19,21 @@ const (
 	// the consumer.
 	LabelReflect = "offload.io/reflect"
 )
+
+// Annotations of DaemonSets on a consumer. A DaemonSet whose pods tolerate
+// the virtual-node taint (those that tolerate every taint: CNI agents, log
+// shippers, kube-proxy) would get a pod on every virtual node; while this
+// cluster has virtual nodes, the agent keeps such DaemonSets off them with
+// a required node affinity, unless they opt in.
+const (
+	// AnnotationVirtualNodes, set to VirtualNodesAllowed on a DaemonSet,
+	// lets its pods run on virtual nodes, that is in the providers.
+	AnnotationVirtualNodes = "offload.io/virtual-nodes"
+	// VirtualNodesAllowed is the value of AnnotationVirtualNodes that opts in.
+	VirtualNodesAllowed = "allowed"
+	// AnnotationVirtualNodesExcluded, set to "true" by the agent, marks a
+	// DaemonSet whose pod template the agent gave the node affinity
+	// requirement that keeps it off virtual nodes, so that the agent takes
+	// it out again, and only it, once there are no virtual nodes.
+	AnnotationVirtualNodesExcluded = "offload.io/virtual-nodes-excluded"
+)

@@ -29,6 +29,11 @@ const (
 	AuthCACertKey = "ca.crt"
 	// VersionLabel is the standard label carrying a component's version.
 	VersionLabel = "app.kubernetes.io/version"
+	// PartOfLabel, set to PartOfValue, marks the objects of kubectl-offload
+	// itself, such as the chart's DaemonSet.
+	PartOfLabel = "app.kubernetes.io/part-of"
+	// PartOfValue is the value of PartOfLabel on kubectl-offload's objects.
+	PartOfValue = "kubectl-offload"
 )
 
 // Labels and taint of every virtual node.

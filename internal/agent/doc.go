@@ -35,6 +35,8 @@
 //     renewed in place), shared by virtualnode and namespaceoffloading.
 //   - namespaceoffloading: NamespaceOffloadings into RemoteNamespaces.
 //   - webhook: the scheduling webhook for pods of offloaded namespaces.
+//   - daemonset: DaemonSets kept off the virtual nodes unless they opt in
+//     (a webhook and a controller).
 //   - kubeletapi: logs, exec, attach and port-forward of the virtual nodes.
 //
 // Provider side (this cluster lends capacity to consumers):

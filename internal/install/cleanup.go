@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -90,6 +91,17 @@ func (o *UninstallOptions) heldByTheAgent(ctx context.Context) ([]held, error) {
 		_, twin := ns.Labels[offloadv1alpha1.LabelOriginClusterID]
 		if ns.DeletionTimestamp != nil && (tenant || twin) {
 			out = append(out, held{kind: "Namespace", name: ns.Name, finalizers: []string{"Terminating"}})
+		}
+	}
+	// The agent lets the DaemonSets it kept off virtual nodes back once the
+	// last virtual node is gone; uninstalled before, it would leave them so.
+	var dss appsv1.DaemonSetList
+	if err := o.client.List(ctx, &dss); err != nil {
+		return nil, fmt.Errorf("listing DaemonSets: %w", err)
+	}
+	for _, ds := range dss.Items {
+		if ds.Annotations[offloadv1alpha1.AnnotationVirtualNodesExcluded] == "true" {
+			out = append(out, held{kind: "DaemonSet", name: objectName(&ds), finalizers: []string{"kept off virtual nodes"}})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })

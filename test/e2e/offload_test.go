@@ -83,6 +83,8 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	consumer, provider := peerableClustersWith(ctx, t,
 		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
 		framework.ClusterOptions{Name: "provider", RealNode: true})
+	// A DaemonSet that tolerates every taint, there before the peering.
+	createDaemonSet(ctx, t, consumer, metav1.NamespaceSystem, everywhere(preexistingDaemonSet, nil))
 	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
 		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
 	}
@@ -282,6 +284,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 
 	expectProviderRefusesUnsafePods(ctx, t, consumer, provider, twin, consumerID)
 	expectWorkloads(ctx, t, consumer, provider, twin, consumerID)
+	expectDaemonSetsStayOffVirtualNodes(ctx, t, consumer, provider, twin)
 	expectStrategies(ctx, t, consumer, cc)
 	expectUnpeerEndsOneDirection(ctx, t, consumer, provider, twin, consumerID)
 
@@ -292,6 +295,10 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 	expectRevokedConsumerSaysUnauthorized(ctx, t, consumer, provider)
+
+	// Unpeered, the consumer has no virtual node: its DaemonSets are back.
+	mustOffload(t, consumer, "unpeer", provider.Name, "--timeout", "2m")
+	expectDaemonSetsBackOnEveryNode(ctx, t, consumer)
 }
 
 // scaleAgent scales the consumer's controller-manager to replicas and waits

@@ -18,6 +18,7 @@ import (
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/daemonset"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/incoming"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/kubeletapi"
@@ -263,6 +264,10 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 				wo.TolerationSeconds = &o.UnreachableTolerationSeconds
 			}
 			return webhook.Setup(mgr, wo)
+		},
+		// Consumer side: DaemonSets kept off the virtual nodes, unless they opt in.
+		func(mgr ctrlmanager.Manager) error {
+			return daemonset.Setup(mgr, mgr.GetScheme(), o.Logger.WithName("daemonset-webhook"))
 		},
 		// Consumer side: twin namespaces on the providers for each offloaded namespace.
 		func(mgr ctrlmanager.Manager) error {

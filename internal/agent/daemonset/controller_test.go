@@ -1,0 +1,141 @@
+package daemonset
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
+
+// storedDaemonSet is a DaemonSet of pods tolerating every taint, with a
+// selector and labels the API server accepts.
+func storedDaemonSet(name string, annotations map[string]string) *appsv1.DaemonSet {
+	ds := daemonSet([]corev1.Toleration{everyTaint}, annotations, nil)
+	ds.Name, ds.Namespace = name, ""
+	labels := map[string]string{"app": name}
+	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
+	ds.Spec.Template.Labels = labels
+	return ds
+}
+
+func excluded(ctx context.Context, c client.Client, key client.ObjectKey) bool {
+	ds := &appsv1.DaemonSet{}
+	if err := c.Get(ctx, key, ds); err != nil {
+		return false
+	}
+	return ds.Annotations[offloadv1alpha1.AnnotationVirtualNodesExcluded] == "true" && ds.Spec.Template.Spec.Affinity != nil
+}
+
+// One API server, so one test: virtual nodes and peers are cluster-wide.
+func TestTheControllerKeepsDaemonSetsOffVirtualNodesWhileThereAreAny(t *testing.T) {
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, c)
+	ctx := t.Context()
+	ns := framework.NewNamespace(t, c, "ds")
+	create := func(o client.Object) {
+		t.Helper()
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	before := storedDaemonSet("before", nil)
+	before.Namespace = ns
+	create(before)
+	optedIn := storedDaemonSet("opted-in", map[string]string{offloadv1alpha1.AnnotationVirtualNodes: offloadv1alpha1.VirtualNodesAllowed})
+	optedIn.Namespace = ns
+	create(optedIn)
+	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error { return (&Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr) })
+
+	// A peer asking for a virtual node is enough, before the node exists.
+	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "provider-" + rand.String(5)},
+		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: string(uuid.NewUUID()), ClusterName: "provider", OutgoingPeering: offloadv1alpha1.OutgoingPeering{Enabled: true}}}
+	create(fc)
+	framework.Eventually(t, 30*time.Second, "the DaemonSet made before the peering kept off virtual nodes", func(ctx context.Context) bool {
+		return excluded(ctx, c, client.ObjectKeyFromObject(before))
+	})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.VirtualNodeName(fc.Name),
+		Labels: map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}}}
+	create(node)
+	if err := c.Delete(ctx, fc); err != nil {
+		t.Fatal(err)
+	}
+	after := storedDaemonSet("after", nil)
+	after.Namespace = ns
+	create(after)
+	framework.Eventually(t, 30*time.Second, "a DaemonSet made while a virtual node exists kept off virtual nodes", func(ctx context.Context) bool {
+		return excluded(ctx, c, client.ObjectKeyFromObject(after))
+	})
+
+	// The last virtual node goes: every DaemonSet is what it was.
+	if err := c.Delete(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	for _, ds := range []*appsv1.DaemonSet{before, after} {
+		framework.Eventually(t, 30*time.Second, "DaemonSet "+ds.Name+" let back onto every node", func(ctx context.Context) bool {
+			got := &appsv1.DaemonSet{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(ds), got); err != nil {
+				return false
+			}
+			_, marked := got.Annotations[offloadv1alpha1.AnnotationVirtualNodesExcluded]
+			return !marked && got.Spec.Template.Spec.Affinity == nil
+		})
+	}
+	got := &appsv1.DaemonSet{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(optedIn), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Template.Spec.Affinity != nil || got.Generation != 1 {
+		t.Errorf("the opted-in DaemonSet was changed: generation %d, affinity %+v", got.Generation, got.Spec.Template.Spec.Affinity)
+	}
+
+	t.Run("the webhook answers a creation with the exclusion while a virtual node exists, and allows it unchanged otherwise", func(t *testing.T) {
+		m := &Mutator{Client: c, Logger: klog.Background(), decoder: admission.NewDecoder(scheme.Scheme)}
+		raw, err := json.Marshal(storedDaemonSet("new", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+			Operation: admissionv1.Create, Namespace: ns, Name: "new",
+			Resource: metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"},
+			Object:   runtime.RawExtension{Raw: raw},
+		}}
+		if resp := m.Handle(ctx, req); !resp.Allowed || len(resp.Patches) != 0 {
+			t.Errorf("without virtual nodes: allowed %v, %d patches; want it allowed unchanged", resp.Allowed, len(resp.Patches))
+		}
+		node := node.DeepCopy()
+		node.ResourceVersion = ""
+		create(node)
+		t.Cleanup(func() { _ = c.Delete(context.Background(), node) })
+		resp := m.Handle(ctx, req)
+		if !resp.Allowed || len(resp.Patches) == 0 {
+			t.Fatalf("with a virtual node: allowed %v, patches %v; want the exclusion", resp.Allowed, resp.Patches)
+		}
+		paths := map[string]bool{}
+		for _, p := range resp.Patches {
+			paths[p.Path] = true
+		}
+		if !paths["/spec/template/spec/affinity"] || !paths["/metadata/annotations"] {
+			t.Errorf("patches %v; want the affinity and the mark added", resp.Patches)
+		}
+	})
+}

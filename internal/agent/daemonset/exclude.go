@@ -1,0 +1,151 @@
+// Package daemonset keeps DaemonSets off the virtual nodes of a consumer.
+//
+// The DaemonSet controller puts a pod on every node whose taints the pod
+// template tolerates and whose labels its node affinity matches. Pods that
+// tolerate every taint (CNI agents, log shippers, kube-proxy) therefore
+// tolerate the virtual-node taint too, and would get a pod on each virtual
+// node: run in the provider when their namespace is offloaded, Pending for
+// ever otherwise, and `kubectl rollout status` would never complete. Only
+// the DaemonSet's own template can make the DaemonSet controller leave a
+// node out, so while this cluster has virtual nodes (or peers it asked
+// for), such DaemonSets get the required node affinity requirement
+// offload.io/type NotIn [virtual-node], unless they opt in with the
+// annotation offload.io/virtual-nodes=allowed. A mutating webhook gives it
+// to DaemonSets as they are created or changed, a controller to those that
+// existed before, and takes it out again once the last virtual node is
+// gone. Changing a template rolls the DaemonSet's pods once, as the same
+// change made by hand would.
+package daemonset
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+var (
+	// offVirtualNodes is the requirement the agent adds to every required
+	// node affinity term of an excluded DaemonSet's template.
+	offVirtualNodes = corev1.NodeSelectorRequirement{
+		Key: offloadv1alpha1.LabelType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{offloadv1alpha1.TypeVirtualNode},
+	}
+	// virtualNodeTaint is the taint every virtual node carries.
+	virtualNodeTaint = corev1.Taint{Key: offloadv1alpha1.TaintVirtualNode, Value: "true", Effect: corev1.TaintEffectNoExecute}
+)
+
+// ShouldExclude tells whether ds must be kept off virtual nodes while the
+// cluster has some: its pods tolerate the virtual-node taint, and it did
+// not opt in.
+func ShouldExclude(ds *appsv1.DaemonSet) bool {
+	if ds.Annotations[offloadv1alpha1.AnnotationVirtualNodes] == offloadv1alpha1.VirtualNodesAllowed {
+		return false
+	}
+	for i := range ds.Spec.Template.Spec.Tolerations {
+		if ds.Spec.Template.Spec.Tolerations[i].ToleratesTaint(klog.Background(), &virtualNodeTaint, false) {
+			return true
+		}
+	}
+	return false
+}
+
+// Reconcile makes ds what it should be: kept off virtual nodes when
+// virtualNodes is true and ShouldExclude says so; otherwise without the
+// requirement the agent added (and only when it marked ds as having added
+// it). It reports whether it changed ds. It is idempotent.
+func Reconcile(ds *appsv1.DaemonSet, virtualNodes bool) (changed bool) {
+	marked := ds.Annotations[offloadv1alpha1.AnnotationVirtualNodesExcluded] == "true"
+	switch {
+	case virtualNodes && ShouldExclude(ds):
+		if !addRequirement(&ds.Spec.Template.Spec) {
+			return false
+		}
+		if ds.Annotations == nil {
+			ds.Annotations = map[string]string{}
+		}
+		ds.Annotations[offloadv1alpha1.AnnotationVirtualNodesExcluded] = "true"
+		return true
+	case marked:
+		removeRequirement(&ds.Spec.Template.Spec)
+		delete(ds.Annotations, offloadv1alpha1.AnnotationVirtualNodesExcluded)
+		return true
+	}
+	return false
+}
+
+// addRequirement ANDs offVirtualNodes into every required node affinity
+// term of spec (required terms are ORed, so each needs it), or adds a term
+// with it alone when there is none. It reports whether it changed spec:
+// not when every term has it already.
+func addRequirement(spec *corev1.PodSpec) bool {
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	required := na.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(required.NodeSelectorTerms) == 0 {
+		required.NodeSelectorTerms = []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{offVirtualNodes}}}
+		return true
+	}
+	changed := false
+	for i := range required.NodeSelectorTerms {
+		t := &required.NodeSelectorTerms[i]
+		if indexOf(t.MatchExpressions) < 0 {
+			t.MatchExpressions = append(t.MatchExpressions, *offVirtualNodes.DeepCopy())
+			changed = true
+		}
+	}
+	return changed
+}
+
+// removeRequirement takes offVirtualNodes out of every required term of
+// spec, drops the terms it leaves empty, and the affinity structs it
+// leaves empty, so that a template the agent changed is again what it was.
+func removeRequirement(spec *corev1.PodSpec) {
+	if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return
+	}
+	na := spec.Affinity.NodeAffinity
+	required := na.RequiredDuringSchedulingIgnoredDuringExecution
+	terms := required.NodeSelectorTerms[:0]
+	for _, t := range required.NodeSelectorTerms {
+		if i := indexOf(t.MatchExpressions); i >= 0 {
+			t.MatchExpressions = append(t.MatchExpressions[:i], t.MatchExpressions[i+1:]...)
+			if len(t.MatchExpressions) == 0 {
+				t.MatchExpressions = nil
+				if len(t.MatchFields) == 0 {
+					continue
+				}
+			}
+		}
+		terms = append(terms, t)
+	}
+	required.NodeSelectorTerms = terms
+	if len(terms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = nil
+	}
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil && len(na.PreferredDuringSchedulingIgnoredDuringExecution) == 0 {
+		spec.Affinity.NodeAffinity = nil
+	}
+	if *spec.Affinity == (corev1.Affinity{}) {
+		spec.Affinity = nil
+	}
+}
+
+// indexOf returns where offVirtualNodes is in reqs, or -1.
+func indexOf(reqs []corev1.NodeSelectorRequirement) int {
+	for i, r := range reqs {
+		if r.Key == offVirtualNodes.Key && r.Operator == offVirtualNodes.Operator &&
+			len(r.Values) == 1 && r.Values[0] == offVirtualNodes.Values[0] {
+			return i
+		}
+	}
+	return -1
+}
