@@ -64,7 +64,9 @@ func TestTheControllerKeepsDaemonSetsOffVirtualNodesWhileThereAreAny(t *testing.
 	optedIn := storedDaemonSet("opted-in", map[string]string{offloadv1alpha1.AnnotationVirtualNodes: offloadv1alpha1.VirtualNodesAllowed})
 	optedIn.Namespace = ns
 	create(optedIn)
-	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error { return (&Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr) })
+	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+		return (&Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+	})
 
 	// A peer asking for a virtual node is enough, before the node exists.
 	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "provider-" + rand.String(5)},

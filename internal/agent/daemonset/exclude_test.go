@@ -39,7 +39,7 @@ func term(reqs ...corev1.NodeSelectorRequirement) corev1.NodeSelectorTerm {
 
 func TestDaemonSetsThatWouldLandOnVirtualNodesAreKeptOffThem(t *testing.T) {
 	preferred := &corev1.Affinity{
-		NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 1, Preference: term(linuxOnly)}}},
+		NodeAffinity:    &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 1, Preference: term(linuxOnly)}}},
 		PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{TopologyKey: "kubernetes.io/hostname"}}},
 	}
 	withPreferred := preferred.DeepCopy()
