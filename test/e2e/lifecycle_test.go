@@ -144,6 +144,7 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 
 	// Outage: the provider's control plane stops; the virtual node goes
 	// NotReady, and Ready again once it is back.
+	restarts := restartsByCluster(ctx, t, consumer, provider)
 	if err := provider.StopControlPlane(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +153,10 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 		t.Fatal(err)
 	}
 	t.Logf("provider back: node %s Ready after %s", node, waitNodeReady(ctx, t, consumer, node, corev1.ConditionTrue, 2*time.Minute).Round(time.Millisecond))
+	// Frozen API servers, each side in turn, longer than the Lease: the
+	// agents serve again within seconds, and no agent container restarted
+	// through this outage or the one above.
+	expectAgentsRideOutFrozenAPIServers(ctx, t, consumer, provider, node, restarts)
 
 	// Rotation: the agent renews the credentials before they expire, the
 	// provider revokes the replaced ones, and the node stays Ready throughout.

@@ -1,9 +1,11 @@
 package framework
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -60,4 +62,38 @@ func DropUDP(t testing.TB, dst netip.AddrPort) (restore func()) {
 	}
 	t.Cleanup(restore)
 	return restore
+}
+
+// FreezeAPIServer stops the cluster's kube-apiserver with SIGSTOP, as a
+// hung API server or a network that drops packets would: connections open
+// and requests hang, nothing is refused. It returns the function that
+// lets it run again (SIGCONT) and waits until it answers, which also runs
+// when the test ends.
+func (c *Cluster) FreezeAPIServer(t testing.TB) (thaw func()) {
+	t.Helper()
+	pid, ok := c.PIDs()["kube-apiserver"]
+	if !ok {
+		t.Fatalf("cluster %s: no kube-apiserver PID among %v", c.Name, c.PIDs())
+	}
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		t.Fatalf("freezing the kube-apiserver of %s: %v", c.Name, err)
+	}
+	done := false
+	thaw = func() {
+		if done {
+			return
+		}
+		done = true
+		if err := unix.Kill(pid, unix.SIGCONT); err != nil {
+			t.Errorf("thawing the kube-apiserver of %s: %v", c.Name, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := c.waitReady(ctx); err != nil {
+			t.Errorf("the kube-apiserver of %s after thawing: %v", c.Name, err)
+		}
+	}
+	t.Cleanup(thaw)
+	return thaw
 }

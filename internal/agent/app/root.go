@@ -5,13 +5,17 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
 )
@@ -53,6 +57,9 @@ func Run(ctx context.Context, out, errOut io.Writer, args []string) int {
 	root := NewRootCmd(out, errOut)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if errors.Is(err, manager.ErrLeaderElectionLost) && ctx.Err() == nil {
+		err = restartInPlace(errOut, err)
+	}
 	if err != nil {
 		fmt.Fprintf(errOut, "Error: %v\n", err)
 	}
@@ -75,4 +82,22 @@ func (g *globalOptions) addFlags(root *cobra.Command) {
 		fs.Lookup(config.KubeconfigFlagName).Usage = "Path to a kubeconfig, to run out of the cluster (default: $KUBECONFIG, else the in-cluster config, else ~/.kube/config)."
 	}
 	fs.IntVarP(&g.verbosity, "v", "v", g.verbosity, "Log verbosity: 0 logs what an operator needs, higher levels add detail, up to 6 (higher is capped, since client-go would log credentials).")
+}
+
+// restartInPlace executes this program again with the same arguments and
+// environment, in the same process and container, after why (a lost
+// Lease: controller-runtime's manager cannot start twice). Exiting instead
+// would count a container restart, and an API server outage long enough
+// to lose the Lease again and again would put the agent in
+// CrashLoopBackOff, down for minutes after the API server is back. The
+// new program closes every socket of this one (Go opens them close-on-
+// exec), so it serves its ports again at once. It returns only when the
+// execution fails.
+func restartInPlace(errOut io.Writer, why error) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("%w; and finding this program to start it again: %w", why, err)
+	}
+	fmt.Fprintf(errOut, "%v: starting again in place\n", why)
+	return fmt.Errorf("%w; and starting again: %w", why, syscall.Exec(self, os.Args, os.Environ()))
 }

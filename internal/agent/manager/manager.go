@@ -126,9 +126,21 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 	return mgr, nil
 }
 
+// ErrLeaderElectionLost is returned by Run when the replica lost its
+// Lease while running, which an API server unreachable for longer than the
+// renew deadline causes. The manager cannot be started again; the caller
+// starts anew (offload-agent executes itself again, in place).
+var ErrLeaderElectionLost = errors.New("lost the leader election: the API server could not renew the Lease in time")
+
+// leaderElectionLost is the error controller-runtime's manager stops with
+// when it loses its Lease. controller-runtime has no sentinel for it, so
+// this one comparison with its text is the only place that knows it.
+const leaderElectionLost = "leader election lost"
+
 // Run creates the Manager with New and runs it until ctx is cancelled, then
-// stops it gracefully and returns nil. It returns an error when the manager
-// cannot start, loses the leader election or a component fails.
+// stops it gracefully and returns nil. It returns ErrLeaderElectionLost
+// when the manager lost its Lease, and another error when the manager
+// cannot start or a component fails.
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	mgr, err := New(cfg, o)
 	if err != nil {
@@ -137,6 +149,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	o.Logger.Info("Starting the controller manager", "namespace", o.Namespace, "leaderElection", o.LeaderElection,
 		"healthProbeBindAddress", o.HealthProbeBindAddress, "metricsBindAddress", o.MetricsBindAddress)
 	if err := mgr.Start(ctx); err != nil {
+		if ctx.Err() == nil && err.Error() == leaderElectionLost {
+			return ErrLeaderElectionLost
+		}
 		return fmt.Errorf("running the controller manager: %w", err)
 	}
 	o.Logger.Info("Stopped the controller manager")

@@ -2,15 +2,21 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
@@ -185,4 +191,61 @@ func waitForLease(t *testing.T, c client.Client, namespace string, cond func(*co
 		t.Fatalf("waiting for Lease %s: %v", key, err)
 	}
 	return &lease
+}
+
+func TestALeaderThatLosesItsLeaseReturnsErrLeaderElectionLost(t *testing.T) {
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	ns := framework.NewNamespace(t, c, "cm")
+	createIdentity(t, c, ns)
+
+	o := testOptions(t, ns)
+	o.LeaderElection = true
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, o) }()
+	lease := waitForLease(t, c, ns, func(l *coordinationv1.Lease) bool {
+		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
+	})
+	// Another holder takes the Lease, as when this replica could not renew
+	// it in time: the renewals fail until the renew deadline.
+	lease.Spec.HolderIdentity = new("someone-else")
+	lease.Spec.LeaseDurationSeconds = new(int32(300))
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if err := c.Update(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLeaderElectionLost) {
+			t.Fatalf("Run returned %v, want ErrLeaderElectionLost", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return within a minute of losing its Lease")
+	}
+}
+
+func TestOnlyAnAPIServerThatDoesNotAnswerIsWaitedFor(t *testing.T) {
+	gr := schema.GroupResource{Resource: "configmaps"}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a refused connection", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
+		{"a connection cut mid-answer", fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), true},
+		{"a server timeout", apierrors.NewServerTimeout(gr, "get", 1), true},
+		{"an API server not ready", apierrors.NewServiceUnavailable("starting"), true},
+		{"a missing identity", fmt.Errorf("reading the cluster identity: %w", apierrors.NewNotFound(gr, "offload-cluster-identity")), false},
+		{"a refusal", apierrors.NewForbidden(gr, "offload-cluster-identity", errors.New("no")), false},
+		{"an identity without a cluster ID", errors.New("the cluster identity ConfigMap has no clusterID"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := unavailable(tt.err); got != tt.want {
+				t.Errorf("unavailable(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
 }

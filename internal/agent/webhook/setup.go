@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -127,10 +128,16 @@ func Setup(mgr manager.Manager, opts Options) error {
 		}
 	}
 	certs := NewCertManager(mgr.GetClient(), mgr.GetAPIReader(), opts)
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	if err := certs.EnsureCertificate(ctx); err != nil {
-		return fmt.Errorf("issuing the webhook certificate (the controller-manager needs get, create and update on Secrets in %s): %w", opts.Namespace, err)
+	// A certificate this container wrote before (offload-agent executes
+	// itself again after losing its Lease, maybe while the API server is
+	// still away) serves until the CertManager, which starts by checking
+	// it, replaces it: starting does not wait for the API server then.
+	if certPEM, err := os.ReadFile(filepath.Join(opts.CertDir, corev1.TLSCertKey)); err != nil || !validCert(certPEM, time.Now()) {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		if err := certs.EnsureCertificate(ctx); err != nil {
+			return fmt.Errorf("issuing the webhook certificate (the controller-manager needs get, create and update on Secrets in %s): %w", opts.Namespace, err)
+		}
 	}
 	if err := mgr.Add(certs); err != nil {
 		return fmt.Errorf("adding the webhook certificate manager: %w", err)

@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// frozenOutage is how long a frozen API server stays frozen: longer than
+// the agents' Lease (15 s) and its renew deadline (10 s), so the leader
+// loses it, as it would in a long outage.
+const frozenOutage = 35 * time.Second
+
+// agentRestarts returns the restart count of every container of the
+// agent's pods (controller-manager, auth, gateways) in c, by pod/container.
+func agentRestarts(ctx context.Context, t *testing.T, c *framework.Cluster) map[string]int32 {
+	t.Helper()
+	pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int32{}
+	for _, p := range pods.Items {
+		for _, s := range p.Status.ContainerStatuses {
+			out[p.Name+"/"+s.Name] = s.RestartCount
+		}
+	}
+	return out
+}
+
+// leaderRenewedAfter reports whether the controller-manager's Lease in c
+// was renewed after since: its leader serves.
+func leaderRenewedAfter(ctx context.Context, c *framework.Cluster, since time.Time) (bool, string) {
+	var lease coordinationv1.Lease
+	l, err := c.Kube.CoordinationV1().Leases(installNS).Get(ctx, offloadv1alpha1.ControllerManager, metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	lease = *l
+	if lease.Spec.RenewTime == nil {
+		return false, "the Lease was never renewed"
+	}
+	return lease.Spec.RenewTime.After(since), fmt.Sprintf("renewed %s by %v", lease.Spec.RenewTime.Format(time.RFC3339Nano), lease.Spec.HolderIdentity)
+}
+
+// holdFault keeps an injected fault in place for d: the length of an
+// outage is what the test is about, not a wait for something to happen.
+func holdFault(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// restartsByCluster is agentRestarts of each cluster, by cluster name.
+func restartsByCluster(ctx context.Context, t *testing.T, clusters ...*framework.Cluster) map[string]map[string]int32 {
+	t.Helper()
+	out := map[string]map[string]int32{}
+	for _, c := range clusters {
+		out[c.Name] = agentRestarts(ctx, t, c)
+	}
+	return out
+}
+
+// expectAgentsRideOutFrozenAPIServers freezes the API server of each side
+// in turn for longer than the agents' Lease, then checks that both sides'
+// agents serve again within seconds of its return (the controller-manager
+// renews its Lease, the virtual node is Ready), and that none of their
+// containers restarted since before (restartsByCluster, taken before any
+// outage), and reports the figures.
+func expectAgentsRideOutFrozenAPIServers(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, node string, before map[string]map[string]int32) {
+	t.Helper()
+	clusters := []*framework.Cluster{consumer, provider}
+	for _, frozen := range clusters {
+		thaw := frozen.FreezeAPIServer(t)
+		holdFault(ctx, frozenOutage)
+		thaw()
+		back := time.Now()
+		for _, c := range clusters {
+			took := waitFor(ctx, t, 2*time.Minute, c.Name+"'s controller-manager leading again", func(ctx context.Context) (bool, string) {
+				return leaderRenewedAfter(ctx, c, back)
+			})
+			t.Logf("%s's API server frozen %s: %s's controller-manager renewed its Lease %s after it came back",
+				frozen.Name, frozenOutage, c.Name, took.Round(time.Millisecond))
+		}
+		took := waitNodeReady(ctx, t, consumer, node, corev1.ConditionTrue, 2*time.Minute)
+		t.Logf("%s's API server frozen %s: virtual node %s Ready %s after it came back", frozen.Name, frozenOutage, node, took.Round(time.Millisecond))
+	}
+	for _, c := range clusters {
+		var restarted []string
+		for container, n := range agentRestarts(ctx, t, c) {
+			if n > before[c.Name][container] {
+				restarted = append(restarted, fmt.Sprintf("%s: %d → %d", container, before[c.Name][container], n))
+			}
+		}
+		sort.Strings(restarted)
+		if len(restarted) > 0 {
+			t.Errorf("agent containers of %s restarted during the API server outages: %s", c.Name, strings.Join(restarted, "; "))
+		}
+	}
+}
