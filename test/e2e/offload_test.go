@@ -285,6 +285,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	expectProviderRefusesUnsafePods(ctx, t, consumer, provider, twin, consumerID)
 	expectWorkloads(ctx, t, consumer, provider, twin, consumerID)
 	expectDaemonSetsStayOffVirtualNodes(ctx, t, consumer, provider, twin)
+	expectRemoteFailuresShown(ctx, t, consumer, provider)
 	expectStrategies(ctx, t, consumer, cc)
 	expectUnpeerEndsOneDirection(ctx, t, consumer, provider, twin, consumerID)
 

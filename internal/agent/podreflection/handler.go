@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -92,6 +93,11 @@ type Options struct {
 	// phase. Defaults to listing NamespaceOffloadings with ConsumerReader.
 	TwinNamespaces func(ctx context.Context) (map[string]string, error)
 
+	// Events records the events of remote pods on their consumer pods
+	// (events.go). A recorder of a record.Broadcaster fits: it correlates
+	// and rate-limits them per pod. nil records none.
+	Events record.EventRecorder
+
 	// Logger logs what the handler does.
 	Logger klog.Logger
 }
@@ -109,6 +115,9 @@ type Handler struct {
 	notify  func(*corev1.Pod)
 	started bool
 	cas     map[string]cachedCA // by consumer namespace
+	// eventsSince is when Start ran: remote events from before are not
+	// recorded again.
+	eventsSince time.Time
 }
 
 var (
@@ -150,7 +159,7 @@ func (h *Handler) Start(ctx context.Context) error {
 		h.mu.Unlock()
 		return errors.New("podreflection: the handler is already started")
 	}
-	h.ctx, h.started = ctx, true
+	h.ctx, h.started, h.eventsSince = ctx, true, time.Now()
 	h.mu.Unlock()
 	_, err := h.syncAll(ctx)
 	return err

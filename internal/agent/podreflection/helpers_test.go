@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,6 +34,8 @@ type env struct {
 	node     string // the virtual node name
 	h        *Handler
 	notified chan *corev1.Pod
+	// events are the remote pod events the handler recorded on consumer pods.
+	events *record.FakeRecorder
 }
 
 func newEnv(t *testing.T) *env {
@@ -51,6 +54,7 @@ func newEnv(t *testing.T) *env {
 		twin:     framework.NewNamespace(t, admin, "twin"),
 		node:     "offload-provider-" + rand.String(6),
 		notified: make(chan *corev1.Pod, 100),
+		events:   record.NewFakeRecorder(100),
 	}
 	providerID := string(uuid.NewUUID())
 	no := &offloadv1alpha1.NamespaceOffloading{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.NamespaceOffloadingName, Namespace: e.consumer}}
@@ -66,7 +70,7 @@ func newEnv(t *testing.T) *env {
 	e.h, err = New(Options{
 		Provider: kube, Consumer: kube, ConsumerReader: admin,
 		ConsumerClusterID: string(uuid.NewUUID()), ProviderClusterID: providerID,
-		VirtualNodeName: e.node, NodeIP: nodeIP,
+		VirtualNodeName: e.node, NodeIP: nodeIP, Events: e.events,
 		Logger: ktesting.NewLogger(t, ktesting.NewConfig()),
 	})
 	if err != nil {

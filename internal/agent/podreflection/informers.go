@@ -54,6 +54,9 @@ func (h *Handler) informer(twin, ns string) (*twinInformer, error) {
 		return nil, fmt.Errorf("watching the pods of twin namespace %q: %w", twin, err)
 	}
 	factory.Start(h.ctx.Done())
+	if err := h.watchEvents(ti); err != nil {
+		return nil, err
+	}
 	h.twins[twin] = ti
 	h.opts.Logger.V(1).Info("Watching the pods of a twin namespace", "twinNamespace", twin, "namespace", ns)
 	return ti, nil

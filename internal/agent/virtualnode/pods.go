@@ -64,6 +64,11 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
 	}), informers.WithTransform(crcache.TransformStripManagedFields()))
 	pods := onNode.Core().V1().Pods()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: consumer.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
 	h, err := podreflection.New(podreflection.Options{
 		Provider:           p.provider,
 		Consumer:           consumer,
@@ -77,19 +82,17 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 		Addresses:          p.addresses,
 		NodePlacement:      p.nodePlacement,
 		TokenRenewInterval: r.TokenRenewInterval,
-		Logger:             logger.WithName("pods"),
+		// The provider's events of a remote pod, on its consumer pod, from
+		// "provider/NAME": correlated and rate-limited per pod.
+		Events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "provider/" + p.fc.Name, Host: name}),
+		Logger: logger.WithName("pods"),
 	})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	if err := h.Start(ctx); err != nil {
 		return fmt.Errorf("watching the remote pods on provider %s: %w", p.fc.Name, err)
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: consumer.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
 	unstarted := informers.NewSharedInformerFactory(consumer, 0)
 	pc, err := node.NewPodController(node.PodControllerConfig{
 		PodClient:                 consumer.CoreV1(),

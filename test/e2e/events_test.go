@@ -1,0 +1,61 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// expectRemoteFailuresShown offloads a pod whose image the provider's node
+// does not have, and checks that the consumer tells why it does not run,
+// as a real node would: the container's waiting reason, and the
+// provider's events of the pod, from provider/NAME, in kubectl describe.
+func expectRemoteFailuresShown(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "missing-image"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64(1)),
+			Containers: []corev1.Container{{Name: "app", Image: "offload.test/missing:v1", ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if _, err := consumer.Kube.CoreV1().Pods("work").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = consumer.Kube.CoreV1().Pods("work").Delete(ctx, pod.Name, metav1.DeleteOptions{}) }()
+	const reason = "ErrImageNeverPull"
+	waitFor(ctx, t, 2*time.Minute, "the consumer pod waiting with "+reason, func(ctx context.Context) (bool, string) {
+		p, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.HasPrefix(containerWaiting(*p), reason+":"), fmt.Sprintf("phase %s, waiting %q", p.Status.Phase, containerWaiting(*p))
+	})
+	source := "provider/" + provider.Name
+	waitFor(ctx, t, time.Minute, "the provider's "+reason+" event on the consumer pod", func(ctx context.Context) (bool, string) {
+		events, err := consumer.Kube.CoreV1().Events("work").List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pod.Name).String()})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, ev := range events.Items {
+			if ev.Source.Component == source && ev.Reason == reason && ev.Type == corev1.EventTypeWarning {
+				return true, ""
+			}
+			seen = append(seen, ev.Source.Component+" "+ev.Reason)
+		}
+		return false, "events: " + strings.Join(seen, ", ")
+	})
+	if out, err := kubectl(t, consumer, "-n", "work", "describe", "pod", pod.Name); err != nil || !strings.Contains(out, source) || !strings.Contains(out, reason) {
+		t.Errorf("kubectl describe pod %s: err=%v; want the provider's %s event from %s in:\n%s", pod.Name, err, reason, source, out)
+	}
+}
