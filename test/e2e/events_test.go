@@ -8,8 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -24,7 +24,7 @@ func expectRemoteFailuresShown(ctx context.Context, t *testing.T, consumer, prov
 		ObjectMeta: metav1.ObjectMeta{Name: "missing-image"},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: new(int64(1)),
-			Containers: []corev1.Container{{Name: "app", Image: "offload.test/missing:v1", ImagePullPolicy: corev1.PullNever}},
+			Containers:                    []corev1.Container{{Name: "app", Image: "offload.test/missing:v1", ImagePullPolicy: corev1.PullNever}},
 		},
 	}
 	if _, err := consumer.Kube.CoreV1().Pods("work").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
