@@ -59,3 +59,47 @@ func expectRemoteFailuresShown(ctx context.Context, t *testing.T, consumer, prov
 		t.Errorf("kubectl describe pod %s: err=%v; want the provider's %s event from %s in:\n%s", pod.Name, err, reason, source, out)
 	}
 }
+
+// expectSpecUpdatesReachTheRemotePod updates the spec of an offloaded pod
+// as a user would: a deadline alone, and the tolerations from the user's
+// manifest (without those the webhook added) plus one. Both updates are
+// accepted, and the deadline reaches the remote pod with no label or
+// annotation changed.
+func expectSpecUpdatesReachTheRemotePod(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin string) {
+	t.Helper()
+	app := offloadedApp("spec-update", 1)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "spec-update", Labels: app.Spec.Template.Labels}, Spec: app.Spec.Template.Spec}
+	if _, err := consumer.Kube.CoreV1().Pods("work").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = consumer.Kube.CoreV1().Pods("work").Delete(ctx, pod.Name, metav1.DeleteOptions{}) }()
+	waitPodsReady(ctx, t, provider, twin, "app=spec-update", 1)
+
+	local, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.Spec.ActiveDeadlineSeconds = new(int64(3600))
+	if local, err = consumer.Kube.CoreV1().Pods("work").Update(ctx, local, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("setting activeDeadlineSeconds: %v", err)
+	}
+	took := waitFor(ctx, t, time.Minute, "the deadline on the remote pod", func(ctx context.Context) (bool, string) {
+		r, err := provider.Kube.CoreV1().Pods(twin).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return r.Spec.ActiveDeadlineSeconds != nil && *r.Spec.ActiveDeadlineSeconds == 3600, fmt.Sprint(r.Spec.ActiveDeadlineSeconds)
+	})
+	t.Logf("a spec-only update reached the remote pod in %s", took.Round(time.Millisecond))
+
+	// The user's manifest never had the tolerations the webhook added.
+	maintenance := corev1.Toleration{Key: "example.com/maintenance", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	local.Spec.Tolerations = []corev1.Toleration{maintenance}
+	updated, err := consumer.Kube.CoreV1().Pods("work").Update(ctx, local, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("updating the tolerations from the user's manifest: %v; want it accepted, the webhook's tolerations kept", err)
+	}
+	if !tolerates(updated, "example.com/maintenance") || !tolerates(updated, "offload.io/virtual-node") {
+		t.Errorf("tolerations after the update: %+v; want the new one and the virtual node's", updated.Spec.Tolerations)
+	}
+}

@@ -286,6 +286,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	expectWorkloads(ctx, t, consumer, provider, twin, consumerID)
 	expectDaemonSetsStayOffVirtualNodes(ctx, t, consumer, provider, twin)
 	expectRemoteFailuresShown(ctx, t, consumer, provider)
+	expectSpecUpdatesReachTheRemotePod(ctx, t, consumer, provider, twin)
 	expectStrategies(ctx, t, consumer, cc)
 	expectUnpeerEndsOneDirection(ctx, t, consumer, provider, twin, consumerID)
 

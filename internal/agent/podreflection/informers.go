@@ -207,5 +207,10 @@ func (h *Handler) consumerView(ctx context.Context, ti *twinInformer, remote *co
 	if _, ok := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ok {
 		return nil
 	}
-	return reflection.ConsumerView(remote, h.localPod(ctx, ti, remote), ti.consumer, h.opts.VirtualNodeName, h.opts.NodeIP, h.addresses())
+	local := h.localPod(ctx, ti, remote)
+	o := h.origin(ti.twin)
+	if local != nil {
+		o = h.podOrigin(ti.twin, local)
+	}
+	return reflection.ConsumerView(remote, local, o, ti.consumer, h.opts.VirtualNodeName, h.opts.NodeIP, h.addresses())
 }

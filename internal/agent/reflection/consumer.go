@@ -1,7 +1,10 @@
 package reflection
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -45,11 +48,12 @@ func ConsumerStatus(remote, local *corev1.Pod, hostIP string, addrs *Addresses) 
 // ConsumerView is remote as the consumer sees it: consumer pod local (or,
 // when local is nil, a pod built from remote with the consumer's namespace,
 // the origin pod UID and nodeName) with the mutable fields remote has
-// (container images, labels, reflected annotations, activeDeadlineSeconds)
-// and the status remote implies (ConsumerStatus). The virtual-kubelet
+// (container images, labels, reflected annotations, activeDeadlineSeconds,
+// the tolerations reflection with origin o sends) and the status remote
+// implies (ConsumerStatus). The virtual-kubelet
 // PodController compares it with the consumer pod to decide whether to
 // update the remote pod, so it differs exactly when the remote pod lags.
-func ConsumerView(remote, local *corev1.Pod, namespace, nodeName, hostIP string, addrs *Addresses) *corev1.Pod {
+func ConsumerView(remote, local *corev1.Pod, o Origin, namespace, nodeName, hostIP string, addrs *Addresses) *corev1.Pod {
 	var out *corev1.Pod
 	if local != nil {
 		out = local.DeepCopy()
@@ -66,9 +70,23 @@ func ConsumerView(remote, local *corev1.Pod, namespace, nodeName, hostIP string,
 	out.Annotations = consumerAnnotations(remote.Annotations)
 	updateImages(out.Spec.InitContainers, remote.Spec.InitContainers)
 	updateImages(out.Spec.Containers, remote.Spec.Containers)
+	// The remote pod's deadline, none included: a deadline set on the
+	// consumer pod only must show as a difference, or it never reaches the
+	// remote pod.
+	out.Spec.ActiveDeadlineSeconds = nil
 	if remote.Spec.ActiveDeadlineSeconds != nil {
 		d := *remote.Spec.ActiveDeadlineSeconds
 		out.Spec.ActiveDeadlineSeconds = &d
+	}
+	// Without the tolerations reflection sends (o) that the remote pod
+	// lacks: one added on the consumer shows as a difference until it
+	// reached the remote pod. Those reflection leaves out never do.
+	lagging := func(t corev1.Toleration) bool {
+		return len(remoteTolerations([]corev1.Toleration{t}, o)) > 0 &&
+			!slices.ContainsFunc(remote.Spec.Tolerations, func(have corev1.Toleration) bool { return apiequality.Semantic.DeepEqual(have, t) })
+	}
+	if slices.ContainsFunc(out.Spec.Tolerations, lagging) {
+		out.Spec.Tolerations = slices.DeleteFunc(out.Spec.Tolerations, lagging)
 	}
 	out.Status = ConsumerStatus(remote, local, hostIP, addrs)
 	return out

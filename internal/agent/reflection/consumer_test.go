@@ -1,9 +1,11 @@
 package reflection_test
 
 import (
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -74,7 +76,7 @@ func TestConsumerView(t *testing.T) {
 		{"of a consumer pod that is gone", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := reflection.ConsumerView(remote, tc.local, "shop", vnName, "172.18.0.2", nil)
+			got := reflection.ConsumerView(remote, tc.local, reflection.Origin{}, "shop", vnName, "172.18.0.2", nil)
 			assertEqual(t, "identity", []string{"web", "shop", "u-1", vnName}, []string{got.Name, got.Namespace, string(got.UID), got.Spec.NodeName})
 			assertEqual(t, "labels", map[string]string{"app": "web"}, got.Labels)
 			assertEqual(t, "annotations", map[string]string{"team": "payments"}, got.Annotations)
@@ -131,5 +133,47 @@ func TestTerminate(t *testing.T) {
 				t.Errorf("%s: condition %s is %s, want False", tc.name, c.Type, c.Status)
 			}
 		}
+	}
+}
+
+func TestConsumerViewDiffersExactlyWhileAnUpdateHasNotReachedTheRemotePod(t *testing.T) {
+	gpu := corev1.Toleration{Key: "gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	virtual := corev1.Toleration{Key: offloadv1alpha1.TaintVirtualNode, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}
+	pod := func(deadline *int64, tolerations ...corev1.Toleration) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u-1"},
+			Spec: corev1.PodSpec{NodeName: vnName, ActiveDeadlineSeconds: deadline, Tolerations: tolerations,
+				Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+		}
+	}
+	remote := func(deadline *int64, tolerations ...corev1.Toleration) *corev1.Pod {
+		p := pod(deadline, tolerations...)
+		p.Namespace, p.Spec.NodeName = twinNS, "provider-node-1"
+		p.Labels = map[string]string{offloadv1alpha1.LabelOriginClusterID: consumerID, offloadv1alpha1.LabelOriginPodUID: "u-1"}
+		return p
+	}
+	placing := reflection.Origin{NodePlacement: true}
+	tests := []struct {
+		name          string
+		local, remote *corev1.Pod
+		o             reflection.Origin
+		differs       bool
+	}{
+		{"a deadline set on the consumer pod only", pod(ptr.To[int64](30)), remote(nil), reflection.Origin{}, true},
+		{"a deadline the remote pod has", pod(ptr.To[int64](30)), remote(ptr.To[int64](30)), reflection.Origin{}, false},
+		{"a toleration the provider lets through, not yet on the remote pod", pod(nil, virtual, gpu), remote(nil), placing, true},
+		{"a toleration the provider lets through, on the remote pod", pod(nil, virtual, gpu), remote(nil, gpu), placing, false},
+		{"a toleration reflection leaves out under the provider's policy", pod(nil, virtual, gpu), remote(nil), reflection.Origin{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			view := reflection.ConsumerView(tt.remote, tt.local, tt.o, "shop", vnName, "", nil)
+			same := apiequality.Semantic.DeepEqual(view.Spec.ActiveDeadlineSeconds, tt.local.Spec.ActiveDeadlineSeconds) &&
+				reflect.DeepEqual(view.Spec.Tolerations, tt.local.Spec.Tolerations)
+			if same == tt.differs {
+				t.Errorf("view deadline %v tolerations %v; consumer pod %v %v: differs = %v, want %v",
+					view.Spec.ActiveDeadlineSeconds, view.Spec.Tolerations, tt.local.Spec.ActiveDeadlineSeconds, tt.local.Spec.Tolerations, !same, tt.differs)
+			}
+		})
 	}
 }

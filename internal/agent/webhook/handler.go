@@ -48,9 +48,9 @@ var podResource = corev1.SchemeGroupVersion.WithResource("pods")
 
 // Handle implements admission.Handler.
 func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create || req.Resource.Group != podResource.Group ||
+	if (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) || req.Resource.Group != podResource.Group ||
 		req.Resource.Resource != podResource.Resource || req.SubResource != "" {
-		return admission.Allowed("only pod creation is mutated")
+		return admission.Allowed("only pod creations and updates are mutated")
 	}
 	log := m.Options.Logger.WithValues("pod", klog.KRef(req.Namespace, req.Name))
 	if m.decoder == nil {
@@ -59,6 +59,9 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 	pod := &corev1.Pod{}
 	if err := m.decoder.Decode(req, pod); err != nil {
 		return m.failed(log, fmt.Errorf("decoding the pod: %w", err))
+	}
+	if req.Operation == admissionv1.Update {
+		return m.update(log, req, pod)
 	}
 	// On creation the pod may carry no namespace; the request always does.
 	namespace := req.Namespace
@@ -80,6 +83,24 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 	resp := admission.PatchResponseFromRaw(req.Object.Raw, mutated)
 	log.V(2).Info("Mutated a pod for offloading", "strategy", no.Spec.PodOffloadingStrategy, "operations", len(resp.Patches))
 	return resp
+}
+
+// update keeps the offloading tolerations of the pod before the update
+// (KeepTolerations).
+func (m *PodMutator) update(log klog.Logger, req admission.Request, pod *corev1.Pod) admission.Response {
+	old := &corev1.Pod{}
+	if err := m.decoder.DecodeRaw(req.OldObject, old); err != nil {
+		return m.failed(log, fmt.Errorf("decoding the pod before the update: %w", err))
+	}
+	if !KeepTolerations(old, pod) {
+		return admission.Allowed("the update keeps the offloading tolerations")
+	}
+	mutated, err := json.Marshal(pod)
+	if err != nil {
+		return m.failed(log, fmt.Errorf("encoding the updated pod: %w", err))
+	}
+	log.V(2).Info("Kept the offloading tolerations of a pod through an update")
+	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
 }
 
 // FailureWarning starts the warning of a pod admitted unchanged because

@@ -45,6 +45,26 @@ func podRequest(t *testing.T, op admissionv1.Operation, namespace string, pod *c
 	}}
 }
 
+// updateRequest is the admission request of an update of old to pod.
+func updateRequest(t *testing.T, namespace string, old, pod *corev1.Pod) admission.Request {
+	t.Helper()
+	req := podRequest(t, admissionv1.Update, namespace, pod)
+	raw, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.OldObject = runtime.RawExtension{Raw: raw}
+	return req
+}
+
+// offloadedPod is a pod as the webhook admitted it in a Remote namespace.
+func offloadedPod() *corev1.Pod {
+	p := newPod()
+	p.Namespace = ""
+	Mutate(p, offloading(offloadv1alpha1.Remote), Options{})
+	return p
+}
+
 // patchPaths are the operations and paths of a response's JSON patch.
 func patchPaths(resp admission.Response) []string {
 	var out []string
@@ -105,9 +125,15 @@ func TestThePodMutatorPatchesOnlyNewPodsOfOffloadedNamespaces(t *testing.T) {
 			req:    podRequest(t, admissionv1.Create, offloaded, bare(ownedBy("apps/v1", "DaemonSet"))),
 		},
 		{
-			name:   "an update is not patched",
+			name:   "an update that keeps the pod's tolerations is not patched",
 			client: c,
-			req:    podRequest(t, admissionv1.Update, offloaded, bare()),
+			req:    updateRequest(t, offloaded, offloadedPod(), offloadedPod()),
+		},
+		{
+			name:        "an update written from the user's manifest gets the offloading tolerations back",
+			client:      c,
+			req:         updateRequest(t, offloaded, offloadedPod(), bare()),
+			wantPatches: []string{"add /spec/tolerations"},
 		},
 		{
 			name:        "a pod whose NamespaceOffloading cannot be read is admitted unchanged, with a warning",

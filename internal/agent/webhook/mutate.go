@@ -249,3 +249,25 @@ func copySeconds(s *int64) *int64 {
 	v := *s
 	return &v
 }
+
+// KeepTolerations puts back into pod the tolerations that old, the pod
+// before an update, had for offloading (the virtual-node taint, and the
+// unreachable and not-ready NoExecute taints) and the update left out, and
+// reports whether it changed pod. A pod's tolerations can only grow, so an
+// update written from the user's manifest, which never had the ones this
+// webhook added, would otherwise be refused ("existing toleration can not
+// be modified"). Other tolerations the update drops are left to the API
+// server to refuse.
+func KeepTolerations(old, pod *corev1.Pod) (changed bool) {
+	for _, t := range old.Spec.Tolerations {
+		ours := t.Key == offloadv1alpha1.TaintVirtualNode || slices.Contains([]string{TaintNodeUnreachable, TaintNodeNotReady}, t.Key)
+		if !ours || t.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return apiequality.Semantic.DeepEqual(have, t) }) {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, *t.DeepCopy())
+			changed = true
+		}
+	}
+	return changed
+}
