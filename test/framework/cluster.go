@@ -45,6 +45,9 @@ type ClusterOptions struct {
 	// cluster's pods to every other, so a network test would pass with no
 	// fabric at all. Only a real node's pods are routable; it needs RealNode.
 	Isolated bool
+	// APIServerArgs are more kube-apiserver flags, name and value, such as
+	// a shorter default-unreachable-toleration-seconds.
+	APIServerArgs [][2]string
 }
 
 type clusterPorts struct {

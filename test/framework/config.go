@@ -57,6 +57,7 @@ componentsPatches:
 	if node != nil {
 		apiserverArgs = node.apiServerPatches(clusterDir)
 	}
+	apiserverArgs = append(apiserverArgs, o.APIServerArgs...)
 	b.WriteString("- name: kube-apiserver\n  extraArgs:\n")
 	for _, a := range apiserverArgs {
 		// kwokctl replaces only flags it sets itself (override), and

@@ -18,27 +18,30 @@ import (
 // removes them all.
 const faultsTable = "offload-test-faults"
 
-// DropUDP makes the host drop the UDP datagrams it forwards to dst, as a
-// firewall between two machines would: between real nodes, whose traffic
-// the host routes, the path to dst is cut. It returns the function that
-// lets them through again, which also runs when the test ends.
-func DropUDP(t testing.TB, dst netip.AddrPort) (restore func()) {
+// injectFault adds the rules of one fault to the host, in an nftables
+// table of its own (faultsTable-name), and returns the function that
+// removes them, which also runs when the test ends. hook is where the
+// rules drop packets: the forward hook for traffic between nodes, the
+// input hook for the host's own addresses (the API servers).
+func injectFault(t testing.TB, name string, hooks []*nftables.ChainHook, rules ...[]expr.Any) (restore func()) {
 	t.Helper()
+	table := faultsTable + "-" + name
 	err := withHostLock(func() error {
 		c := &nftables.Conn{}
-		table := nftexpr.DeleteTable(c, faultsTable)
-		c.AddTable(table)
-		chain := c.AddChain(&nftables.Chain{
-			Name: "forward", Table: table, Type: nftables.ChainTypeFilter,
-			// Ahead of the isolation, which accepts node traffic.
-			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter - 10),
-		})
-		c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: nftexpr.Rule(
-			nftexpr.MatchPrefix(nftexpr.Destination, netip.PrefixFrom(dst.Addr(), 32)),
-			nftexpr.Protocol(unix.IPPROTO_UDP), nftexpr.DestinationPort(dst.Port()),
-			nftexpr.Verdict(expr.VerdictDrop))})
+		tbl := nftexpr.DeleteTable(c, table)
+		c.AddTable(tbl)
+		for i, hook := range hooks {
+			chain := c.AddChain(&nftables.Chain{
+				Name: fmt.Sprintf("drop-%d", i), Table: tbl, Type: nftables.ChainTypeFilter,
+				// Ahead of the isolation, which accepts node traffic.
+				Hooknum: hook, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter - 10),
+			})
+			for _, r := range rules {
+				c.AddRule(&nftables.Rule{Table: tbl, Chain: chain, Exprs: r})
+			}
+		}
 		if err := c.Flush(); err != nil {
-			return fmt.Errorf("dropping UDP to %s: %w", dst, err)
+			return fmt.Errorf("injecting fault %s: %w", name, err)
 		}
 		return nil
 	})
@@ -53,15 +56,51 @@ func DropUDP(t testing.TB, dst netip.AddrPort) (restore func()) {
 		done = true
 		err := withHostLock(func() error {
 			c := &nftables.Conn{}
-			nftexpr.DeleteTable(c, faultsTable)
+			nftexpr.DeleteTable(c, table)
 			return c.Flush()
 		})
 		if err != nil {
-			t.Errorf("letting UDP to %s through again: %v", dst, err)
+			t.Errorf("removing fault %s: %v", name, err)
 		}
 	}
 	t.Cleanup(restore)
 	return restore
+}
+
+// DropUDP makes the host drop the UDP datagrams it forwards to dst, as a
+// firewall between two machines would: between real nodes, whose traffic
+// the host routes, the path to dst is cut. It returns the function that
+// lets them through again, which also runs when the test ends.
+func DropUDP(t testing.TB, dst netip.AddrPort) (restore func()) {
+	t.Helper()
+	return injectFault(t, "udp", []*nftables.ChainHook{nftables.ChainHookForward}, nftexpr.Rule(
+		nftexpr.MatchPrefix(nftexpr.Destination, netip.PrefixFrom(dst.Addr(), 32)),
+		nftexpr.Protocol(unix.IPPROTO_UDP), nftexpr.DestinationPort(dst.Port()),
+		nftexpr.Verdict(expr.VerdictDrop)))
+}
+
+// Partition cuts the network between the real nodes of a and b, both ways,
+// as between two machines whose link went down: their nodes and pods no
+// longer reach each other, nor the other's API server (packets are
+// dropped, so connections hang rather than fail). Each cluster keeps its
+// own API server, and the test process reaches both. It returns the
+// function that heals the partition, which also runs when the test ends.
+func Partition(t testing.TB, a, b *Cluster) (heal func()) {
+	t.Helper()
+	subnet := func(c *Cluster) netip.Prefix {
+		if c.Node == nil {
+			t.Fatalf("cluster %s has no real node to partition", c.Name)
+		}
+		return netip.PrefixFrom(netip.MustParseAddr(c.Node.HostIP), 24).Masked()
+	}
+	aNet, bNet := subnet(a), subnet(b)
+	drop := func(from, to netip.Prefix) []expr.Any {
+		return nftexpr.Rule(nftexpr.MatchPrefix(nftexpr.Source, from), nftexpr.MatchPrefix(nftexpr.Destination, to), nftexpr.Verdict(expr.VerdictDrop))
+	}
+	// Forwarded: node to node, pod to pod. Input: to the API server, which
+	// listens on the host end of the other cluster's node subnet.
+	return injectFault(t, "partition", []*nftables.ChainHook{nftables.ChainHookForward, nftables.ChainHookInput},
+		drop(aNet, bNet), drop(bNet, aNet))
 }
 
 // FreezeAPIServer stops the cluster's kube-apiserver with SIGSTOP, as a
