@@ -53,6 +53,7 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(install.NewCmdUpgrade(f, streams))
 	root.AddCommand(install.NewCmdUninstall(f, streams))
 	root.AddCommand(status.NewCmdStatus(f, streams))
+	root.AddCommand(status.NewCmdDoctor(f, streams))
 	root.AddCommand(peer.NewCmdPeer(f, streams))
 	root.AddCommand(peer.NewCmdGenerateParent(f, streams))
 	root.AddCommand(peer.NewCmdUnpeer(f, streams))

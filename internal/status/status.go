@@ -1,6 +1,9 @@
 // Package status checks the health of a kubectl-offload installation and
 // renders the result as a table, JSON or YAML (`kubectl offload status`),
 // and shows one peer in detail (`kubectl offload status peer NAME`).
+// `kubectl offload doctor` (doctor*.go) reuses the report and its rendering
+// for active checks: it probes endpoints and peers, and says how to fix
+// what users otherwise find by hand.
 //
 // Each section of the report comes from one Checker. Checkers share an Env,
 // which holds the clients and caches what several of them read, such as the

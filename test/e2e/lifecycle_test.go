@@ -129,6 +129,7 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 		t.Fatalf("no Tenant for the consumer: %v", err)
 	}
 	expectVirtualNodeReady(ctx, t, consumer, provider, a.Name, tenant.Spec.TenantNamespace)
+	expectDoctor(ctx, t, consumer, provider)
 	// The provider records the consumer as an incoming peering.
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var fc offloadv1alpha1.ForeignCluster
