@@ -52,7 +52,7 @@ func (clockSkewChecker) Check(ctx context.Context, d *DoctorEnv) Section {
 			s.Checks = append(s.Checks, ok(name, "peer %s has no auth URL here (it only consumes this cluster): run kubectl offload doctor on %s to compare the clocks", fc.Name, fc.Name))
 			continue
 		}
-		off, err := peerClockOffset(ctx, fc.Spec.AuthURL, d.ProbeTimeout)
+		off, err := peerClockOffset(ctx, fc.Spec.AuthURL, fc.Spec.CACertHash, d.ProbeTimeout)
 		if err != nil {
 			s.Checks = append(s.Checks, warn(name, "cannot read the clock of peer %s at %s from here: %v; the skew is not checked", fc.Name, fc.Spec.AuthURL, err))
 			continue

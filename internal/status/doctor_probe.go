@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // hostOf returns the host of a URL (https://host:port/...) or of an
@@ -126,9 +128,9 @@ func dateOffset(hc *http.Client, req *http.Request) (time.Duration, error) {
 
 // peerClockOffset sends an unauthenticated GET to /healthz of a peer's
 // auth service and returns the offset of its clock. It carries no
-// credentials; the certificate is not checked, for the same reason as in
-// probeTLS.
-func peerClockOffset(ctx context.Context, authURL string, timeout time.Duration) (time.Duration, error) {
+// credentials, and checks the server against the peer's pinned CA
+// (caCertHash), as the agent does, so that the clock read is the peer's.
+func peerClockOffset(ctx context.Context, authURL, caCertHash string, timeout time.Duration) (time.Duration, error) {
 	u, err := url.Parse(authURL)
 	if err != nil || u.Host == "" {
 		return 0, fmt.Errorf("auth URL %q is not a URL", authURL)
@@ -140,8 +142,7 @@ func peerClockOffset(ctx context.Context, authURL string, timeout time.Duration)
 	}
 	hc := &http.Client{
 		Timeout: timeout,
-		// Only the answer's Date header is read, and nothing secret is sent.
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}},
+		Transport: &http.Transport{TLSClientConfig: peering.PinnedTLSConfig(caCertHash)},
 		// A redirect could lead anywhere; the first answer has the Date.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}

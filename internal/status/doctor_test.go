@@ -3,7 +3,14 @@ package status
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +30,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -169,20 +177,36 @@ func TestDoctorProbesTheAuthEndpoint(t *testing.T) {
 
 func TestDoctorMeasuresClockSkewWithPeers(t *testing.T) {
 	a := newAPIServer(t)
+	// Each peer is checked against its pinned CA, as the agent does.
+	pinned := func(srv *httptest.Server) [2]string {
+		hash, err := peering.CACertHash(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [2]string{srv.URL, hash}
+	}
+	// An impostor answers at the peer's URL with a CA of its own.
+	impostor := pinned(tlsServer(t, 0))
+	impostor[1] = otherCAHash(t)
 	peers := []struct {
-		name, authURL string
-		want          Status
-		says          string
+		name string
+		auth [2]string // URL and CA hash
+		want Status
+		says string
 	}{
-		{"in-step", tlsServer(t, 0).URL, StatusOK, "within 30s"},
-		{"ahead", tlsServer(t, 2*time.Minute).URL, StatusWarning, "ahead of this cluster's"},
-		{"behind", tlsServer(t, -10*time.Minute).URL, StatusFailed, "enable NTP"},
-		{"gone", closedURL(t), StatusWarning, "the skew is not checked"},
-		{"consumer", "", StatusOK, "run kubectl offload doctor on skew-consumer"},
+		{"in-step", pinned(tlsServer(t, 0)), StatusOK, "within 30s"},
+		{"ahead", pinned(tlsServer(t, 2*time.Minute)), StatusWarning, "ahead of this cluster's"},
+		{"behind", pinned(tlsServer(t, -10*time.Minute)), StatusFailed, "enable NTP"},
+		{"gone", [2]string{closedURL(t), ""}, StatusWarning, "the skew is not checked"},
+		{"impostor", impostor, StatusWarning, "the skew is not checked"},
+		{"consumer", [2]string{}, StatusOK, "run kubectl offload doctor on skew-consumer"},
 	}
 	for i, p := range peers {
-		fc := foreignCluster("skew-"+p.name, "77777777-7777-4777-8777-77777777770"+string(rune('0'+i)), p.authURL != "", offloadv1alpha1.ForeignClusterStatus{})
-		fc.Spec.AuthURL = p.authURL
+		fc := foreignCluster("skew-"+p.name, "77777777-7777-4777-8777-77777777770"+string(rune('0'+i)), p.auth[0] != "", offloadv1alpha1.ForeignClusterStatus{})
+		fc.Spec.AuthURL = p.auth[0]
+		if p.auth[1] != "" {
+			fc.Spec.CACertHash = p.auth[1]
+		}
 		a.create(t, testPeer{fc: fc})
 	}
 	s := clockSkewChecker{}.Check(context.Background(), a.doctorEnv(t, nil))
@@ -291,4 +315,25 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("error = %v, want failed checks", err)
 		}
 	})
+}
+
+// otherCAHash is the pin of a CA no test server uses (they all share
+// httptest's certificate).
+func otherCAHash(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other"}, IsCA: true,
+		BasicConstraintsValid: true, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := peering.CACertHash(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hash
 }
