@@ -141,7 +141,7 @@ func peerClockOffset(ctx context.Context, authURL, caCertHash string, timeout ti
 		return 0, err
 	}
 	hc := &http.Client{
-		Timeout: timeout,
+		Timeout:   timeout,
 		Transport: &http.Transport{TLSClientConfig: peering.PinnedTLSConfig(caCertHash)},
 		// A redirect could lead anywhere; the first answer has the Date.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
