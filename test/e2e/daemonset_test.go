@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -26,12 +27,22 @@ func everywhere(name string, annotations map[string]string) *appsv1.DaemonSet {
 	}
 }
 
-// createDaemonSet creates ds in ns of c.
+// createDaemonSet creates ds in ns of c, and deletes it when the test
+// ends, before the clusters go: its pods tolerate the taint that drains a
+// real node at teardown.
 func createDaemonSet(ctx context.Context, t *testing.T, c *framework.Cluster, ns string, ds *appsv1.DaemonSet) {
 	t.Helper()
 	if _, err := c.Kube.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := c.Kube.AppsV1().DaemonSets(ns).Delete(ctx, ds.Name, metav1.DeleteOptions{PropagationPolicy: new(metav1.DeletePropagationBackground)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting DaemonSet %s/%s: %v", ns, ds.Name, err)
+		}
+	})
 }
 
 // rolledOut runs kubectl rollout status on DaemonSet ns/name, as a user
