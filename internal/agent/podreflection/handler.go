@@ -180,6 +180,7 @@ func (h *Handler) origin(twin string) reflection.Origin {
 		TwinNamespace:     twin,
 		VirtualNodeLabels: h.opts.VirtualNodeLabels,
 		NodePlacement:     h.opts.NodePlacement != nil && h.opts.NodePlacement(),
+		HostIP:            h.opts.NodeIP,
 	}
 }
 

@@ -168,6 +168,7 @@ func translateSpec(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error {
 	}
 	spec.TopologySpreadConstraints = remoteTopologySpread(spec.TopologySpreadConstraints)
 	translateServiceAccountVolumes(spec, o.ServiceAccountTokenSecret)
+	translateDownwardEnv(spec, local, o)
 	return nil
 }
 

@@ -72,6 +72,10 @@ type Origin struct {
 	// Addresses translates the addresses of reflected EndpointSlices into
 	// ones the provider reaches; nil when the peering has no networking.
 	Addresses *Addresses
+	// HostIP is the virtual node's address, which the downward API's
+	// status.hostIP gives offloaded containers; empty leaves it the
+	// provider node's.
+	HostIP string
 }
 
 // originLabels are the labels that mark an object as reflected by o.
