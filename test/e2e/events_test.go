@@ -69,6 +69,11 @@ func expectSpecUpdatesReachTheRemotePod(ctx context.Context, t *testing.T, consu
 	t.Helper()
 	app := offloadedApp("spec-update", 1)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "spec-update", Labels: app.Spec.Template.Labels}, Spec: app.Spec.Template.Spec}
+	downward := map[string]string{"POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid", "NODE_NAME": "spec.nodeName"}
+	for name, path := range downward {
+		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: name,
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}})
+	}
 	if _, err := consumer.Kube.CoreV1().Pods("work").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +83,16 @@ func expectSpecUpdatesReachTheRemotePod(ctx context.Context, t *testing.T, consu
 	local, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Through the downward API the container sees its consumer pod.
+	out, err := kubectl(t, consumer, "-n", "work", "exec", pod.Name, "--", "/testapp", "get", "http://127.0.0.1:8080/env")
+	var env map[string]string
+	if err == nil {
+		err = jsonUnmarshal(out, &env)
+	}
+	if want := map[string]string{"POD_NAMESPACE": "work", "POD_UID": string(local.UID), "NODE_NAME": local.Spec.NodeName}; err != nil ||
+		env["POD_NAMESPACE"] != want["POD_NAMESPACE"] || env["POD_UID"] != want["POD_UID"] || env["NODE_NAME"] != want["NODE_NAME"] {
+		t.Errorf("the offloaded container's downward API env: err=%v, %v; want the consumer pod's %v", err, env, want)
 	}
 	local.Spec.ActiveDeadlineSeconds = new(int64(3600))
 	if local, err = consumer.Kube.CoreV1().Pods("work").Update(ctx, local, metav1.UpdateOptions{}); err != nil {
