@@ -176,12 +176,12 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	offloaded.node = p.virtualNode
 	stopLocal := offloaded.watch(ctx, b, p.consumer.Kube, offloadedNS, name, local)
 	stopRemote := offloaded.watch(ctx, b, p.provider.Kube, p.twin, name, remote)
-	pid, err := agentPID(p.consumer.Name)
+	pid, err := framework.AgentPID(p.consumer.Name)
 	if err != nil {
 		b.Fatal(err)
 	}
 	restarts, _ := agentRestarts(ctx, p.consumer)
-	cpu0, err := cpuSeconds(pid)
+	cpu0, err := framework.CPUSeconds(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 // CPU seconds the consumer's agent used since cpu0; NaN when it restarted.
 func (p *pair) agentFigures(ctx context.Context, b *testing.B, r *offloadResult, pid int, cpu0 float64, restarts int32) float64 {
 	b.Helper()
-	cpu1, err := cpuSeconds(pid)
+	cpu1, err := framework.CPUSeconds(pid)
 	if err != nil {
 		b.Logf("the consumer's agent (pid %d) is gone: %v", pid, err)
 		cpu1 = math.NaN()
@@ -216,11 +216,11 @@ func (p *pair) agentFigures(ctx context.Context, b *testing.B, r *offloadResult,
 		b.Logf("the consumer's agent restarted during the run (%d restarts before, %d after): its figures are not valid", restarts, now)
 		cpu1 = math.NaN()
 	}
-	if cur, err := agentPID(p.consumer.Name); err == nil {
-		r.consumerRSS, _ = rssMiB(cur)
+	if cur, err := framework.AgentPID(p.consumer.Name); err == nil {
+		r.consumerRSS, _ = framework.RSSMiB(cur)
 	}
-	if prov, err := agentPID(p.provider.Name); err == nil {
-		r.providerRSS, _ = rssMiB(prov)
+	if prov, err := framework.AgentPID(p.provider.Name); err == nil {
+		r.providerRSS, _ = framework.RSSMiB(prov)
 	}
 	return cpu1 - cpu0
 }
@@ -518,5 +518,5 @@ func machineBusySeconds() float64 {
 			busy += v
 		}
 	}
-	return busy / clockTicks
+	return busy / framework.ClockTicks
 }
