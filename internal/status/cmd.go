@@ -164,27 +164,38 @@ func newCmdPeer(f factory.Factory, o *PeerOptions) *cobra.Command {
 
 // Complete builds the clients from the factory.
 func (o *Options) Complete(f factory.Factory) error {
-	ns := f.Namespace()
-	kube, err := f.KubeClient()
+	kube, newEnv, err := envFrom(f)
 	if err != nil {
 		return err
 	}
-	c, err := f.Client()
-	if err != nil {
-		return err
-	}
-	cfg, err := f.HelmConfig(ns)
-	if err != nil {
-		return err
-	}
-	helm := helmclient.New(cfg, ns)
 	o.kube = kube
 	o.newEnv = func() *Env {
-		env := NewEnv(kube, c, helm, ns)
+		env := newEnv()
 		env.clock = o.now
 		return env
 	}
 	return nil
+}
+
+// envFrom builds from the factory the clients of status and doctor: the
+// cluster's clientset, and a function that makes a new Env for a round of
+// checks.
+func envFrom(f factory.Factory) (kubernetes.Interface, func() *Env, error) {
+	ns := f.Namespace()
+	kube, err := f.KubeClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := f.Client()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := f.HelmConfig(ns)
+	if err != nil {
+		return nil, nil, err
+	}
+	helm := helmclient.New(cfg, ns)
+	return kube, func() *Env { return NewEnv(kube, c, helm, ns) }, nil
 }
 
 // Validate checks the options.

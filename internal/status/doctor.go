@@ -13,7 +13,6 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
-	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 )
 
@@ -60,18 +59,11 @@ func doctorCheckers() []doctorChecker {
 
 // collectDoctor runs every checker against d and assembles the report.
 func collectDoctor(ctx context.Context, d *DoctorEnv, checkers []doctorChecker) Report {
-	r := Report{TypeMeta: doctorReportType, Namespace: d.Namespace, Sections: []Section{}}
-	for _, c := range checkers {
-		s := c.Check(ctx, d)
-		s.Name = c.Name()
-		if s.Checks == nil {
-			s.Checks = []Check{}
-		}
-		s.Status = worst(s.Checks)
-		r.Sections = append(r.Sections, s)
+	sections := make([]func() (string, Section), len(checkers))
+	for i, c := range checkers {
+		sections[i] = func() (string, Section) { return c.Name(), c.Check(ctx, d) }
 	}
-	r.Healthy = r.Err() == nil
-	return r
+	return assemble(doctorReportType, d.Namespace, sections)
 }
 
 // DoctorOptions are the options of `kubectl offload doctor`.
@@ -104,27 +96,17 @@ func NewDoctorOptions(streams genericiooptions.IOStreams) *DoctorOptions {
 
 // Complete builds the clients from the factory.
 func (o *DoctorOptions) Complete(f factory.Factory) error {
-	ns := f.Namespace()
 	cfg, err := f.RESTConfig()
 	if err != nil {
 		return err
 	}
-	kube, err := f.KubeClient()
+	kube, newEnv, err := envFrom(f)
 	if err != nil {
 		return err
 	}
-	c, err := f.Client()
-	if err != nil {
-		return err
-	}
-	hc, err := f.HelmConfig(ns)
-	if err != nil {
-		return err
-	}
-	helm := helmclient.New(hc, ns)
 	o.kube = kube
 	o.newEnv = func() *DoctorEnv {
-		return &DoctorEnv{Env: NewEnv(kube, c, helm, ns), Config: cfg, ProbeTimeout: o.ProbeTimeout, CLIVersion: o.cliVersion}
+		return &DoctorEnv{Env: newEnv(), Config: cfg, ProbeTimeout: o.ProbeTimeout, CLIVersion: o.cliVersion}
 	}
 	return nil
 }

@@ -57,10 +57,22 @@ func DefaultCheckers() []Checker {
 // Collect runs every checker against env and assembles the report. It fills
 // in each section's Name and Status from the checker and its checks.
 func Collect(ctx context.Context, env *Env, checkers []Checker) Report {
-	r := Report{TypeMeta: reportType, Namespace: env.Namespace, Sections: []Section{}}
-	for _, c := range checkers {
-		s := c.Check(ctx, env)
-		s.Name = c.Name()
+	sections := make([]func() (string, Section), len(checkers))
+	for i, c := range checkers {
+		sections[i] = func() (string, Section) { return c.Name(), c.Check(ctx, env) }
+	}
+	return assemble(reportType, env.Namespace, sections)
+}
+
+// assemble builds a report of kind from its sections, each a function
+// that runs its checks and returns the section's name and the section, in
+// order; it fills in each section's Name and Status, and the report's
+// Healthy.
+func assemble(kind metav1.TypeMeta, namespace string, sections []func() (string, Section)) Report {
+	r := Report{TypeMeta: kind, Namespace: namespace, Sections: []Section{}}
+	for _, run := range sections {
+		name, s := run()
+		s.Name = name
 		if s.Checks == nil {
 			s.Checks = []Check{}
 		}
