@@ -108,4 +108,3 @@ func RSSMiB(pid int) (float64, error) {
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
-
