@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,14 +90,22 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 	for _, obj := range o.NamespacedObjects {
 		byObject[obj] = cache.ByObject{Namespaces: map[string]cache.Config{o.Namespace: {}}}
 	}
+	var lock resourcelock.Interface
+	if o.LeaderElection {
+		var err error
+		if lock, err = leaderLock(cfg, o.Namespace); err != nil {
+			return nil, err
+		}
+	}
 	mgr, err := ctrlmanager.New(cfg, ctrlmanager.Options{
-		Scheme:                  scheme.Scheme,
-		Logger:                  o.Logger,
-		HealthProbeBindAddress:  o.HealthProbeBindAddress,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
-		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        LeaderElectionID,
-		LeaderElectionNamespace: o.Namespace,
+		Scheme:                              scheme.Scheme,
+		Logger:                              o.Logger,
+		HealthProbeBindAddress:              o.HealthProbeBindAddress,
+		Metrics:                             metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		LeaderElection:                      o.LeaderElection,
+		LeaderElectionResourceLockInterface: lock,
+		LeaderElectionID:                    LeaderElectionID,
+		LeaderElectionNamespace:             o.Namespace,
 		// A replica that is shut down hands the Lease over at once, so a
 		// rollout does not wait for the Lease to expire.
 		LeaderElectionReleaseOnCancel: true,
@@ -142,6 +151,11 @@ const leaderElectionLost = "leader election lost"
 // when the manager lost its Lease, and another error when the manager
 // cannot start or a component fails.
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	// Building the manager reads the API server (its REST mapping): an
+	// agent that starts, or starts again, during an outage waits here.
+	if err := waitForAPIServer(ctx, cfg, o.HealthProbeBindAddress, o.Logger); err != nil || ctx.Err() != nil {
+		return err
+	}
 	mgr, err := New(cfg, o)
 	if err != nil {
 		return err
