@@ -35,7 +35,9 @@ func TestAnAgentWaitsForItsAPIServerAnsweringTheLivenessProbe(t *testing.T) {
 	l.Close()
 
 	done := make(chan error, 1)
-	go func() { done <- waitForAPIServer(t.Context(), &rest.Config{Host: api.URL}, health, ktesting.NewLogger(t, ktesting.NewConfig())) }()
+	go func() {
+		done <- waitForAPIServer(t.Context(), &rest.Config{Host: api.URL}, health, ktesting.NewLogger(t, ktesting.NewConfig()))
+	}()
 	framework.Eventually(t, 10*time.Second, "the liveness probe answered while waiting", func(context.Context) bool {
 		resp, err := http.Get("http://" + health + "/healthz")
 		if err != nil {
