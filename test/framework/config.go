@@ -43,13 +43,22 @@ componentsPatches:
 		p.apiserver, p.etcd, p.etcdPeer, p.controllerManager, p.scheduler, p.kwok, o.DisableQPSLimits, certSANs(node),
 		FakeNodeAnnotation, FakeNodeAnnotationValue, fakePodStart)
 	// The CSR signer uses the cluster CA that kwokctl generates in the
-	// cluster's pki directory.
+	// cluster's pki directory. kwokctl's binary runtime restarts no
+	// process, as a kubelet or systemd would: the one controller-manager
+	// and scheduler of a cluster run without leader election, which would
+	// make them exit for good when a test freezes the API server.
 	fmt.Fprintf(&b, `- name: kube-controller-manager
   extraArgs:
   - key: cluster-signing-cert-file
     value: %s
   - key: cluster-signing-key-file
     value: %s
+  - key: leader-elect
+    value: "false"
+- name: kube-scheduler
+  extraArgs:
+  - key: leader-elect
+    value: "false"
 `, filepath.Join(clusterDir, "pki", "ca.crt"), filepath.Join(clusterDir, "pki", "ca.key"))
 	// The API server advertises 127.0.0.1, or, for a real node, the address
 	// the node reaches it at, which its certificate must name too.
