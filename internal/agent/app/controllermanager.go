@@ -289,14 +289,15 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 			return addKubeletAPI(mgr, o, r)
 		},
 	)
+	// The gateways' objects live in this namespace only, and RBAC allows no
+	// more: their caches watch just here. The provider's twin-namespace
+	// controller watches Tunnels with the fabric off too.
+	o.NamespacedObjects = []client.Object{&offloadv1alpha1.Tunnel{}, &appsv1.Deployment{}, &corev1.Service{}, &corev1.ServiceAccount{}, &rbacv1.Role{}}
 	if o.Network {
 		settings, err := o.networkSettings()
 		if err != nil {
 			return err
 		}
-		// The gateways' objects live in this namespace only, and RBAC allows
-		// no more: their caches watch just here.
-		o.NamespacedObjects = []client.Object{&offloadv1alpha1.Tunnel{}, &appsv1.Deployment{}, &corev1.Service{}, &corev1.ServiceAccount{}, &rbacv1.Role{}}
 		o.Controllers = append(o.Controllers,
 			// Provider side: each consumer's tunnel and gateway.
 			func(mgr ctrlmanager.Manager) error {
