@@ -67,6 +67,8 @@ func TestADefaultNameRequestGetsANamespaceAQuotaFromTheOfferAndARoleBinding(t *t
 	want := corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("4"),
 		corev1.ResourceRequestsMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
 	maps.Copy(want, ObjectLimits)
+	// A token Secret for each of the 110 pods, besides the 500 others.
+	want[corev1.ResourceSecrets] = resource.MustParse("610")
 	if !sameResources(quota.Spec.Hard, want) {
 		t.Errorf("quota %v, want %v", quota.Spec.Hard, want)
 	}

@@ -282,8 +282,11 @@ var ObjectLimits = corev1.ResourceList{
 
 // QuotaFor returns the hard limits of a twin namespace's ResourceQuota for
 // the resources of an offer: the sum of the pods' cpu and memory requests,
-// and their number, and ObjectLimits. Limits are not capped: a quota on
-// limits would refuse every pod that sets none.
+// and their number, and ObjectLimits, with room for one more Secret per
+// offered pod: each offloaded pod that uses a service-account token has a
+// token Secret of its own, so a Secret cap alone would cap the pods.
+// Limits are not capped: a quota on limits would refuse every pod that
+// sets none.
 func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
 	hard := ObjectLimits.DeepCopy()
 	for from, to := range map[corev1.ResourceName]corev1.ResourceName{
@@ -294,6 +297,11 @@ func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
 		if q, ok := offered[from]; ok {
 			hard[to] = q.DeepCopy()
 		}
+	}
+	if pods, ok := offered[corev1.ResourcePods]; ok {
+		secrets := hard[corev1.ResourceSecrets]
+		secrets.Add(pods)
+		hard[corev1.ResourceSecrets] = secrets
 	}
 	return hard
 }
