@@ -25,10 +25,12 @@ func TestAnAgentKilledWhileOffloadingAThousandPodsLeavesNoDuplicateAndNoOrphan(t
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	// The provider's fake nodes take every remote pod; its real node runs
-	// only the agent.
+	// only the agent. The control planes' own rate limits are lifted, as in
+	// the benchmark, so that 1000 pods do not wait on the Deployment and
+	// the scheduler at 20 requests a second.
 	consumer, provider := peerableClustersWith(ctx, t,
-		framework.ClusterOptions{Name: "kill-consumer", RealNode: true},
-		framework.ClusterOptions{Name: "kill-provider", FakeNodes: 3, NodeCapacity: framework.Capacity{Pods: "500"}, RealNode: true},
+		framework.ClusterOptions{Name: "kill-consumer", RealNode: true, DisableQPSLimits: true},
+		framework.ClusterOptions{Name: "kill-provider", FakeNodes: 3, NodeCapacity: framework.Capacity{Pods: "500"}, RealNode: true, DisableQPSLimits: true},
 		"--network=false", "--set", "sharingPercentage=100")
 	cordon := []byte(`{"spec":{"unschedulable":true}}`)
 	if _, err := provider.Kube.CoreV1().Nodes().Patch(ctx, provider.Node.Name, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {

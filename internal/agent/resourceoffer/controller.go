@@ -128,7 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
-	share := Share(Free(nodes.Items, pods.Items), r.SharingPercentage)
+	share := Share(Free(nodes.Items, pods.Items, tenant.Spec.ClusterID), r.SharingPercentage)
 	id, err := r.readIdentity(ctx)
 	if err != nil {
 		return reconcile.Result{}, err

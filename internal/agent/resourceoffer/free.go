@@ -14,8 +14,11 @@ import (
 var offered = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods}
 
 // Free returns the allocatable cpu, memory and pods of the schedulable,
-// Ready, non-virtual nodes, minus what the pods bound to them request.
-func Free(nodes []corev1.Node, pods []corev1.Pod) corev1.ResourceList {
+// Ready, non-virtual nodes, minus what the pods bound to them request,
+// but the pods of the consumer whose cluster ID is tenant ("" for none):
+// what a tenant is offered does not shrink as it uses it, or a consumer's
+// virtual node would have less room than the pods already bound to it.
+func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string) corev1.ResourceList {
 	usable := map[string]bool{}
 	total := map[corev1.ResourceName]*resource.Quantity{}
 	for _, r := range offered {
@@ -33,7 +36,8 @@ func Free(nodes []corev1.Node, pods []corev1.Pod) corev1.ResourceList {
 		}
 	}
 	for _, p := range pods {
-		if !usable[p.Spec.NodeName] || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if !usable[p.Spec.NodeName] || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed ||
+			(tenant != "" && p.Labels[offloadv1alpha1.LabelOriginClusterID] == tenant) {
 			continue
 		}
 		total[corev1.ResourcePods].Sub(*resource.NewQuantity(1, resource.DecimalSI))

@@ -34,6 +34,12 @@ func pod(nodeName, cpu, mem string, phase corev1.PodPhase) corev1.Pod {
 	}
 }
 
+// fromConsumer labels p as a remote pod of consumer clusterID.
+func fromConsumer(p corev1.Pod, clusterID string) corev1.Pod {
+	p.Labels = map[string]string{offloadv1alpha1.LabelOriginClusterID: clusterID}
+	return p
+}
+
 // withSidecar gives p a sidecar (a restartable init container) requesting
 // sidecarCPU, then a plain init container requesting initCPU.
 func withSidecar(p corev1.Pod, sidecarCPU, initCPU string) corev1.Pod {
@@ -55,6 +61,8 @@ func TestFreeAndShare(t *testing.T) {
 		pods            []corev1.Pod
 		percent         int
 		cpu, mem, count string
+		// tenant is the cluster ID of the consumer the offer is for.
+		tenant string
 	}{
 		{
 			name:    "two ready nodes with nothing running lend half of everything",
@@ -94,6 +102,14 @@ func TestFreeAndShare(t *testing.T) {
 			percent: 100, cpu: "3400m", mem: "7Gi", count: "9",
 		},
 		{
+			name:  "the tenant's own pods do not shrink its offer; other consumers' and the provider's do",
+			nodes: []corev1.Node{node("a", "4", "8Gi", "10", true, nil)},
+			pods: []corev1.Pod{fromConsumer(pod("a", "1", "1Gi", corev1.PodRunning), "tenant-a"),
+				fromConsumer(pod("a", "1", "1Gi", corev1.PodRunning), "tenant-b"), pod("a", "1", "1Gi", corev1.PodRunning)},
+			tenant:  "tenant-a",
+			percent: 100, cpu: "2", mem: "6Gi", count: "8",
+		},
+		{
 			name:    "shares round down to whole milli-cpus, bytes and pods",
 			nodes:   []corev1.Node{node("a", "1", "1001", "3", true, nil)},
 			percent: 50, cpu: "500m", mem: "500", count: "1",
@@ -101,7 +117,7 @@ func TestFreeAndShare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Share(Free(tt.nodes, tt.pods), tt.percent)
+			got := Share(Free(tt.nodes, tt.pods, tt.tenant), tt.percent)
 			for r, want := range map[corev1.ResourceName]string{corev1.ResourceCPU: tt.cpu, corev1.ResourceMemory: tt.mem, corev1.ResourcePods: tt.count} {
 				q := got[r]
 				if q.Cmp(resource.MustParse(want)) != 0 {
