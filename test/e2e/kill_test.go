@@ -82,8 +82,13 @@ func TestAnAgentKilledWhileOffloadingAThousandPodsLeavesNoDuplicateAndNoOrphan(t
 		if err != nil {
 			return false, err.Error()
 		}
-		live, running := onVirtualNode(list.Items), 0
-		for _, p := range live {
+		var live []corev1.Pod
+		running := 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
+				continue
+			}
+			live = append(live, p)
 			if p.Status.Phase == corev1.PodRunning {
 				running++
 			}
