@@ -76,10 +76,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	if err := r.Client.Update(ctx, ds); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// A newer version comes as an event of its own.
-			return reconcile.Result{Requeue: !apierrors.IsNotFound(err)}, nil
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
 		}
+		// A conflict is retried with backoff, as any error.
 		return reconcile.Result{}, fmt.Errorf("updating DaemonSet %s: %w", req.NamespacedName, err)
 	}
 	action := "Kept a DaemonSet off the virtual nodes"
