@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -20,20 +17,7 @@ import (
 // the report, which has the shape of a status report, and the exit code.
 func offloadDoctor(t *testing.T, c *framework.Cluster) (statusReport, int) {
 	t.Helper()
-	out, errOut, err := offload(t, c, "doctor", "-o", "json")
-	code := 0
-	var exitErr *exec.ExitError
-	switch {
-	case errors.As(err, &exitErr):
-		code = exitErr.ExitCode()
-	case err != nil:
-		t.Fatalf("kubectl offload doctor: %v\n%s", err, errOut)
-	}
-	var r statusReport
-	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Kind != "DoctorReport" {
-		t.Fatalf("doctor -o json printed no DoctorReport (exit %d, %v):\nstdout: %s\nstderr: %s", code, err, out, errOut)
-	}
-	return r, code
+	return reportJSON(t, c, "DoctorReport", "doctor", "-o", "json")
 }
 
 // doctorBlocker is the webhook expectDoctor adds: it intercepts pods with

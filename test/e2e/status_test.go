@@ -134,6 +134,14 @@ func offloadStatus(t *testing.T, c *framework.Cluster, args ...string) (statusRe
 // against c and returns the report and the exit code.
 func statusJSON(t *testing.T, c *framework.Cluster, args ...string) (statusReport, int) {
 	t.Helper()
+	return reportJSON(t, c, "StatusReport", args...)
+}
+
+// reportJSON runs `kubectl offload args...`, a reporting command (status,
+// doctor) with -o json, against c and returns its report, of kind, and the
+// exit code.
+func reportJSON(t *testing.T, c *framework.Cluster, kind string, args ...string) (statusReport, int) {
+	t.Helper()
 	out, errOut, err := offload(t, c, args...)
 	code := 0
 	var exitErr *exec.ExitError
@@ -141,11 +149,11 @@ func statusJSON(t *testing.T, c *framework.Cluster, args ...string) (statusRepor
 	case errors.As(err, &exitErr):
 		code = exitErr.ExitCode()
 	case err != nil:
-		t.Fatalf("kubectl offload status: %v\n%s", err, errOut)
+		t.Fatalf("kubectl offload %s: %v\n%s", strings.Join(args, " "), err, errOut)
 	}
 	var r statusReport
-	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Kind != "StatusReport" {
-		t.Fatalf("status -o json printed no StatusReport (exit %d, %v):\nstdout: %s\nstderr: %s", code, err, out, errOut)
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Kind != kind {
+		t.Fatalf("kubectl offload %s printed no %s (exit %d, %v):\nstdout: %s\nstderr: %s", strings.Join(args, " "), kind, code, err, out, errOut)
 	}
 	return r, code
 }
