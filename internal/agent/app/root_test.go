@@ -94,6 +94,8 @@ func TestComponentsRefuseToStartWithoutANamespace(t *testing.T) {
 func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
 	cfg := framework.APIServer(t)
 	c := framework.NewClient(t, cfg)
+	// The agent runs where kubectl offload install put its CRDs.
+	framework.InstallCRDs(t, c)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, framework.APIServerKubeconfig(t), 0o600); err != nil {
 		t.Fatal(err)
