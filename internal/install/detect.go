@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"net"
 	"net/netip"
-	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // Provider is a Kubernetes distribution kubectl offload configures itself for.
@@ -383,8 +383,8 @@ func probeServiceCIDR(ctx context.Context, kube kubernetes.Interface) string {
 
 // detectAPIServerURL fills in the URL peers should use for the API server.
 func detectAPIServerURL(ctx context.Context, kube kubernetes.Interface, d *Detection, nodes []corev1.Node, restHost string) {
-	host, port, ok := splitServer(restHost)
-	if ok && !isLoopbackHost(host) {
+	host, port, ok := peering.SplitServer(restHost)
+	if ok && !peering.IsLoopbackHost(host) {
 		d.APIServerURL, d.APIServerURLSource = httpsURL(host, port), "kubeconfig server"
 		return
 	}
@@ -406,7 +406,7 @@ func detectAPIServerURL(ctx context.Context, kube kubernetes.Interface, d *Detec
 	}
 	eh, ep, eok := kubernetesEndpoint(ctx, kube)
 	switch {
-	case eok && !isLoopbackHost(eh):
+	case eok && !peering.IsLoopbackHost(eh):
 		d.APIServerURL, d.APIServerURLSource = httpsURL(eh, ep), "EndpointSlice default/kubernetes"
 	case ok:
 		d.APIServerURL, d.APIServerURLSource = httpsURL(host, port), "kubeconfig server (loopback)"
@@ -417,37 +417,6 @@ func detectAPIServerURL(ctx context.Context, kube kubernetes.Interface, d *Detec
 	default:
 		d.APIServerURLSource = sourceNotDetected
 	}
-}
-
-// splitServer returns the host and port of a kubeconfig server address
-// ("https://h:p", "h:p" or "https://h"; the port defaults from the scheme).
-func splitServer(server string) (host, port string, ok bool) {
-	if !strings.Contains(server, "://") {
-		server = "https://" + server
-	}
-	u, err := url.Parse(server)
-	if err != nil || u.Hostname() == "" {
-		return "", "", false
-	}
-	port = u.Port()
-	if port == "" {
-		port = "443"
-		if u.Scheme == "http" {
-			port = "80"
-		}
-	}
-	return u.Hostname(), port, true
-}
-
-// isLoopbackHost reports whether host names this machine: localhost, a
-// loopback address, or the unspecified address.
-func isLoopbackHost(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(h)
-	return err == nil && (a.IsLoopback() || a.IsUnspecified())
 }
 
 func httpsURL(host, port string) string { return "https://" + net.JoinHostPort(host, port) }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 func testNode(name string, opts ...func(*corev1.Node)) corev1.Node {
@@ -494,14 +495,14 @@ func TestSplitServer(t *testing.T) {
 		{"http://insecure.example.com", "insecure.example.com", "80", false},
 	}
 	for _, tt := range tests {
-		host, port, ok := splitServer(tt.server)
-		if !ok || host != tt.host || port != tt.port || isLoopbackHost(host) != tt.loopback {
-			t.Errorf("splitServer(%q) = %q, %q, %v (loopback %v); want %q, %q (loopback %v)",
-				tt.server, host, port, ok, isLoopbackHost(host), tt.host, tt.port, tt.loopback)
+		host, port, ok := peering.SplitServer(tt.server)
+		if !ok || host != tt.host || port != tt.port || peering.IsLoopbackHost(host) != tt.loopback {
+			t.Errorf("peering.SplitServer(%q) = %q, %q, %v (loopback %v); want %q, %q (loopback %v)",
+				tt.server, host, port, ok, peering.IsLoopbackHost(host), tt.host, tt.port, tt.loopback)
 		}
 	}
-	if _, _, ok := splitServer(""); ok {
-		t.Error("splitServer(\"\") reported an address")
+	if _, _, ok := peering.SplitServer(""); ok {
+		t.Error("peering.SplitServer(\"\") reported an address")
 	}
 	if got := httpsURL("fd00::1", "6443"); got != "https://[fd00::1]:6443" {
 		t.Errorf("httpsURL of an IPv6 address = %q", got)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // setting is one cluster-specific value with where it came from.
@@ -83,8 +84,8 @@ func (o *Options) settings(det *Detection, identity *corev1.ConfigMap, user, ins
 		setting{det.APIServerURL, det.APIServerURLSource})
 	// A URL the user gave is theirs to judge; a detected or kept loopback
 	// one is flagged.
-	if host, _, ok := splitServer(s.apiServerURL.value); ok && o.APIServerURL == "" {
-		s.apiServerLoopback = isLoopbackHost(host)
+	if host, _, ok := peering.SplitServer(s.apiServerURL.value); ok && o.APIServerURL == "" {
+		s.apiServerLoopback = peering.IsLoopbackHost(host)
 	}
 	s.network = o.networkSetting(user, installed, s.podCIDR)
 	return s

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // setAPIServerURL is the fix for an API server URL peers cannot reach.
@@ -46,10 +47,10 @@ func (apiServerURLChecker) Check(_ context.Context, d *DoctorEnv) Section {
 func apiServerURLCheck(kubeconfigServer, advertised string) Check {
 	const name = "apiServerURL"
 	switch {
-	case advertised != "" && isLoopback(hostOf(advertised)):
+	case advertised != "" && peering.IsLoopbackHost(hostOf(advertised)):
 		return fail(name, "the API server URL %s advertised to peers is a loopback address: peers cannot reach this cluster's API server; run %s with an address they reach (on kind and k3s, a node's IP and port 6443)",
 			advertised, setAPIServerURL)
-	case advertised == "" && isLoopback(hostOf(kubeconfigServer)):
+	case advertised == "" && peering.IsLoopbackHost(hostOf(kubeconfigServer)):
 		return fail(name, "apiServer.url is not set and the kubeconfig's server %s is a loopback address (kind, k3s): peers cannot reach this cluster's API server; run %s with an address they reach (on kind and k3s, a node's IP and port 6443)",
 			kubeconfigServer, setAPIServerURL)
 	case advertised == "":
@@ -88,7 +89,7 @@ func (authEndpointChecker) Check(ctx context.Context, d *DoctorEnv) Section {
 		// The probe could not resolve it from here either.
 		s.Checks = append(s.Checks, warn("authURL", "the auth URL %s only resolves inside this cluster: peers cannot reach it; %s", u, exposeAuth))
 		return s
-	case isLoopback(host):
+	case peering.IsLoopbackHost(host):
 		s.Checks = append(s.Checks, warn("authURL", "the auth URL %s is a loopback address: peers on other machines cannot reach it; run kubectl offload upgrade --set auth.url=https://HOST:PORT with an address they reach", u))
 	case svcType == "":
 		s.Checks = append(s.Checks, ok("authURL", "peers are given the auth URL %s (auth.url)", u))

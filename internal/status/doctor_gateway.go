@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // setGatewayAddress is the fix for a gateway address consumers cannot dial.
@@ -76,7 +77,7 @@ func (gatewayEndpointChecker) Check(ctx context.Context, d *DoctorEnv) Section {
 // gatewayAddressCheck judges network.gateway.address, the address
 // consumers dial instead of the Service's.
 func gatewayAddressCheck(addr string) Check {
-	if isLoopback(hostOf(addr)) {
+	if peering.IsLoopbackHost(hostOf(addr)) {
 		return fail("address", "network.gateway.address %s is a loopback address: consumers cannot reach this cluster's gateways; run %s with an address they reach", addr, setGatewayAddress)
 	}
 	return ok("address", "consumers dial this cluster's gateways at %s (network.gateway.address)", addr)
@@ -100,7 +101,7 @@ func gatewayServiceCheck(svc *corev1.Service, overridden bool) Check {
 		switch {
 		case host == "":
 			return warn(name, "the LoadBalancer service %s has no address yet: consumers cannot dial this gateway; wait for the load balancer, or run %s", svc.Name, setGatewayAddress)
-		case isLoopback(host):
+		case peering.IsLoopbackHost(host):
 			return fail(name, "the LoadBalancer service %s has the loopback address %s: consumers cannot reach this gateway; run %s with an address they reach", svc.Name, host, setGatewayAddress)
 		}
 		return ok(name, "consumers dial the LoadBalancer service %s at %s", svc.Name, host)
@@ -121,7 +122,7 @@ func gatewayEndpointCheck(np metav1.ObjectMeta, endpoint string) (c Check, adver
 		return Check{}, false
 	}
 	name := "endpoint/" + np.Namespace
-	if isLoopback(hostOf(endpoint)) {
+	if peering.IsLoopbackHost(hostOf(endpoint)) {
 		return fail(name, "the gateway endpoint %s advertised in %s is a loopback address: that consumer cannot reach this cluster's gateway; run %s with an address it reaches",
 			endpoint, np.Namespace, setGatewayAddress), true
 	}

@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 func TestLoopbackAndClusterInternalHosts(t *testing.T) {
@@ -30,8 +32,8 @@ func TestLoopbackAndClusterInternalHosts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := hostOf(tt.addr)
-			if got := isLoopback(h); got != tt.loopback {
-				t.Errorf("isLoopback(%q) = %t, want %t", h, got, tt.loopback)
+			if got := peering.IsLoopbackHost(h); got != tt.loopback {
+				t.Errorf("peering.IsLoopbackHost(%q) = %t, want %t", h, got, tt.loopback)
 			}
 			if got := isClusterInternal(h); got != tt.internal {
 				t.Errorf("isClusterInternal(%q) = %t, want %t", h, got, tt.internal)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"path"
 	"strings"
@@ -33,18 +32,6 @@ func hostOf(addr string) string {
 	return strings.Trim(addr, "[]")
 }
 
-// isLoopback reports whether host names whatever machine uses it:
-// localhost, a loopback address or the unspecified address. Peers that
-// dial such an address reach themselves.
-func isLoopback(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(h)
-	return err == nil && (a.IsLoopback() || a.IsUnspecified())
-}
-
 // isClusterInternal reports whether host is a Service DNS name, which only
 // resolves inside its cluster: NAME.NS.svc or NAME.NS.svc.cluster.local.
 func isClusterInternal(host string) bool {
@@ -52,31 +39,16 @@ func isClusterInternal(host string) bool {
 	return strings.HasSuffix(h, ".svc") || strings.Contains(h, ".svc.")
 }
 
-// hostPort returns host:port of an https URL; the port defaults to 443.
-func hostPort(rawURL string) (string, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "", fmt.Errorf("%q is not a URL: %w", rawURL, err)
-	}
-	if u.Hostname() == "" {
-		return "", fmt.Errorf("%q has no host", rawURL)
-	}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-	}
-	return net.JoinHostPort(u.Hostname(), port), nil
-}
-
 // probeTLS opens a TCP connection to the host and port of rawURL and
 // completes a TLS handshake, within timeout. It sends nothing else: no
 // request, no token. The certificate is not checked, since only
 // reachability is in question here (peers check it against their pin).
 func probeTLS(ctx context.Context, rawURL string, timeout time.Duration) error {
-	addr, err := hostPort(rawURL)
-	if err != nil {
-		return err
+	host, port, ok := peering.SplitServer(rawURL)
+	if !ok {
+		return fmt.Errorf("%q is not a URL with a host", rawURL)
 	}
+	addr := net.JoinHostPort(host, port)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
