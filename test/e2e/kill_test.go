@@ -98,13 +98,8 @@ func TestAnAgentKilledWhileOffloadingAThousandPodsLeavesNoDuplicateAndNoOrphan(t
 		if err != nil {
 			return false, err.Error()
 		}
-		var live []corev1.Pod
-		running := 0
-		for _, p := range list.Items {
-			if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
-				continue
-			}
-			live = append(live, p)
+		live, running := onNode(list.Items, node), 0
+		for _, p := range live {
 			if p.Status.Phase == corev1.PodRunning {
 				running++
 			}

@@ -361,10 +361,14 @@ func followLogs(t *testing.T, c *framework.Cluster, ns, pod, want string) {
 
 // onVirtualNode keeps the pods bound to the virtual node offload-provider
 // that are neither being deleted nor finished.
-func onVirtualNode(pods []corev1.Pod) []corev1.Pod {
+func onVirtualNode(pods []corev1.Pod) []corev1.Pod { return onNode(pods, "offload-provider") }
+
+// onNode keeps the pods bound to node that are neither being deleted nor
+// finished.
+func onNode(pods []corev1.Pod, node string) []corev1.Pod {
 	var out []corev1.Pod
 	for _, p := range pods {
-		if p.Spec.NodeName == "offload-provider" && p.DeletionTimestamp == nil &&
+		if p.Spec.NodeName == node && p.DeletionTimestamp == nil &&
 			p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
 			out = append(out, p)
 		}
