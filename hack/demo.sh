@@ -194,4 +194,5 @@ done
 echo
 echo "Try: ${KUBECTL} --kubeconfig ${CONSUMER} -n demo exec ${POD} -- /testapp get http://127.0.0.1:8080/hostname"
 echo "     ${OFFLOAD} --kubeconfig ${CONSUMER} status peer provider"
+echo "     ${KUBECTL} --kubeconfig ${CONSUMER} top node; ${KUBECTL} --kubeconfig ${CONSUMER} -n demo top pod   (metrics-server needs a minute)"
 echo "Stop the clusters with: make clusters-down"

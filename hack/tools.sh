@@ -6,7 +6,8 @@
 #
 # Usage: hack/tools.sh [tool ...]   (default: every control-plane tool)
 # Tools: kube-apiserver kube-controller-manager kube-scheduler kubectl
-#        kubelet kube-proxy etcd kwok kwokctl coredns controller-gen
+#        kubelet kube-proxy etcd kwok kwokctl coredns metrics-server
+#        controller-gen
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -134,6 +135,7 @@ build() {
     etcd) build_wrapped etcd "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
     kwok|kwokctl) build_kwok "$1" ;;
     coredns) build_wrapped coredns "${COREDNS_VERSION}" github.com/coredns/coredns github.com/coredns/coredns ;;
+    metrics-server) build_wrapped metrics-server "${METRICS_SERVER_VERSION}" sigs.k8s.io/metrics-server sigs.k8s.io/metrics-server/cmd/metrics-server ;;
     controller-gen) build_controller_gen ;;
     *) echo "unknown tool $1" >&2; exit 2 ;;
   esac
@@ -141,7 +143,7 @@ build() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl coredns)
+  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl coredns metrics-server)
 fi
 
 start=$(date +%s)

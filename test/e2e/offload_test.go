@@ -81,8 +81,8 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	defer cancel()
 	// The provider has only its real node, so every remote pod really runs.
 	consumer, provider := peerableClustersWith(ctx, t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true, APIServerArgs: shortTolerationArgs},
-		framework.ClusterOptions{Name: "provider", RealNode: true})
+		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true, APIServerArgs: shortTolerationArgs, MetricsServer: true},
+		framework.ClusterOptions{Name: "provider", RealNode: true, MetricsServer: true})
 	// A DaemonSet that tolerates every taint, there before the peering.
 	createDaemonSet(ctx, t, consumer, metav1.NamespaceSystem, everywhere(preexistingDaemonSet, nil))
 	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
@@ -281,6 +281,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		}
 	}
 	expectReflected(ctx, t, consumer, provider, twin, consumerID, "app=web", 2)
+	expectKubectlTop(ctx, t, consumer, provider, twin, "app=web")
 	expectPodsSurviveAPartition(ctx, t, consumer, provider, twin, consumerID, "app=web", 2)
 
 	expectProviderRefusesUnsafePods(ctx, t, consumer, provider, twin, consumerID)

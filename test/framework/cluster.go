@@ -48,6 +48,10 @@ type ClusterOptions struct {
 	// APIServerArgs are more kube-apiserver flags, name and value, such as
 	// a shorter default-unreachable-toleration-seconds.
 	APIServerArgs [][2]string
+	// MetricsServer deploys metrics-server on the real node, which serves
+	// the metrics API (kubectl top); it needs RealNode. WaitMetrics waits
+	// for it.
+	MetricsServer bool
 }
 
 type clusterPorts struct {
@@ -270,6 +274,13 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 				images = append(images, a)
 			}
 		}
+		if o.MetricsServer {
+			archive, err := MetricsServerImage(ctx)
+			if err != nil {
+				return nil, err
+			}
+			images = append(images, archive)
+		}
 		c.Node, c.ExtraNodes = node, extra
 		for _, n := range all {
 			if err := n.start(ctx, c, e.bin, images); err != nil {
@@ -278,6 +289,11 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 		}
 		if err := c.deployCoreDNS(ctx); err != nil {
 			return nil, err
+		}
+		if o.MetricsServer {
+			if err := c.deployMetricsServer(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return c, nil

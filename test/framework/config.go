@@ -65,6 +65,9 @@ componentsPatches:
 	apiserverArgs := [][2]string{{"advertise-address", "127.0.0.1"}}
 	if node != nil {
 		apiserverArgs = node.apiServerPatches(clusterDir)
+		if o.MetricsServer {
+			apiserverArgs = append(apiserverArgs, frontProxyPatches(clusterDir)...)
+		}
 	}
 	apiserverArgs = append(apiserverArgs, o.APIServerArgs...)
 	b.WriteString("- name: kube-apiserver\n  extraArgs:\n")

@@ -235,34 +235,44 @@ func TestImages(ctx context.Context) (map[string]string, error) {
 }
 
 func buildTestImages(ctx context.Context) (map[string]string, error) {
-	cache, err := CacheDir()
-	if err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(cache, "images")
 	archives := map[string]string{}
 	for _, s := range testImageSpecs {
-		bin, err := specBinary(ctx, s.pkg, s.tool, filepath.Join(dir, "bin"))
+		archive, err := buildImage(ctx, s.pkg, s.tool, s.img)
 		if err != nil {
 			return nil, err
 		}
-		img := s.img
-		img.Binary = bin
-		key, err := imageCacheKey(img)
-		if err != nil {
-			return nil, err
-		}
-		base := filepath.Base(bin)
-		archive := filepath.Join(dir, base+"-"+key+".tar")
-		if _, err := os.Stat(archive); err != nil {
-			if err := BuildImageArchive(img, archive); err != nil {
-				return nil, err
-			}
-			removeStaleImageArchives(dir, base, archive)
-		}
-		archives[img.Ref] = archive
+		archives[s.img.Ref] = archive
 	}
 	return archives, nil
+}
+
+// buildImage builds the image img of the binary of package pkg or of the
+// pinned tool, cached by content in <CacheDir()>/images/, and returns the
+// path of its archive.
+func buildImage(ctx context.Context, pkg, tool string, img Image) (string, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "images")
+	bin, err := specBinary(ctx, pkg, tool, filepath.Join(dir, "bin"))
+	if err != nil {
+		return "", err
+	}
+	img.Binary = bin
+	key, err := imageCacheKey(img)
+	if err != nil {
+		return "", err
+	}
+	base := filepath.Base(bin)
+	archive := filepath.Join(dir, base+"-"+key+".tar")
+	if _, err := os.Stat(archive); err != nil {
+		if err := BuildImageArchive(img, archive); err != nil {
+			return "", err
+		}
+		removeStaleImageArchives(dir, base, archive)
+	}
+	return archive, nil
 }
 
 // specBinary is the binary of an image: built from package pkg into dir,

@@ -115,7 +115,7 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.Int64Var(&o.UnreachableTolerationSeconds, "unreachable-toleration-seconds", o.UnreachableTolerationSeconds,
 		"How long offloaded pods stay bound to an unreachable or NotReady virtual node; negative means for ever.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the virtual nodes, where their kubelet API is served (default: $POD_IP).")
-	fs.Int32Var(&o.KubeletPort, "kubelet-port", o.KubeletPort, "Port of the virtual nodes' kubelet API (logs, exec, attach, port-forward); 0 turns it off.")
+	fs.Int32Var(&o.KubeletPort, "kubelet-port", o.KubeletPort, "First port of the virtual nodes' kubelet API (logs, exec, attach, port-forward, resource metrics): each virtual node takes the lowest free port from it on; 0 turns it off.")
 	fs.BoolVar(&o.Network, "network", o.Network, "Run the network fabric: a WireGuard gateway per peering, with pod CIDRs remapped where they overlap.")
 	fs.StringSliceVar(&o.PodCIDRs, "pod-cidr", o.PodCIDRs, "This cluster's pod CIDR (repeatable); needed with --network.")
 	fs.StringSliceVar(&o.ServiceCIDRs, "service-cidr", o.ServiceCIDRs, "This cluster's service CIDR (repeatable); never used by a peer's view.")
@@ -285,7 +285,6 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 					"kubeletPort", o.KubeletPort, "nodeIP", o.NodeIP)
 				return nil
 			}
-			r.KubeletPort = o.KubeletPort
 			return addKubeletAPI(mgr, o, r)
 		},
 	)
@@ -313,9 +312,10 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 	return manager.Run(ctx, cfg, o.Options)
 }
 
-// addKubeletAPI serves the kubelet API of the virtual nodes on
-// o.KubeletPort, for the pods r resolves. It runs on the leader only, with
-// the virtual nodes, whose address is this pod's.
+// addKubeletAPI serves the kubelet API of the virtual nodes, a port each
+// from o.KubeletPort on, for the pods r resolves and with the usage r reads
+// from the providers. It runs on the leader only, with the virtual nodes,
+// whose address is this pod's.
 func addKubeletAPI(mgr ctrlmanager.Manager, o *controllerManagerOptions, r *virtualnode.Reconciler) error {
 	kube, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
@@ -324,6 +324,7 @@ func addKubeletAPI(mgr ctrlmanager.Manager, o *controllerManagerOptions, r *virt
 	srv, err := kubeletapi.New(kubeletapi.Options{
 		Addr:     net.JoinHostPort("", strconv.Itoa(int(o.KubeletPort))),
 		Resolver: r,
+		Usage:    r,
 		Kube:     kube,
 		IPs:      []net.IP{net.ParseIP(o.NodeIP)},
 		Logger:   o.Logger.WithName("kubelet-api"),
@@ -331,5 +332,6 @@ func addKubeletAPI(mgr ctrlmanager.Manager, o *controllerManagerOptions, r *virt
 	if err != nil {
 		return err
 	}
+	r.KubeletPorts = srv
 	return mgr.Add(srv)
 }

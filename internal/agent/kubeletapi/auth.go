@@ -11,17 +11,28 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
-// request is what a kubelet API path names: the pod it is about.
+// request is what a kubelet API path names: the pod it is about, or, for
+// a node-level path, the subresource of nodes it needs.
 type request struct {
 	namespace, pod string
+	// nodeSubresource is "stats" or "metrics" for the node-level paths,
+	// as the kubelet authorizes them; "" for pod paths (nodes/proxy).
+	nodeSubresource string
 }
 
 // parsePath returns the pod a kubelet API path is about, for the paths this
 // server serves: /containerLogs/{ns}/{pod}/{container},
 // /exec/{ns}/{pod}/{container}, /attach/{ns}/{pod}/{container},
-// /portForward/{ns}/{pod} and /run/{ns}/{pod}[/{uid}]/{container}. It
-// returns false for any other path.
+// /portForward/{ns}/{pod} and /run/{ns}/{pod}[/{uid}]/{container}, and
+// the node-level /stats/summary and /metrics/resource. It returns false
+// for any other path.
 func parsePath(path string) (request, bool) {
+	switch path {
+	case statsSummaryPath:
+		return request{nodeSubresource: "stats"}, true
+	case metricsResourcePath:
+		return request{nodeSubresource: "metrics"}, true
+	}
 	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
 	for _, p := range parts {
 		if p == "" {
@@ -97,13 +108,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
 		return
 	}
+	node, _ := ctx.Value(nodeKey{}).(string)
+	if req.nodeSubresource != "" {
+		// The port the request came in on names the node.
+		if s.authorized(w, r, user, verb, node, req.nodeSubresource) {
+			s.handler.ServeHTTP(w, r)
+		}
+		return
+	}
 	t, err := s.opts.Resolver.Resolve(ctx, req.namespace, req.pod)
+	if err == nil && t.NodeName != node {
+		// A pod of another virtual node is not this node's to serve.
+		err = fmt.Errorf("pod %s/%s runs on node %s, not %s: %w", req.namespace, req.pod, t.NodeName, node, ErrUnknownPod)
+	}
 	switch {
 	case errors.Is(err, ErrUnknownPod):
 		// Whether a pod exists is for those who may proxy to nodes only:
 		// with no pod there is no node, so the caller needs nodes/proxy on
 		// every node to learn that.
-		if s.authorized(w, r, user, verb, "") {
+		if s.authorized(w, r, user, verb, "", "proxy") {
 			http.Error(w, fmt.Sprintf("pod %s/%s not found", req.namespace, req.pod), http.StatusNotFound)
 		}
 		return
@@ -112,22 +135,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Internal Server Error", http.StatusInternalServerError)
 		return
 	}
-	if !s.authorized(w, r, user, verb, t.NodeName) {
+	if !s.authorized(w, r, user, verb, t.NodeName, "proxy") {
 		return
 	}
 	ctx = context.WithValue(ctx, targetKey{}, resolved{request: req, target: t})
 	s.handler.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// authorized asks whether user may verb nodes/proxy on node ("" for every
-// node), and answers the request itself when not.
-func (s *Server) authorized(w http.ResponseWriter, r *http.Request, user user.Info, verb, node string) bool {
+// authorized asks whether user may verb nodes/SUBRESOURCE on node ("" for
+// every node), and answers the request itself when not.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, user user.Info, verb, node, subresource string) bool {
 	attrs := authorizer.AttributesRecord{
 		User:            user,
 		Verb:            verb,
 		APIVersion:      "v1",
 		Resource:        "nodes",
-		Subresource:     "proxy",
+		Subresource:     subresource,
 		Name:            node,
 		ResourceRequest: true,
 		Path:            r.URL.Path,
@@ -139,9 +162,9 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, user user.In
 		return false
 	}
 	if decision != authorizer.DecisionAllow {
-		s.log.V(2).Info("Forbidden kubelet API request", "user", user.GetName(), "verb", verb, "node", node, "reason", reason)
+		s.log.V(2).Info("Forbidden kubelet API request", "user", user.GetName(), "verb", verb, "node", node, "subresource", subresource, "reason", reason)
 		// The same answer whether the pod exists or not, and without its node.
-		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource=proxy)", user.GetName(), verb), http.StatusForbidden)
+		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource=%s)", user.GetName(), verb, subresource), http.StatusForbidden)
 		return false
 	}
 	return true

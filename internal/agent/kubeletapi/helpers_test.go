@@ -138,14 +138,22 @@ func (e *env) providerConfig(t *testing.T) (*rest.Config, kubernetes.Interface) 
 	return cfg, kube
 }
 
-// start starts a Server with o completed by env, and returns its address.
+// start starts a Server with o completed by env, and returns the address
+// of the kubelet API of env's virtual node.
 func (e *env) start(t *testing.T, o Options) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := e.startServer(t, o)
+	port, err := s.NodePort(e.node, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Listener, o.Resolver, o.Kube = ln, e.resolver, e.kube
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
+}
+
+// startServer starts a Server with o completed by env.
+func (e *env) startServer(t *testing.T, o Options) *Server {
+	t.Helper()
+	o.Addr, o.Resolver, o.Kube = "127.0.0.1:0", e.resolver, e.kube
 	o.IPs, o.DNSNames = []net.IP{net.ParseIP("127.0.0.1")}, []string{"virtual-node.offload.test"}
 	o.Logger = ktesting.NewLogger(t, ktesting.NewConfig())
 	s, err := New(o)
@@ -161,7 +169,7 @@ func (e *env) start(t *testing.T, o Options) string {
 			t.Errorf("server: %v", err)
 		}
 	})
-	return ln.Addr().String()
+	return s
 }
 
 // fakeKubelet serves the kubelet API of a Node it creates, through
@@ -234,13 +242,21 @@ func (e *env) fakeKubelet(t *testing.T) string {
 // the virtual node when verbs are given, and returns a token of it.
 func (e *env) serviceAccount(t *testing.T, verbs ...string) string {
 	t.Helper()
+	return e.nodeServiceAccount(t, "proxy", verbs...)
+}
+
+// nodeServiceAccount creates a ServiceAccount, grants it verbs on
+// nodes/SUBRESOURCE of the virtual node when verbs are given, and returns
+// a token of it.
+func (e *env) nodeServiceAccount(t *testing.T, subresource string, verbs ...string) string {
+	t.Helper()
 	ctx := t.Context()
 	sa, err := e.kube.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{GenerateName: "user-"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(verbs) > 0 {
-		e.grant(t, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: e.ns, Name: sa.Name}, "system:serviceaccount:"+e.ns+":"+sa.Name, []string{e.node}, verbs...)
+		e.grant(t, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: e.ns, Name: sa.Name}, "system:serviceaccount:"+e.ns+":"+sa.Name, subresource, []string{e.node}, verbs...)
 	}
 	tr, err := e.kube.CoreV1().ServiceAccounts(e.ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
@@ -255,11 +271,18 @@ func (e *env) serviceAccount(t *testing.T, verbs ...string) string {
 // every node, as the API server's kubelet client is.
 func (e *env) everywhereServiceAccount(t *testing.T, verbs ...string) string {
 	t.Helper()
+	return e.everywhereNodeServiceAccount(t, "proxy", verbs...)
+}
+
+// everywhereNodeServiceAccount is nodeServiceAccount, allowed verbs on
+// nodes/SUBRESOURCE of every node.
+func (e *env) everywhereNodeServiceAccount(t *testing.T, subresource string, verbs ...string) string {
+	t.Helper()
 	sa, err := e.kube.CoreV1().ServiceAccounts(e.ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{GenerateName: "admin-"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.grant(t, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: e.ns, Name: sa.Name}, "system:serviceaccount:"+e.ns+":"+sa.Name, nil, verbs...)
+	e.grant(t, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: e.ns, Name: sa.Name}, "system:serviceaccount:"+e.ns+":"+sa.Name, subresource, nil, verbs...)
 	tr, err := e.kube.CoreV1().ServiceAccounts(e.ns).CreateToken(t.Context(), sa.Name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
 	}, metav1.CreateOptions{})
@@ -269,15 +292,15 @@ func (e *env) everywhereServiceAccount(t *testing.T, verbs ...string) string {
 	return tr.Status.Token
 }
 
-// grant binds a ClusterRole allowing verbs on nodes/proxy of the nodes
-// names (every node when nil) to subject, and waits until the API server
-// authorizes user with it.
-func (e *env) grant(t *testing.T, subject rbacv1.Subject, user string, names []string, verbs ...string) {
+// grant binds a ClusterRole allowing verbs on nodes/SUBRESOURCE of the
+// nodes names (every node when nil) to subject, and waits until the API
+// server authorizes user with it.
+func (e *env) grant(t *testing.T, subject rbacv1.Subject, user, subresource string, names []string, verbs ...string) {
 	t.Helper()
 	ctx := t.Context()
 	role, err := e.kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-proxy-"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, ResourceNames: names, Verbs: verbs}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/" + subresource}, ResourceNames: names, Verbs: verbs}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +317,7 @@ func (e *env) grant(t *testing.T, subject rbacv1.Subject, user string, names []s
 	framework.Eventually(t, waitTimeout, "RBAC allows "+user, func(ctx context.Context) bool {
 		sar, err := e.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               user,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verbs[0], Resource: "nodes", Subresource: "proxy", Name: e.node},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verbs[0], Resource: "nodes", Subresource: subresource, Name: e.node},
 		}}, metav1.CreateOptions{})
 		return err == nil && sar.Status.Allowed
 	})

@@ -15,6 +15,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,13 +42,17 @@ const ClientCAKey = "client-ca-file"
 
 // Options configure a Server.
 type Options struct {
-	// Addr is the address to listen on, such as ":10250"; ignored when
-	// Listener is set.
+	// Addr is where the first virtual node's kubelet API listens, such as
+	// ":10250". Each virtual node gets a port of its own, the lowest free
+	// one from Addr's on: the requests of metrics-server and of the API
+	// server for a node's metrics and stats do not name the node, so the
+	// port tells it. Port 0 gives each node a port the system picks.
 	Addr string
-	// Listener, when set, is used instead of listening on Addr.
-	Listener net.Listener
 	// Resolver finds the provider pod of a consumer pod.
 	Resolver Resolver
+	// Usage reads what the pods of a virtual node use, for the resource
+	// metrics and the summary API; nil serves neither.
+	Usage UsageSource
 	// Kube is a client of the consumer cluster, for TokenReviews,
 	// SubjectAccessReviews and the client CA ConfigMap.
 	Kube kubernetes.Interface
@@ -62,6 +67,10 @@ type Options struct {
 	// Logger is the logger of the server.
 	Logger klog.Logger
 }
+
+// MaxNodePorts is how many ports from Options.Addr's the virtual nodes'
+// kubelet APIs may take.
+const MaxNodePorts = 100
 
 // Server is the kubelet API endpoint of all the agent's virtual nodes. It
 // is a controller-runtime manager.Runnable that needs leader election, like
@@ -78,10 +87,31 @@ type Server struct {
 	authn   authenticator.Request
 	authz   authorizer.Authorizer
 	handler http.Handler
+	meter   meter
+	host    string
+	port    int
 
-	mu   sync.Mutex
-	addr net.Addr
+	mu sync.Mutex
+	// nodes are the listeners of the virtual nodes, by node name.
+	nodes map[string]*nodeListener
+	// srv serves the listeners once Start runs; nil before and after.
+	srv *http.Server
+	// errc receives the error of a listener that stopped serving while
+	// its node was still served.
+	errc chan error
 }
+
+// nodeListener is the listener of one virtual node's kubelet API.
+type nodeListener struct {
+	net.Listener
+	node    string
+	port    int32
+	serving bool
+	closed  bool
+}
+
+// nodeKey is the context key of the virtual node a connection came in for.
+type nodeKey struct{}
 
 // The retry backoff of TokenReviews and SubjectAccessReviews, the one of
 // k8s.io/apiserver/pkg/server/options.DefaultAuthWebhookRetryBackoff.
@@ -96,8 +126,13 @@ func New(o Options) (*Server, error) {
 	if o.Resolver == nil || o.Kube == nil {
 		return nil, errors.New("the kubelet API server needs a resolver and a consumer client")
 	}
-	if o.Listener == nil && o.Addr == "" {
-		return nil, errors.New("the kubelet API server needs an address to listen on")
+	host, port, err := net.SplitHostPort(o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("the kubelet API server needs an address to listen on, as HOST:PORT: %w", err)
+	}
+	firstPort, err := strconv.Atoi(port)
+	if err != nil || firstPort < 0 || firstPort > 65535 {
+		return nil, fmt.Errorf("the kubelet API server's port %q is not a port number", port)
 	}
 	if o.ClientCAConfigMap == (types.NamespacedName{}) {
 		o.ClientCAConfigMap = DefaultClientCAConfigMap
@@ -129,8 +164,10 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the kubelet API authorizer: %w", err)
 	}
-	s := &Server{opts: o, log: o.Logger.WithName("kubelet-api"), ca: ca, authn: authn, authz: authz}
+	s := &Server{opts: o, log: o.Logger.WithName("kubelet-api"), ca: ca, authn: authn, authz: authz,
+		host: host, port: firstPort, nodes: map[string]*nodeListener{}, errc: make(chan error, 1)}
 	mux := http.NewServeMux()
+	s.attachNodeRoutes(mux)
 	api.AttachPodRoutes(api.PodHandlerConfig{
 		RunInContainer:    s.runInContainer,
 		AttachToContainer: s.attachToContainer,
@@ -147,72 +184,183 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// Start serves the kubelet API until ctx is done; call it once. The serving
-// certificate is generated in memory, self-signed, for Options.IPs and
-// DNSNames.
+// NodePort returns the port the kubelet API of virtual node node is served
+// on, listening on it at the first call: published, the port the node
+// published before, when it is free, or else the lowest free port from
+// Options.Addr's. Connections are served once Start runs.
+func (s *Server) NodePort(node string, published int32) (int32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.nodes[node]; l != nil {
+		return l.port, nil
+	}
+	ln, err := s.listen(published)
+	if err != nil {
+		return 0, fmt.Errorf("listening for the kubelet API of virtual node %s: %w", node, err)
+	}
+	l := &nodeListener{Listener: ln, node: node, port: int32(ln.Addr().(*net.TCPAddr).Port)} //nolint:gosec // a port number
+	s.nodes[node] = l
+	if s.srv != nil {
+		s.serve(l)
+	}
+	s.log.Info("Serving the kubelet API of a virtual node", "node", node, "address", ln.Addr().String())
+	return l.port, nil
+}
+
+// listen listens on published when it is one of the node ports and free,
+// or else on the lowest free node port.
+func (s *Server) listen(published int32) (net.Listener, error) {
+	var lc net.ListenConfig
+	ctx := context.Background()
+	if s.port == 0 {
+		return lc.Listen(ctx, "tcp", net.JoinHostPort(s.host, "0"))
+	}
+	used := map[int]bool{}
+	for _, l := range s.nodes {
+		used[int(l.port)] = true
+	}
+	candidates := make([]int, 0, MaxNodePorts+1)
+	if p := int(published); p >= s.port && p < s.port+MaxNodePorts && !used[p] {
+		candidates = append(candidates, p)
+	}
+	for p := s.port; p < s.port+MaxNodePorts && p <= 65535; p++ {
+		if !used[p] {
+			candidates = append(candidates, p)
+		}
+	}
+	var errs []error
+	for _, p := range candidates {
+		ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(s.host, strconv.Itoa(p)))
+		if err == nil {
+			return ln, nil
+		}
+		if errs = append(errs, err); len(errs) == 3 {
+			break
+		}
+	}
+	return nil, fmt.Errorf("no free port from %d to %d: %w", s.port, s.port+MaxNodePorts-1, errors.Join(errs...))
+}
+
+// ForgetNode stops serving the kubelet API of virtual node node and frees
+// its port.
+func (s *Server) ForgetNode(node string) {
+	s.mu.Lock()
+	l := s.nodes[node]
+	delete(s.nodes, node)
+	if l != nil {
+		l.closed = true
+	}
+	s.mu.Unlock()
+	if l != nil {
+		_ = l.Close()
+		s.meter.forget(node)
+		s.log.Info("Stopped serving the kubelet API of a virtual node", "node", node)
+	}
+}
+
+// serve serves l with s.srv; s.mu is held.
+func (s *Server) serve(l *nodeListener) {
+	if l.serving {
+		return
+	}
+	l.serving = true
+	srv := s.srv
+	go func() {
+		err := srv.Serve(tls.NewListener(l, srv.TLSConfig))
+		s.mu.Lock()
+		forgotten := l.closed || s.srv != srv
+		s.mu.Unlock()
+		if !forgotten && !errors.Is(err, http.ErrServerClosed) {
+			select {
+			case s.errc <- fmt.Errorf("serving the kubelet API of virtual node %s on %s: %w", l.node, l.Addr(), err):
+			default:
+			}
+		}
+	}()
+}
+
+// Start serves the kubelet API of the virtual nodes until ctx is done; call
+// it once. The serving certificate is generated in memory, self-signed,
+// for Options.IPs and DNSNames.
 func (s *Server) Start(ctx context.Context) error {
 	cert, err := servingCertificate(s.opts.IPs, s.opts.DNSNames, time.Now())
 	if err != nil {
 		return err
 	}
-	ln := s.opts.Listener
-	if ln == nil {
-		var lc net.ListenConfig
-		if ln, err = lc.Listen(ctx, "tcp", s.opts.Addr); err != nil {
-			return fmt.Errorf("listening for the kubelet API on %s: %w", s.opts.Addr, err)
-		}
-	}
-	s.mu.Lock()
-	s.addr = ln.Addr()
-	s.mu.Unlock()
-
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s.ca.Run(ctx, 1)
 
-	tlsConfig := &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{cert},
-		// Certificates are verified by the authenticator against the
-		// current client CA, not by the handshake.
-		ClientAuth: tls.RequestClientCert,
-		// exec, attach and port-forward upgrade the connection: HTTP/1.1 only.
-		NextProtos: []string{"http/1.1"},
-	}
 	srv := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){},
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          log.New(errorLogWriter{s.log}, "", 0),
+		TLSConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{cert},
+			// Certificates are verified by the authenticator against the
+			// current client CA, not by the handshake.
+			ClientAuth: tls.RequestClientCert,
+			// exec, attach and port-forward upgrade the connection: HTTP/1.1 only.
+			NextProtos: []string{"http/1.1"},
+		},
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		BaseContext:  func(net.Listener) context.Context { return ctx },
+		ConnContext:  connNode,
+		ErrorLog:     log.New(errorLogWriter{s.log}, "", 0),
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsConfig)) }()
-	s.log.Info("Serving the kubelet API of the virtual nodes", "address", ln.Addr().String())
+	s.mu.Lock()
+	s.srv = srv
+	for _, l := range s.nodes {
+		s.serve(l)
+	}
+	s.mu.Unlock()
 
+	var serveErr error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("serving the kubelet API on %s: %w", ln.Addr(), err)
+	case serveErr = <-s.errc:
 	case <-ctx.Done():
 	}
+	s.mu.Lock()
+	s.srv = nil
+	for _, l := range s.nodes {
+		l.serving = false
+	}
+	s.mu.Unlock()
 	// Streams in progress end with the request contexts, which end with ctx.
+	cancel()
 	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer stop()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		_ = srv.Close()
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving the kubelet API on %s: %w", ln.Addr(), err)
-	}
-	return nil
+	return serveErr
 }
 
-// Addr returns the address the server listens on, or nil before Start has
-// started listening.
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr
+// connNode records in the connection's context which virtual node's port
+// it came in on.
+func connNode(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if nc, ok := c.(nodeConn); ok {
+		return context.WithValue(ctx, nodeKey{}, nc.node)
+	}
+	return ctx
+}
+
+// nodeConn is a connection to the port of virtual node node.
+type nodeConn struct {
+	net.Conn
+	node string
+}
+
+// Accept tags each connection with the listener's node.
+func (l *nodeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return nodeConn{Conn: c, node: l.node}, nil
 }
 
 // NeedLeaderElection reports that the Server runs on the leader only, where

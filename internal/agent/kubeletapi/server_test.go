@@ -58,7 +58,7 @@ func TestAuthenticationAndAuthorization(t *testing.T) {
 		{name: "an unknown pod is not found for a user allowed nodes/proxy on every node", path: "/containerLogs/shop/nope/app", token: everywhere, want: http.StatusNotFound},
 		{name: "whether a pod exists is forbidden to a user without nodes/proxy", path: "/containerLogs/shop/nope/app", token: denied, want: http.StatusForbidden},
 		{name: "whether a pod exists is forbidden to a user allowed on one node only", path: "/containerLogs/shop/nope/app", token: allowed, want: http.StatusForbidden},
-		{name: "a path outside the kubelet pod API is not found", path: "/stats/summary", token: allowed, want: http.StatusNotFound},
+		{name: "a path outside the kubelet API served is not found", path: "/pods", token: allowed, want: http.StatusNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,7 +127,7 @@ func TestClientCertificates(t *testing.T) {
 			t.Fatal(err)
 		}
 		addr := e.start(t, Options{ClientCAConfigMap: types.NamespacedName{Namespace: cm.Namespace, Name: cm.Name}})
-		e.grant(t, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}, "alice", []string{e.node}, "get")
+		e.grant(t, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}, "alice", "proxy", []string{e.node}, "get")
 		alice, bob := httpClient(certs[0]), httpClient(certs[1])
 		// The client CA is loaded once the ConfigMap informer has synced.
 		framework.Eventually(t, waitTimeout, "alice is authenticated and allowed", func(context.Context) bool {

@@ -19,18 +19,21 @@ func TestParsePath(t *testing.T) {
 		want       request
 		ok         bool
 	}{
-		{name: "container logs name a pod", path: "/containerLogs/shop/web/app", want: request{"shop", "web"}, ok: true},
-		{name: "exec names a pod", path: "/exec/shop/web/app", want: request{"shop", "web"}, ok: true},
-		{name: "attach names a pod", path: "/attach/shop/web/app", want: request{"shop", "web"}, ok: true},
-		{name: "port-forward names a pod without a container", path: "/portForward/shop/web", want: request{"shop", "web"}, ok: true},
-		{name: "run names a pod", path: "/run/shop/web/app", want: request{"shop", "web"}, ok: true},
-		{name: "run names a pod with its UID", path: "/run/shop/web/0000-1111/app", want: request{"shop", "web"}, ok: true},
+		{name: "container logs name a pod", path: "/containerLogs/shop/web/app", want: request{namespace: "shop", pod: "web"}, ok: true},
+		{name: "exec names a pod", path: "/exec/shop/web/app", want: request{namespace: "shop", pod: "web"}, ok: true},
+		{name: "attach names a pod", path: "/attach/shop/web/app", want: request{namespace: "shop", pod: "web"}, ok: true},
+		{name: "port-forward names a pod without a container", path: "/portForward/shop/web", want: request{namespace: "shop", pod: "web"}, ok: true},
+		{name: "run names a pod", path: "/run/shop/web/app", want: request{namespace: "shop", pod: "web"}, ok: true},
+		{name: "run names a pod with its UID", path: "/run/shop/web/0000-1111/app", want: request{namespace: "shop", pod: "web"}, ok: true},
 		{name: "logs without a container are not served", path: "/containerLogs/shop/web"},
 		{name: "port-forward with a container is not served", path: "/portForward/shop/web/app"},
 		{name: "an empty segment is not served", path: "/exec/shop//app"},
 		{name: "a trailing slash is not served", path: "/exec/shop/web/app/"},
 		{name: "pods are not served", path: "/pods"},
-		{name: "stats are not served", path: "/stats/summary"},
+		{name: "the summary is the node's stats", path: "/stats/summary", want: request{nodeSubresource: "stats"}, ok: true},
+		{name: "the resource metrics are the node's metrics", path: "/metrics/resource", want: request{nodeSubresource: "metrics"}, ok: true},
+		{name: "other stats are not served", path: "/stats/summary/"},
+		{name: "other metrics are not served", path: "/metrics"},
 		{name: "the root is not served", path: "/"},
 	}
 	for _, tt := range tests {

@@ -15,7 +15,8 @@ const RoleBindingName = "offload-consumer"
 
 // RemoteWorkloadsRules returns the rules of RemoteWorkloadsRole: what the
 // consumer's agent needs to reflect pods and the objects they use into a
-// twin namespace, and to proxy logs, exec, attach and port-forward. The
+// twin namespace, to proxy logs, exec, attach and port-forward, and to read
+// what its pods use for the virtual node's resource metrics. The
 // chart's ClusterRole must hold the same rules.
 func RemoteWorkloadsRules() []rbacv1.PolicyRule {
 	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
@@ -27,5 +28,6 @@ func RemoteWorkloadsRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "services", "serviceaccounts"}, Verbs: all},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"metrics.k8s.io"}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
 	}
 }

@@ -76,9 +76,9 @@ type Reconciler struct {
 	// NodeIP is the address of the virtual nodes: where this agent serves
 	// their kubelet API, and the host IP of their pods. Optional.
 	NodeIP string
-	// KubeletPort is the port of the virtual nodes' kubelet API; zero
-	// publishes none.
-	KubeletPort int32
+	// KubeletPorts serves the virtual nodes' kubelet API, a port each;
+	// nil publishes none.
+	KubeletPorts KubeletPorts
 	// PodWorkers is how many pods of one virtual node are reflected at
 	// once; zero means DefaultPodWorkers.
 	PodWorkers int
@@ -214,6 +214,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) remove(ctx context.Context, name string) error {
 	r.stop(name)
 	node := offloadv1alpha1.VirtualNodeName(name)
+	if r.KubeletPorts != nil {
+		r.KubeletPorts.ForgetNode(node)
+	}
 	if err := r.Kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting virtual node %q: %w", node, err)
 	}

@@ -42,7 +42,7 @@ func (r *Reconciler) nodeFailed(ctx context.Context, p *peer, err error) {
 // the ping every poll interval tells whether the provider still answers.
 func (r *Reconciler) runNode(ctx context.Context, peer *peer) error {
 	fc := peer.fc
-	p, err := r.newProvider(fc, peer.creds)
+	p, err := r.newProvider(ctx, fc, peer.creds)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 }
 
 // newProvider builds the NodeProvider reading the offer with creds.
-func (r *Reconciler) newProvider(fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) (*offerProvider, error) {
+func (r *Reconciler) newProvider(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) (*offerProvider, error) {
 	// No client-wide timeout: it would cut the watch of the offer. Reads
 	// are bounded by readTimeout instead.
 	cfg := creds.Config()
@@ -174,7 +174,9 @@ func (r *Reconciler) newProvider(fc *offloadv1alpha1.ForeignCluster, creds *prov
 		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)
 	}
 	p.remote = remote
-	p.endpoint = r.endpoint()
+	if p.endpoint, err = r.endpoint(ctx, offloadv1alpha1.VirtualNodeName(fc.Name)); err != nil {
+		return nil, err
+	}
 	p.endpoint.version = r.providerVersion(fc, cfg)
 	return p, nil
 }

@@ -77,7 +77,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 		ConsumerClusterID:  consumerID,
 		ProviderClusterID:  p.fc.Spec.ClusterID,
 		VirtualNodeName:    name,
-		VirtualNodeLabels:  newNode(p.fc, r.endpoint(), nil).Labels,
+		VirtualNodeLabels:  newNode(p.fc, endpoint{}, nil).Labels,
 		NodeIP:             r.NodeIP,
 		Addresses:          p.addresses,
 		NodePlacement:      p.nodePlacement,
@@ -130,7 +130,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	case <-ctx.Done():
 		return nil
 	}
-	run := &podsRun{handler: h}
+	run := &podsRun{handler: h, pods: pods.Lister()}
 	rt.setPods(run, nil)
 	defer rt.setPods(nil, run)
 	// Both sides are fully listed now: the handler's loops may start.

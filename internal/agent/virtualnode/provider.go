@@ -138,8 +138,35 @@ type endpoint struct {
 	version string
 }
 
-// endpoint returns where this agent serves the kubelet API of its virtual nodes.
-func (r *Reconciler) endpoint() endpoint { return endpoint{ip: r.NodeIP, port: r.KubeletPort} }
+// KubeletPorts serves the kubelet API of the virtual nodes, each on a port
+// of its own, as kubeletapi.Server does.
+type KubeletPorts interface {
+	// NodePort returns the port of node's kubelet API: published, the
+	// port the node published before, when it is free.
+	NodePort(node string, published int32) (int32, error)
+	// ForgetNode stops serving node's kubelet API.
+	ForgetNode(node string)
+}
+
+// endpoint returns where this agent serves the kubelet API of virtual node
+// name: on the port it published before when that is free, so that a
+// restarted agent does not move it.
+func (r *Reconciler) endpoint(ctx context.Context, name string) (endpoint, error) {
+	ep := endpoint{ip: r.NodeIP}
+	if r.KubeletPorts == nil {
+		return ep, nil
+	}
+	var published int32
+	if n, err := r.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		published = n.Status.DaemonEndpoints.KubeletEndpoint.Port
+	}
+	port, err := r.KubeletPorts.NodePort(name, published)
+	if err != nil {
+		return ep, err
+	}
+	ep.port = port
+	return ep, nil
+}
 
 // nodeWithHealth builds the virtual node of ForeignCluster fc with
 // resources; a non-nil unreachable makes it NotReady with that reason.

@@ -13,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -40,6 +42,8 @@ type peer struct {
 	// rates of reflection.
 	providerConfig *rest.Config
 	provider       kubernetes.Interface
+	// metrics reads the provider's metrics API as the tenant.
+	metrics metricsclient.Interface
 	// addresses is the peering's address translation, one read of the
 	// Tunnel shared by pod and object reflection.
 	addresses func() *reflection.Addresses
@@ -104,6 +108,8 @@ type peerRuntime struct {
 	peer   *peer
 	cancel context.CancelFunc
 	done   chan struct{}
+	// started is when the runtime was made.
+	started time.Time
 
 	mu   sync.Mutex
 	pods *podsRun // the running pod reflection; nil while none runs
@@ -113,6 +119,8 @@ type peerRuntime struct {
 // resolves pods with.
 type podsRun struct {
 	handler *podreflection.Handler
+	// pods lists the consumer pods bound to the virtual node.
+	pods corelisters.PodLister
 }
 
 // setPods records the running pod reflection, or forgets it when it is
@@ -134,8 +142,12 @@ func newRuntime(fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Creden
 	if err != nil {
 		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)
 	}
-	return &peerRuntime{key: key, peer: &peer{
-		fc: fc.DeepCopy(), creds: creds, providerConfig: cfg, provider: provider, addresses: addresses,
+	metrics, err := metricsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the metrics client of provider %s: %w", fc.Name, err)
+	}
+	return &peerRuntime{key: key, started: time.Now(), peer: &peer{
+		fc: fc.DeepCopy(), creds: creds, providerConfig: cfg, provider: provider, metrics: metrics, addresses: addresses,
 	}}, nil
 }
 
@@ -239,21 +251,7 @@ func (r *Reconciler) Resolve(ctx context.Context, namespace, pod string) (kubele
 	if err != nil {
 		return kubeletapi.Target{}, fmt.Errorf("reading pod %s/%s: %w", namespace, pod, err)
 	}
-	r.mu.Lock()
-	var rt *peerRuntime
-	for _, candidate := range r.peers {
-		if candidate.peer.node() == p.Spec.NodeName {
-			rt = candidate
-			break
-		}
-	}
-	r.mu.Unlock()
-	var run *podsRun
-	if rt != nil {
-		rt.mu.Lock()
-		run = rt.pods
-		rt.mu.Unlock()
-	}
+	rt, run := r.podsOf(p.Spec.NodeName)
 	if run == nil {
 		return kubeletapi.Target{}, fmt.Errorf("pod %s/%s runs on node %q: %w", namespace, pod, p.Spec.NodeName, kubeletapi.ErrUnknownPod)
 	}
