@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,24 +48,16 @@ func expectKubectlTop(ctx context.Context, t *testing.T, consumer, provider *fra
 	// provider measured for its remote pod: equal once both
 	// metrics-servers have scraped the same provider reading.
 	start := time.Now()
+	var why string // the last answer before the deadline cut a request
 	took, err := framework.Poll(ctx, 2*time.Second, 3*time.Minute, func(ctx context.Context) (bool, string) {
-		for _, p := range local {
-			mine, err := consumerMetrics.MetricsV1beta1().PodMetricses("work").Get(ctx, p.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, "consumer: " + err.Error()
-			}
-			theirs, err := providerMetrics.MetricsV1beta1().PodMetricses(twin).Get(ctx, p.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, "provider: " + err.Error()
-			}
-			if a, b := podMemory(mine), podMemory(theirs); a.Cmp(b) != 0 || a.IsZero() {
-				return false, fmt.Sprintf("pod %s: the consumer shows %s, the provider %s", p.Name, a.String(), b.String())
-			}
+		ok, msg := samePodMemory(ctx, consumerMetrics, providerMetrics, local, twin)
+		if ctx.Err() == nil {
+			why = msg
 		}
-		return true, ""
+		return ok, msg
 	})
 	if err != nil {
-		t.Fatalf("the consumer's metrics of the offloaded pods: %v", err)
+		t.Fatalf("the consumer's metrics of the offloaded pods: %v; last: %s", err, why)
 	}
 	t.Logf("kubectl top pod shows the provider's figures %s after the check began (%s since the pods were listed)", took.Round(time.Second), time.Since(start).Round(time.Second))
 
@@ -168,4 +161,23 @@ func podMemory(m *metricsv1beta1.PodMetrics) resource.Quantity {
 		sum.Add(c.Usage.Memory().DeepCopy())
 	}
 	return sum
+}
+
+// samePodMemory reports whether each of pods shows on the consumer the
+// working set its remote pod in twin shows on the provider.
+func samePodMemory(ctx context.Context, consumer, provider metricsclient.Interface, pods []corev1.Pod, twin string) (bool, string) {
+	for _, p := range pods {
+		mine, err := consumer.MetricsV1beta1().PodMetricses("work").Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "consumer: " + err.Error()
+		}
+		theirs, err := provider.MetricsV1beta1().PodMetricses(twin).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "provider: " + err.Error()
+		}
+		if a, b := podMemory(mine), podMemory(theirs); a.Cmp(b) != 0 || a.IsZero() {
+			return false, fmt.Sprintf("pod %s: the consumer shows %s, the provider %s", p.Name, a.String(), b.String())
+		}
+	}
+	return true, ""
 }

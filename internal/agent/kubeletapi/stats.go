@@ -251,7 +251,14 @@ func resourceMetrics(r reading) []*dto.MetricFamily {
 		podCPU.Metric = append(podCPU.Metric, sample(dto.MetricType_COUNTER, podSecs, "namespace", p.Namespace, "pod", p.Name))
 		podMem.Metric = append(podMem.Metric, sample(dto.MetricType_GAUGE, float64(podBytes), "namespace", p.Namespace, "pod", p.Name))
 	}
-	families := []*dto.MetricFamily{ctrCPU, ctrMem, ctrStart, nodeCPU, nodeMem, podCPU, podMem}
+	// The text encoder refuses a family without samples: a node with no
+	// measured pod has node families only.
+	var families []*dto.MetricFamily
+	for _, f := range []*dto.MetricFamily{ctrCPU, ctrMem, ctrStart, nodeCPU, nodeMem, podCPU, podMem} {
+		if len(f.Metric) > 0 {
+			families = append(families, f)
+		}
+	}
 	sort.Slice(families, func(i, j int) bool { return families[i].GetName() < families[j].GetName() })
 	return families
 }

@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -87,18 +90,7 @@ func TestResourceMetricsAreWhatMetricsServerParses(t *testing.T) {
 		{Name: "db", StartTime: started, NanoCores: 10_000_000, WorkingSetBytes: 100 << 20},
 		{Name: "sidecar", StartTime: started, NanoCores: 1_000_000, WorkingSetBytes: 10 << 20},
 	}})
-	var text strings.Builder
-	enc := expfmt.NewEncoder(&text, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, mf := range resourceMetrics(m.read("vn", u, at)) {
-		if err := enc.Encode(mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(text.String()))
-	if err != nil {
-		t.Fatalf("parsing the metrics: %v\n%s", err, text.String())
-	}
+	text, families := encodeMetrics(t, resourceMetrics(m.read("vn", u, at)))
 	value := func(name string, labels map[string]string) float64 {
 		t.Helper()
 		for _, m := range families[name].GetMetric() {
@@ -117,7 +109,7 @@ func TestResourceMetricsAreWhatMetricsServerParses(t *testing.T) {
 			}
 			return m.GetGauge().GetValue()
 		}
-		t.Fatalf("no %s%v in\n%s", name, labels, text.String())
+		t.Fatalf("no %s%v in\n%s", name, labels, text)
 		return 0
 	}
 	web := map[string]string{"container": container, "namespace": "shop", "pod": consumerPod}
@@ -139,6 +131,34 @@ func TestResourceMetricsAreWhatMetricsServerParses(t *testing.T) {
 	if got := value("node_cpu_usage_seconds_total", map[string]string{}); got <= 0 {
 		t.Errorf("node CPU counter = %v, want above zero", got)
 	}
+}
+
+func TestANodeWithoutMeasuredPodsServesItsNodeMetrics(t *testing.T) {
+	// metrics-server shows the node, with no pod, rather than an error.
+	var m meter
+	_, families := encodeMetrics(t, resourceMetrics(m.read("vn", NodeUsage{StartTime: started}, started.Add(time.Minute))))
+	if len(families) != 2 || families["node_cpu_usage_seconds_total"] == nil || families["node_memory_working_set_bytes"] == nil {
+		t.Errorf("families %v; want the node's CPU and memory", slices.Collect(maps.Keys(families)))
+	}
+}
+
+// encodeMetrics writes families as the kubelet's /metrics/resource does,
+// and parses the text back.
+func encodeMetrics(t *testing.T, families []*dto.MetricFamily) (string, map[string]*dto.MetricFamily) {
+	t.Helper()
+	var text strings.Builder
+	enc := expfmt.NewEncoder(&text, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range families {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	parsed, err := parser.TextToMetricFamilies(strings.NewReader(text.String()))
+	if err != nil {
+		t.Fatalf("parsing the metrics: %v\n%s", err, text.String())
+	}
+	return text.String(), parsed
 }
 
 // fakeUsage serves the usage of one node, and counts the calls.
