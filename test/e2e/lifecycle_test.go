@@ -110,7 +110,7 @@ func waitNodeReady(ctx context.Context, t *testing.T, c *framework.Cluster, name
 func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute+2*(frozenOutage(t)-defaultFrozenOutage))
 	defer cancel()
 	// The agents log at the highest verbosity: expectNoSecretInLogs reads them.
 	consumer, provider := peerableClusters(ctx, t,

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -16,10 +17,26 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// frozenOutage is how long a frozen API server stays frozen: longer than
-// the agents' Lease (15 s) and its renew deadline (10 s), so the leader
-// loses it, as it would in a long outage.
-const frozenOutage = 35 * time.Second
+// defaultFrozenOutage is how long a frozen API server stays frozen: longer
+// than the agents' Lease (15 s) and its renew deadline (10 s), so the
+// leader loses it, as it would in a long outage.
+const defaultFrozenOutage = 35 * time.Second
+
+// frozenOutage is defaultFrozenOutage, or $OFFLOAD_FROZEN_OUTAGE (such as
+// 6m) for the figures of a longer outage; the lifecycle test's deadline
+// grows with it.
+func frozenOutage(t *testing.T) time.Duration {
+	t.Helper()
+	v := os.Getenv("OFFLOAD_FROZEN_OUTAGE")
+	if v == "" {
+		return defaultFrozenOutage
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < defaultFrozenOutage {
+		t.Fatalf("OFFLOAD_FROZEN_OUTAGE=%q: want a duration of at least %s", v, defaultFrozenOutage)
+	}
+	return d
+}
 
 // agentRestarts returns the restart count of every container of the
 // agent's pods (controller-manager, auth, gateways) in c, by pod/container.
@@ -81,9 +98,10 @@ func restartsByCluster(ctx context.Context, t *testing.T, clusters ...*framework
 func expectAgentsRideOutFrozenAPIServers(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, node string, before map[string]map[string]int32) {
 	t.Helper()
 	clusters := []*framework.Cluster{consumer, provider}
+	outage := frozenOutage(t)
 	for _, frozen := range clusters {
 		thaw := frozen.FreezeAPIServer(t)
-		holdFault(ctx, frozenOutage)
+		holdFault(ctx, outage)
 		thaw()
 		back := time.Now()
 		for _, c := range clusters {
@@ -91,10 +109,10 @@ func expectAgentsRideOutFrozenAPIServers(ctx context.Context, t *testing.T, cons
 				return leaderRenewedAfter(ctx, c, back)
 			})
 			t.Logf("%s's API server frozen %s: %s's controller-manager renewed its Lease %s after it came back",
-				frozen.Name, frozenOutage, c.Name, took.Round(time.Millisecond))
+				frozen.Name, outage, c.Name, took.Round(time.Millisecond))
 		}
 		took := waitNodeReady(ctx, t, consumer, node, corev1.ConditionTrue, 2*time.Minute)
-		t.Logf("%s's API server frozen %s: virtual node %s Ready %s after it came back", frozen.Name, frozenOutage, node, took.Round(time.Millisecond))
+		t.Logf("%s's API server frozen %s: virtual node %s Ready %s after it came back", frozen.Name, outage, node, took.Round(time.Millisecond))
 	}
 	for _, c := range clusters {
 		var restarted []string
