@@ -136,7 +136,9 @@ func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
 	before := snapshotHost(t)
 	// Registered first, so it runs after the cluster's own teardown.
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "real", FakeNodes: 2, RealNode: true})[0]
+	// Its processes confined to CPU 0, as a benchmark confines each
+	// cluster of a pair.
+	c := framework.StartClusters(t, framework.ClusterOptions{Name: "real", FakeNodes: 2, RealNode: true, CPUs: "0"})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -165,6 +167,7 @@ func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
 	if pod.Spec.NodeName != c.Node.Name {
 		t.Fatalf("testapp runs on %s, want the real node %s", pod.Spec.NodeName, c.Node.Name)
 	}
+	expectConfinedToCPU0(t, c)
 
 	// port-forward, and a pod calling the API server with in-cluster config.
 	addr := portForward(t, c, ns, "pod/"+pod.Name, 8080)
@@ -235,4 +238,27 @@ func (l *lockedWriter) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.String()
+}
+
+// expectConfinedToCPU0 checks that the control plane of c and its real
+// node's daemons may run on CPU 0 only.
+func expectConfinedToCPU0(t *testing.T, c *framework.Cluster) {
+	t.Helper()
+	procs := map[string]int{}
+	for name, pid := range c.PIDs() {
+		procs[name] = pid
+	}
+	for name, pid := range c.Node.PIDs {
+		procs[name] = pid
+	}
+	// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok;
+	// containerd, kubelet, kube-proxy.
+	if len(procs) < 8 {
+		t.Errorf("found only %d processes of cluster %s: %v", len(procs), c.Name, procs)
+	}
+	for name, pid := range procs {
+		if cpus, err := framework.ProcessCPUs(pid); err != nil || cpus != "0" {
+			t.Errorf("%s (pid %d) of cluster %s may run on CPUs %q (%v), want 0", name, pid, c.Name, cpus, err)
+		}
+	}
 }

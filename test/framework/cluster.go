@@ -52,7 +52,17 @@ type ClusterOptions struct {
 	// the metrics API (kubectl top); it needs RealNode. WaitMetrics waits
 	// for it.
 	MetricsServer bool
+	// CPUs confines the cluster's processes to those host CPUs ("0",
+	// "1-3"), as if it had a machine of its own: its control plane and
+	// kwok, and its real nodes' containerd, kubelet and kube-proxy, in
+	// cgroup offload-cluster-NAME. Not yet its pods: the kubelet gives its
+	// pods' cgroup every host CPU and refuses a cgroup root with fewer.
+	// Empty shares every CPU.
+	CPUs string
 }
+
+// cpuSetName is the cgroup of cluster name's processes when it has CPUs.
+func cpuSetName(name string) string { return "offload-cluster-" + name }
 
 type clusterPorts struct {
 	apiserver, etcd, etcdPeer, controllerManager, scheduler, kwok int
@@ -102,6 +112,9 @@ type Cluster struct {
 	Node *RealNode
 	// ExtraNodes are the real nodes after the first (ClusterOptions.ExtraRealNodes).
 	ExtraNodes []*RealNode
+	// CPUs are the CPUs the cluster is confined to; empty when it shares
+	// every CPU (ClusterOptions.CPUs).
+	CPUs string
 
 	env *Env
 }
@@ -258,6 +271,12 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	if o.CPUs != "" {
+		c.CPUs = o.CPUs
+		if err := c.confineControlPlane(); err != nil {
+			return nil, err
+		}
+	}
 	if o.FakeNodes > 0 {
 		if err := c.AddFakeNodes(ctx, o.FakeNodes, o.NodeCapacity); err != nil {
 			return nil, err
@@ -364,7 +383,7 @@ func (e *Env) deleteByName(ctx context.Context, name string) error {
 	if err := waitExited(ctx, pids, 30*time.Second); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, os.RemoveAll(dir), removeIfExists(filepath.Join(e.Dir, name+".kwokctl.yaml")))
+	errs = append(errs, os.RemoveAll(dir), removeIfExists(filepath.Join(e.Dir, name+".kwokctl.yaml")), removeCPUSet(cpuSetName(name)))
 	return errors.Join(errs...)
 }
 
@@ -516,5 +535,28 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	if _, err := c.env.kwokctl(ctx, "start", "cluster", "--name", c.Name); err != nil {
 		return err
 	}
+	if c.CPUs != "" {
+		if err := c.confineControlPlane(); err != nil {
+			return err
+		}
+	}
 	return c.waitReady(ctx)
+}
+
+// confineControlPlane moves the control-plane processes into the
+// cluster's CPU set.
+func (c *Cluster) confineControlPlane() error {
+	dir, err := makeCPUSet(cpuSetName(c.Name), c.CPUs)
+	if err != nil {
+		return err
+	}
+	pids := c.PIDs()
+	all := make([]int, 0, len(pids))
+	for _, pid := range pids {
+		all = append(all, pid)
+	}
+	if err := moveToCPUSet(dir, all...); err != nil {
+		return fmt.Errorf("confining cluster %s to CPUs %s: %w", c.Name, c.CPUs, err)
+	}
+	return nil
 }

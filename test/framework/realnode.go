@@ -225,6 +225,16 @@ func (n *RealNode) start(ctx context.Context, c *Cluster, bin string, images []s
 	if err := n.spawn("kube-proxy", filepath.Join(bin, "kube-proxy"), "--config", n.path("kube-proxy.yaml"), "--v", "2"); err != nil {
 		return err
 	}
+	if c.CPUs != "" {
+		// containerd's shims, forked later, are born in its cgroup.
+		dir, err := makeCPUSet(cpuSetName(c.Name), c.CPUs)
+		if err != nil {
+			return err
+		}
+		if err := moveToCPUSet(dir, n.PIDs["containerd"], n.PIDs["kubelet"], n.PIDs["kube-proxy"]); err != nil {
+			return fmt.Errorf("confining node %s to CPUs %s: %w", n.Name, c.CPUs, err)
+		}
+	}
 	if err := c.WaitNodeReady(ctx, n.Name, 2*time.Minute); err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, n.path("logs"))
 	}

@@ -1,0 +1,122 @@
+package framework
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// CPU sets confine a local cluster's processes to some of the host's CPUs,
+// as if it ran on a machine of its own (ClusterOptions.CPUs). They use the
+// cpuset controller of cgroup v1 (this machine's) or v2.
+
+// cpusetRoot returns the root of the cpuset hierarchy and whether it is
+// cgroup v2's unified one.
+func cpusetRoot() (string, bool, error) {
+	if _, err := os.Stat("/sys/fs/cgroup/cpuset/cpuset.cpus"); err == nil {
+		return "/sys/fs/cgroup/cpuset", false, nil
+	}
+	b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
+	if err == nil && strings.Contains(" "+strings.TrimSpace(string(b))+" ", " cpuset ") {
+		return "/sys/fs/cgroup", true, nil
+	}
+	return "", false, errors.New("no cpuset cgroup controller on this host: CPU sets need cgroup v1's cpuset or cgroup v2 with cpuset")
+}
+
+// HostCPUs returns the CPUs of the host, as "0-1".
+func HostCPUs() (string, error) {
+	root, _, err := cpusetRoot()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "cpuset.cpus.effective"))
+	if err != nil {
+		b, err = os.ReadFile(filepath.Join(root, "cpuset.effective_cpus"))
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the host's CPUs: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// makeCPUSet creates (or updates) cgroup name, a path below the cpuset
+// root such as "offload-consumer", confined to cpus ("0", "1-3"), with the
+// memory nodes of the root.
+func makeCPUSet(name, cpus string) (string, error) {
+	root, v2, err := cpusetRoot()
+	if err != nil {
+		return "", err
+	}
+	if v2 {
+		// Children get the controller only when their parent hands it down.
+		if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+cpuset"), 0o644); err != nil {
+			return "", fmt.Errorf("enabling cpuset for the host's cgroups: %w", err)
+		}
+	}
+	dir := filepath.Join(root, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating cgroup %s: %w", dir, err)
+	}
+	mems, err := os.ReadFile(filepath.Join(root, map[bool]string{false: "cpuset.mems", true: "cpuset.mems.effective"}[v2]))
+	if err != nil {
+		return "", fmt.Errorf("reading the host's memory nodes: %w", err)
+	}
+	for file, value := range map[string]string{"cpuset.cpus": cpus, "cpuset.mems": strings.TrimSpace(string(mems))} {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644); err != nil {
+			return "", fmt.Errorf("setting %s of cgroup %s to %q: %w", file, dir, value, err)
+		}
+	}
+	return dir, nil
+}
+
+// moveToCPUSet moves the processes pids, with all their threads, into the
+// cgroup dir made by makeCPUSet; their children to come are born there.
+func moveToCPUSet(dir string, pids ...int) error {
+	var errs []error
+	for _, pid := range pids {
+		err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+		if err != nil && processAlive(pid) {
+			errs = append(errs, fmt.Errorf("moving process %d into %s: %w", pid, dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCPUSet moves what is left in cgroup name back to the root and
+// removes it.
+func removeCPUSet(name string) error {
+	root, _, err := cpusetRoot()
+	if err != nil {
+		return nil // Nothing was made.
+	}
+	dir := filepath.Join(root, name)
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	for _, f := range strings.Fields(string(b)) {
+		_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(f), 0o644)
+	}
+	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("removing cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+// ProcessCPUs returns the CPUs process pid may run on, as the kernel's
+// Cpus_allowed_list says: "0", "0-1".
+func ProcessCPUs(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("process %d: no Cpus_allowed_list", pid)
+}
