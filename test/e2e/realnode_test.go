@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -136,7 +138,7 @@ func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
 	before := snapshotHost(t)
 	// Registered first, so it runs after the cluster's own teardown.
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	// Its processes confined to CPU 0, as a benchmark confines each
+	// Confined to CPU 0, pods included, as a benchmark confines each
 	// cluster of a pair.
 	c := framework.StartClusters(t, framework.ClusterOptions{Name: "real", FakeNodes: 2, RealNode: true, CPUs: "0"})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -167,7 +169,7 @@ func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
 	if pod.Spec.NodeName != c.Node.Name {
 		t.Fatalf("testapp runs on %s, want the real node %s", pod.Spec.NodeName, c.Node.Name)
 	}
-	expectConfinedToCPU0(t, c)
+	expectConfinedToCPU0(t, c, pod)
 
 	// port-forward, and a pod calling the API server with in-cluster config.
 	addr := portForward(t, c, ns, "pod/"+pod.Name, 8080)
@@ -240,9 +242,9 @@ func (l *lockedWriter) String() string {
 	return l.w.String()
 }
 
-// expectConfinedToCPU0 checks that the control plane of c and its real
-// node's daemons may run on CPU 0 only.
-func expectConfinedToCPU0(t *testing.T, c *framework.Cluster) {
+// expectConfinedToCPU0 checks that the control plane of c, its real
+// node's daemons and the processes of pod may run on CPU 0 only.
+func expectConfinedToCPU0(t *testing.T, c *framework.Cluster, pod corev1.Pod) {
 	t.Helper()
 	procs := map[string]int{}
 	for name, pid := range c.PIDs() {
@@ -255,6 +257,34 @@ func expectConfinedToCPU0(t *testing.T, c *framework.Cluster) {
 	// containerd, kubelet, kube-proxy.
 	if len(procs) < 8 {
 		t.Errorf("found only %d processes of cluster %s: %v", len(procs), c.Name, procs)
+	}
+	// The pod's processes (its sandbox and container) are in cgroups
+	// named after their container IDs.
+	var ids []string
+	for _, s := range pod.Status.ContainerStatuses {
+		_, id, _ := strings.Cut(s.ContainerID, "://")
+		ids = append(ids, id)
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		for _, id := range ids {
+			if err == nil && id != "" && strings.Contains(string(b), id) {
+				procs[fmt.Sprintf("pod %s process %d", pod.Name, pid)] = pid
+				found++
+			}
+		}
+	}
+	if found == 0 {
+		t.Errorf("found no process of pod %s (containers %v)", pod.Name, ids)
 	}
 	for name, pid := range procs {
 		if cpus, err := framework.ProcessCPUs(pid); err != nil || cpus != "0" {

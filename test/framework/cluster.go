@@ -52,12 +52,12 @@ type ClusterOptions struct {
 	// the metrics API (kubectl top); it needs RealNode. WaitMetrics waits
 	// for it.
 	MetricsServer bool
-	// CPUs confines the cluster's processes to those host CPUs ("0",
-	// "1-3"), as if it had a machine of its own: its control plane and
-	// kwok, and its real nodes' containerd, kubelet and kube-proxy, in
-	// cgroup offload-cluster-NAME. Not yet its pods: the kubelet gives its
-	// pods' cgroup every host CPU and refuses a cgroup root with fewer.
-	// Empty shares every CPU.
+	// CPUs confines the cluster to those host CPUs ("0", "1-3"), as if
+	// it had a machine of its own: its control plane and kwok, and its
+	// real nodes' containerd, kubelet and kube-proxy, in cgroup
+	// offload-cluster-NAME; its pods in each node's cgroup root, with the
+	// CPU manager's static policy reserving the other CPUs strictly (the
+	// nodes' allocatable CPU is theirs). Empty shares every CPU.
 	CPUs string
 }
 

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// CPU sets confine a local cluster's processes to some of the host's CPUs,
-// as if it ran on a machine of its own (ClusterOptions.CPUs). They use the
-// cpuset controller of cgroup v1 (this machine's) or v2.
+// CPU sets confine a local cluster and its pods to some of the host's
+// CPUs, as if it ran on a machine of its own (ClusterOptions.CPUs). They
+// use the cpuset controller of cgroup v1 (this machine's) or v2.
 
 // cpusetRoot returns the root of the cpuset hierarchy and whether it is
 // cgroup v2's unified one.
@@ -119,4 +120,56 @@ func ProcessCPUs(pid int) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("process %d: no Cpus_allowed_list", pid)
+}
+
+// parseCPUList parses a kernel CPU list, "0-2,4", into its CPUs.
+func parseCPUList(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("CPU list %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("CPU list %q: bad range %q", s, part)
+			}
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("CPU list %q is empty", s)
+	}
+	return out, nil
+}
+
+// otherCPUs returns the host's CPUs that are not in cpus, as a list the
+// kubelet reads ("1,3"), or "" when cpus are all of them.
+func otherCPUs(cpus string) (string, error) {
+	host, err := HostCPUs()
+	if err != nil {
+		return "", err
+	}
+	all, err := parseCPUList(host)
+	if err != nil {
+		return "", err
+	}
+	mine, err := parseCPUList(cpus)
+	if err != nil {
+		return "", err
+	}
+	var rest []string
+	for _, c := range all {
+		if !slices.Contains(mine, c) {
+			rest = append(rest, strconv.Itoa(c))
+		}
+	}
+	return strings.Join(rest, ","), nil
 }

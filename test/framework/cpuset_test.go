@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,5 +65,19 @@ func TestACPUSetConfinesAProcessAndItsChildrenAndGoesWithoutTrace(t *testing.T) 
 	defer func() { _ = exec.Command("kill", strconv.Itoa(child)).Run() }()
 	if got, err := ProcessCPUs(child); err != nil || got != "0" {
 		t.Errorf("the child may run on CPUs %q (%v), want 0", got, err)
+	}
+}
+
+func TestCPUListsParseAsTheKernelWritesThem(t *testing.T) {
+	for in, want := range map[string]string{"0": "[0]", "0-1": "[0 1]", "0-2,4": "[0 1 2 4]", " 3 ,5-6\n": "[3 5 6]"} {
+		got, err := parseCPUList(in)
+		if err != nil || fmt.Sprint(got) != want {
+			t.Errorf("parseCPUList(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "a", "3-1", "1-x"} {
+		if got, err := parseCPUList(bad); err == nil {
+			t.Errorf("parseCPUList(%q) = %v; want an error", bad, got)
+		}
 	}
 }

@@ -192,6 +192,12 @@ func (n *RealNode) start(ctx context.Context, c *Cluster, bin string, images []s
 	if err := createCgroupRoot(n.CgroupRoot); err != nil {
 		return err
 	}
+	if c.CPUs != "" {
+		// The pods' cgroups, made right under the root, copy its CPUs.
+		if _, err := makeCPUSet(n.CgroupRoot, c.CPUs); err != nil {
+			return err
+		}
+	}
 	n.ContainerdAddress = n.path("containerd.sock")
 	if err := n.save(); err != nil {
 		return err

@@ -28,6 +28,21 @@ func (n *RealNode) writeConfig(c *Cluster) error {
 	if err != nil {
 		return err
 	}
+	// A node confined to some CPUs (ClusterOptions.CPUs) has a cgroup
+	// root with those CPUs only, and reserves the others for the system
+	// with the CPU manager's static policy, strictly: its containers get
+	// its CPUs only. (With the none policy the kubelet gives its pods'
+	// cgroup every host CPU, which the root refuses.)
+	confined := ""
+	if c.CPUs != "" {
+		others, err := otherCPUs(c.CPUs)
+		if err != nil {
+			return err
+		}
+		if others != "" {
+			confined = fmt.Sprintf("cpuManagerPolicy: static\ncpuManagerPolicyOptions: {strict-cpu-reservation: \"true\"}\nreservedSystemCPUs: %q\n", others)
+		}
+	}
 	files := map[string]string{
 		"pki/node.crt": string(cert),
 		"pki/node.key": string(key),
@@ -98,7 +113,7 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "0%%", imagefs.avail
 serializeImagePulls: false
 protectKernelDefaults: false
 maxPods: 110
-`, n.IP, n.CgroupRoot, n.ContainerdAddress, n.path("pod-logs"), filepath.Join(pki, "ca.crt"), DNSServiceIP, ClusterDomain),
+%s`, n.IP, n.CgroupRoot, n.ContainerdAddress, n.path("pod-logs"), filepath.Join(pki, "ca.crt"), DNSServiceIP, ClusterDomain, confined),
 		"kube-proxy.yaml": fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %s}
