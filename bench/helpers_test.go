@@ -52,7 +52,7 @@ type pair struct {
 // startPair starts a consumer and a provider with the agent on each one's
 // real node, the provider's real node cordoned and fake nodes enough for
 // maxPods, peers them and offloads offloadedNS with the Remote strategy.
-func startPair(ctx context.Context, b *testing.B, maxPods int) *pair {
+func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pair {
 	b.Helper()
 	if err := framework.EnsureTools(ctx); err != nil {
 		b.Fatal(err)
@@ -68,11 +68,11 @@ func startPair(ctx context.Context, b *testing.B, maxPods int) *pair {
 	fakeNodes := (2*maxPods+99)/100 + 1
 	start := time.Now()
 	clusters := framework.StartClusters(b,
-		framework.ClusterOptions{Name: "bench-consumer", RealNode: true, DisableQPSLimits: true},
-		framework.ClusterOptions{Name: "bench-provider", FakeNodes: fakeNodes, RealNode: true, DisableQPSLimits: true},
+		framework.ClusterOptions{Name: "bench-consumer", RealNode: true, DisableQPSLimits: true, CPUs: mode.consumer},
+		framework.ClusterOptions{Name: "bench-provider", FakeNodes: fakeNodes, RealNode: true, DisableQPSLimits: true, CPUs: mode.provider},
 	)
 	p := &pair{consumer: clusters[0], provider: clusters[1], bin: bin}
-	fmt.Printf("BenchmarkOffload: clusters up with %d fake provider nodes: %s\n", fakeNodes, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("BenchmarkOffload %s: clusters up with %d fake provider nodes: %s; %s", mode.name, fakeNodes, time.Since(start).Round(time.Millisecond), mode.describe())
 
 	var wg sync.WaitGroup
 	errs := make([]error, 2)

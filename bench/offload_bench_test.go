@@ -57,12 +57,70 @@ func BenchmarkOffload(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	modes, err := cpuModes(os.Getenv("OFFLOAD_BENCH_CPUS"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	setup, setupCancel := context.WithTimeout(ctx, 15*time.Minute)
-	defer setupCancel()
 	sizes = selectedSizes(sizes)
-	p := startPair(setup, b, slices.Max(append(sizes, sequentialPods)))
+	var summaries strings.Builder
+	for _, mode := range modes {
+		// Each mode has its pair of clusters, gone when its sub-benchmark ends.
+		b.Run(mode.name, func(b *testing.B) {
+			setup, setupCancel := context.WithTimeout(ctx, 15*time.Minute)
+			defer setupCancel()
+			p := startPair(setup, b, slices.Max(append(sizes, sequentialPods)), mode)
+			results := p.run(ctx, b, sizes)
+			fmt.Fprintf(&summaries, "\n%s: %s%s", mode.name, mode.describe(), summary(results))
+		})
+	}
+	// A parent benchmark's log is dropped when its sub-benchmarks pass.
+	fmt.Print(summaries.String())
+}
+
+// cpuMode is how the pair shares the host's CPUs.
+type cpuMode struct {
+	name string
+	// consumer and provider are each cluster's CPUs; empty shares them all.
+	consumer, provider string
+}
+
+// describe says which CPUs each cluster had.
+func (m cpuMode) describe() string {
+	if m.consumer == "" {
+		return "both clusters share every CPU of the host (they compete, as they would not on two machines)\n"
+	}
+	return fmt.Sprintf("consumer on CPUs %s, provider on CPUs %s (control planes, nodes' daemons, agents and pods; the direct run uses the provider's only)\n", m.consumer, m.provider)
+}
+
+// cpuModes parses OFFLOAD_BENCH_CPUS: isolated (each cluster on half of
+// the host's CPUs, as two machines), shared, or both comma-separated, the
+// default.
+func cpuModes(s string) ([]cpuMode, error) {
+	if strings.TrimSpace(s) == "" {
+		s = "isolated,shared"
+	}
+	var out []cpuMode
+	for _, f := range strings.Split(s, ",") {
+		switch strings.TrimSpace(f) {
+		case "isolated":
+			consumer, provider, err := framework.SplitHostCPUs()
+			if err != nil {
+				return nil, fmt.Errorf("OFFLOAD_BENCH_CPUS=isolated: %w", err)
+			}
+			out = append(out, cpuMode{name: "isolated", consumer: consumer, provider: provider})
+		case "shared":
+			out = append(out, cpuMode{name: "shared"})
+		default:
+			return nil, fmt.Errorf("OFFLOAD_BENCH_CPUS=%q: want isolated, shared or both, comma-separated", s)
+		}
+	}
+	return out, nil
+}
+
+// run measures P2 one pod at a time, then each size, on p.
+func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResult {
 	// P2 on an idle pair: one pod at a time, so each figure is the
 	// reflection's own latency, without the queueing a burst adds.
 	b.Run("P2-one-at-a-time", func(b *testing.B) {
@@ -105,8 +163,7 @@ func BenchmarkOffload(b *testing.B) {
 			}
 		})
 	}
-	// A parent benchmark's log is dropped when its sub-benchmarks pass.
-	fmt.Print(summary(results))
+	return results
 }
 
 // benchSizes parses a comma-separated list of positive sizes; empty gives defaultSizes.
@@ -126,18 +183,19 @@ func benchSizes(s string) ([]int, error) {
 }
 
 // selectedSizes keeps the sizes whose sub-benchmark N=<n> matches the
-// second element of -test.bench, so that the clusters are sized for what
-// runs. A pattern with a '/' inside brackets is taken as it is.
+// third element of -test.bench (Offload/MODE/N=<n>), so that the clusters
+// are sized for what runs. A pattern with a '/' inside brackets is taken
+// as it is.
 func selectedSizes(sizes []int) []int {
 	f := flag.Lookup("test.bench")
 	if f == nil {
 		return sizes
 	}
 	parts := strings.Split(f.Value.String(), "/")
-	if len(parts) < 2 {
+	if len(parts) < 3 {
 		return sizes
 	}
-	re, err := regexp.Compile(parts[1])
+	re, err := regexp.Compile(parts[2])
 	if err != nil {
 		return sizes
 	}

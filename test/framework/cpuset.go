@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CPU sets confine a local cluster and its pods to some of the host's
@@ -87,22 +89,27 @@ func moveToCPUSet(dir string, pids ...int) error {
 }
 
 // removeCPUSet moves what is left in cgroup name back to the root and
-// removes it.
+// removes it, waiting up to 10 s for processes that are still exiting.
 func removeCPUSet(name string) error {
 	root, _, err := cpusetRoot()
 	if err != nil {
 		return nil // Nothing was made.
 	}
 	dir := filepath.Join(root, name)
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if os.IsNotExist(err) {
-		return nil
+	var last error
+	gone := func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if os.IsNotExist(err) {
+			return true
+		}
+		for _, f := range strings.Fields(string(b)) {
+			_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(f), 0o644)
+		}
+		last = os.Remove(dir)
+		return last == nil || os.IsNotExist(last)
 	}
-	for _, f := range strings.Fields(string(b)) {
-		_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(f), 0o644)
-	}
-	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("removing cgroup %s: %w", dir, err)
+	if err := waitFor(context.Background(), 10*time.Second, gone); err != nil {
+		return fmt.Errorf("removing cgroup %s: %w", dir, errors.Join(last, err))
 	}
 	return nil
 }
@@ -172,4 +179,28 @@ func otherCPUs(cpus string) (string, error) {
 		}
 	}
 	return strings.Join(rest, ","), nil
+}
+
+// SplitHostCPUs splits the host's CPUs in two halves, as two machines:
+// "0" and "1" on a two-CPU host. The second half gets the odd CPU out.
+func SplitHostCPUs() (first, second string, err error) {
+	host, err := HostCPUs()
+	if err != nil {
+		return "", "", err
+	}
+	all, err := parseCPUList(host)
+	if err != nil {
+		return "", "", err
+	}
+	if len(all) < 2 {
+		return "", "", fmt.Errorf("the host has %d CPU: two machines need two", len(all))
+	}
+	list := func(cpus []int) string {
+		s := make([]string, len(cpus))
+		for i, c := range cpus {
+			s[i] = strconv.Itoa(c)
+		}
+		return strings.Join(s, ",")
+	}
+	return list(all[:len(all)/2]), list(all[len(all)/2:]), nil
 }
