@@ -47,6 +47,20 @@ type pair struct {
 	twin string
 	// virtualNode is the consumer's node for the provider.
 	virtualNode string
+	// peerReturned and peerReady are how long peer out-of-band took to
+	// return, and until the virtual node offered every pod (P3).
+	peerReturned, peerReady time.Duration
+}
+
+// statusTime runs kubectl offload status on the consumer, as a user does,
+// and returns its wall time (P5).
+func (p *pair) statusTime(ctx context.Context, b *testing.B) time.Duration {
+	b.Helper()
+	start := time.Now()
+	if out, err := p.offload(ctx, p.consumer, "status"); err != nil {
+		b.Fatalf("kubectl offload status: %v\n%s", err, out)
+	}
+	return time.Since(start)
 }
 
 // startPair starts a consumer and a provider with the agent on each one's
@@ -140,9 +154,11 @@ func (p *pair) peer(ctx context.Context, b *testing.B, maxPods int) {
 	}
 	a := peer.PeerCommandArgs{Name: pc.Name, AuthURL: pc.AuthURL, ClusterID: pc.ClusterID, AuthToken: pc.AuthToken, CACertHash: pc.CACertHash}
 	args := append(strings.Fields(strings.TrimPrefix(a.Command(), "kubectl offload ")), "--timeout", "3m")
+	start := time.Now()
 	if _, err := p.offload(ctx, p.consumer, args...); err != nil {
 		b.Fatal(err)
 	}
+	returned := time.Since(start)
 	if err := poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, string) {
 		nodes, err := p.consumer.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: virtualNodeLabel})
 		if err != nil || len(nodes.Items) != 1 {
@@ -155,6 +171,11 @@ func (p *pair) peer(ctx context.Context, b *testing.B, maxPods int) {
 	}); err != nil {
 		b.Fatalf("waiting for a Ready virtual node offering %d pods: %v", maxPods, err)
 	}
+	// The command waits for the virtual node to be Ready; the poll above
+	// also waits for the whole offer.
+	p.peerReady, p.peerReturned = time.Since(start), returned
+	fmt.Printf("P3 peer out-of-band: returned (virtual node Ready) in %s; the offer for %d pods in %s\n",
+		returned.Round(time.Millisecond), maxPods, p.peerReady.Round(time.Millisecond))
 }
 
 // namespaces offloads offloadedNS on the consumer and creates directNS on

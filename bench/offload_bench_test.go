@@ -72,7 +72,11 @@ func BenchmarkOffload(b *testing.B) {
 			defer setupCancel()
 			p := startPair(setup, b, slices.Max(append(sizes, sequentialPods)), mode)
 			results := p.run(ctx, b, sizes)
-			fmt.Fprintf(&summaries, "\n%s: %s%s", mode.name, mode.describe(), summary(results))
+			status := p.statusTime(ctx, b)
+			b.ReportMetric(p.peerReturned.Seconds(), "s-P3-peer")
+			b.ReportMetric(status.Seconds(), "s-P5-status")
+			fmt.Fprintf(&summaries, "\n%s: %s%sP3 peer out-of-band to virtual node Ready: %s; P5 kubectl offload status: %s\n",
+				mode.name, mode.describe(), summary(results), p.peerReturned.Round(time.Millisecond), status.Round(time.Millisecond))
 		})
 	}
 	// A parent benchmark's log is dropped when its sub-benchmarks pass.
