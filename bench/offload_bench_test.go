@@ -65,6 +65,7 @@ func BenchmarkOffload(b *testing.B) {
 	b.Cleanup(cancel)
 	sizes = selectedSizes(sizes)
 	var summaries strings.Builder
+	var all []modeResults
 	for _, mode := range modes {
 		// Each mode has its pair of clusters, gone when its sub-benchmark ends.
 		b.Run(mode.name, func(b *testing.B) {
@@ -73,6 +74,7 @@ func BenchmarkOffload(b *testing.B) {
 			p := startPair(setup, b, slices.Max(append(sizes, sequentialPods)), mode)
 			results := p.run(ctx, b, sizes)
 			status := p.statusTime(ctx, b)
+			all = append(all, modeResults{mode: mode, results: results, peer: p.peerReturned, status: status})
 			b.ReportMetric(p.peerReturned.Seconds(), "s-P3-peer")
 			b.ReportMetric(status.Seconds(), "s-P5-status")
 			fmt.Fprintf(&summaries, "\n%s: %s%sP3 peer out-of-band to virtual node Ready: %s; P5 kubectl offload status: %s\n",
@@ -81,6 +83,22 @@ func BenchmarkOffload(b *testing.B) {
 	}
 	// A parent benchmark's log is dropped when its sub-benchmarks pass.
 	fmt.Print(summaries.String())
+	if path := os.Getenv("OFFLOAD_BENCH_REPORT"); path != "" && len(all) > 0 {
+		command := fmt.Sprintf("OFFLOAD_BENCH_N=%s OFFLOAD_BENCH_CPUS=%s make bench-offload", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), ","), "[]"), cpuModeNames(modes))
+		if err := writeReport(path, command, all); err != nil {
+			b.Fatalf("writing the report: %v", err)
+		}
+		fmt.Printf("report written to %s\n", path)
+	}
+}
+
+// cpuModeNames lists the names of modes, comma-separated.
+func cpuModeNames(modes []cpuMode) string {
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = m.name
+	}
+	return strings.Join(names, ",")
 }
 
 // cpuMode is how the pair shares the host's CPUs.

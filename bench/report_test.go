@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// modeResults are the results of one CPU mode.
+type modeResults struct {
+	mode    cpuMode
+	results []offloadResult
+	// peer and status are P3 and P5.
+	peer, status time.Duration
+}
+
+// writeReport writes path, a Markdown page with the machine, the versions,
+// the command, a table per CPU mode and two charts drawn with gonum/plot
+// next to it (<path without .md>/time.svg and rss.svg): the time until N
+// pods are Running, direct and offloaded, and the agents' RSS, against N.
+func writeReport(path, command string, all []modeResults) error {
+	dir := strings.TrimSuffix(path, filepath.Ext(path))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	timeChart, rssChart := filepath.Join(dir, "time.svg"), filepath.Join(dir, "rss.svg")
+	if err := drawChart(timeChart, "Time until N pods are Running", "seconds", all, func(r offloadResult) map[string]float64 {
+		return map[string]float64{"direct": r.direct.Seconds(), "offloaded": r.offloaded.Seconds()}
+	}); err != nil {
+		return err
+	}
+	if err := drawChart(rssChart, "Agent memory (RSS) after N pods", "MiB", all, func(r offloadResult) map[string]float64 {
+		return map[string]float64{"consumer agent": r.consumerRSS, "provider agent": r.providerRSS}
+	}); err != nil {
+		return err
+	}
+
+	var b strings.Builder
+	versions, _ := framework.Versions()
+	cpus, _ := framework.HostCPUs()
+	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `BenchmarkOffload` (bench/offload_bench_test.go) on %s; do not edit by hand.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "- Command: `%s`\n", command)
+	fmt.Fprintf(&b, "- Machine: %s/%s, CPUs %s (%d), Kubernetes %s, kwok %s, Go %s\n", runtime.GOOS, runtime.GOARCH, cpus, runtime.NumCPU(), versions["KUBE_VERSION"], versions["KWOK_VERSION"], runtime.Version())
+	b.WriteString("- P1: time until N pods of one Deployment are Running, offloaded from the consumer ÷ created directly on the provider; P2: per-pod overhead (consumer Running − bound, minus remote Running − remote created); P3: `peer out-of-band` until the virtual node is Ready; P4: agent RSS; P5: `kubectl offload status` wall time.\n")
+	b.WriteString("- Every benchmark pod runs on a kwok fake node of the provider; the agents run on real nodes.\n\n")
+	fmt.Fprintf(&b, "![%s](%s)\n![%s](%s)\n", "time until Running", filepath.Join(filepath.Base(dir), "time.svg"), "agent RSS", filepath.Join(filepath.Base(dir), "rss.svg"))
+	for _, m := range all {
+		fmt.Fprintf(&b, "\n## %s\n\n%s\n", m.mode.name, m.mode.describe())
+		b.WriteString("| N | direct s | offloaded s | P1 ratio | P2 overhead p50/p99 ms | consumer agent RSS MiB | agent CPU s | provider agent RSS MiB | machine CPU s direct/offloaded |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range m.results {
+			fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2f | %.0f/%.0f | %.0f | %.1f | %.0f | %.1f/%.1f |\n", r.n, r.direct.Seconds(), r.offloaded.Seconds(),
+				r.offloaded.Seconds()/r.direct.Seconds(), r.overhead[0], r.overhead[1], r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded)
+		}
+		fmt.Fprintf(&b, "\nP3 peer out-of-band to a Ready virtual node: %s. P5 `kubectl offload status`: %s.\n", m.peer.Round(time.Millisecond), m.status.Round(time.Millisecond))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// drawChart draws one line per mode and series that values gives, against N.
+func drawChart(path, title, unit string, all []modeResults, values func(offloadResult) map[string]float64) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "N (pods)"
+	p.Y.Label.Text = unit
+	p.Legend.Top = true
+	var lines []any
+	for _, m := range all {
+		series := map[string]plotter.XYs{}
+		var names []string
+		for _, r := range m.results {
+			for name, v := range values(r) {
+				if _, ok := series[name]; !ok {
+					names = append(names, name)
+				}
+				series[name] = append(series[name], plotter.XY{X: float64(r.n), Y: v})
+			}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			lines = append(lines, m.mode.name+" "+name, series[name])
+		}
+	}
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return fmt.Errorf("drawing %s: %w", path, err)
+	}
+	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, path)
+}
+
+func TestTheReportHasTheTableAndBothCharts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "benchmarks.md")
+	results := []offloadResult{
+		{n: 100, direct: 2 * time.Second, offloaded: 3 * time.Second, consumerRSS: 80, providerRSS: 60},
+		{n: 1000, direct: 10 * time.Second, offloaded: 11 * time.Second, consumerRSS: 130, providerRSS: 70},
+	}
+	all := []modeResults{
+		{mode: cpuMode{name: "isolated", consumer: "0", provider: "1"}, results: results, peer: time.Second, status: 90 * time.Millisecond},
+		{mode: cpuMode{name: "shared"}, results: results},
+	}
+	if err := writeReport(path, "make bench-offload", all); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"`make bench-offload`", "## isolated", "## shared", "| 1000 | 10.0 | 11.0 | 1.10 |", "(benchmarks/time.svg)", "(benchmarks/rss.svg)", "P5 `kubectl offload status`: 90ms"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+	for _, chart := range []string{"time.svg", "rss.svg"} {
+		svg, err := os.ReadFile(filepath.Join(filepath.Dir(path), "benchmarks", chart))
+		if err != nil || !strings.Contains(string(svg), "<svg") || !strings.Contains(string(svg), "isolated offloaded") && chart == "time.svg" {
+			t.Errorf("chart %s: %v, %d bytes", chart, err, len(svg))
+		}
+	}
+}
