@@ -47,81 +47,63 @@ func (c *Cluster) deployCoreDNS(ctx context.Context) error {
 	labels := map[string]string{"k8s-app": "kube-dns"}
 	kube := c.Kube
 	steps := []func() error{
-		func() error {
-			_, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-				ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
-				Rules: []rbacv1.PolicyRule{
-					{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
-					{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
-				},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:coredns"},
-				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
-				ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"Corefile": corefile},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-				Spec: appsv1.DeploymentSpec{
-					Replicas: ptr.To[int32](1),
-					Selector: &metav1.LabelSelector{MatchLabels: labels},
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: labels},
-						Spec: corev1.PodSpec{
-							ServiceAccountName: name,
-							NodeSelector:       map[string]string{RealNodeLabel: RealNodeLabelValue},
-							// Its own name server is the node's, not itself.
-							DNSPolicy: corev1.DNSDefault,
-							Containers: []corev1.Container{{
-								Name: name, Image: corednsImageRef, ImagePullPolicy: corev1.PullNever,
-								Args: []string{"-conf", "/etc/coredns/Corefile"},
-								Ports: []corev1.ContainerPort{
-									{Name: "dns", ContainerPort: corednsPort, Protocol: corev1.ProtocolUDP},
-									{Name: "dns-tcp", ContainerPort: corednsPort, Protocol: corev1.ProtocolTCP},
-								},
-								ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8181)}}, PeriodSeconds: 1},
-								LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(8080)}}},
-								VolumeMounts:   []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns", ReadOnly: true}},
-							}},
-							Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
-								ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}},
-							}}},
-						},
+		create(ctx, kube.CoreV1().ServiceAccounts(ns).Create, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}),
+		create(ctx, kube.RbacV1().ClusterRoles().Create, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
+				{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+			},
+		}),
+		create(ctx, kube.RbacV1().ClusterRoleBindings().Create, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:coredns"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
+		}),
+		create(ctx, kube.CoreV1().ConfigMaps(ns).Create, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"Corefile": corefile},
+		}),
+		create(ctx, kube.AppsV1().Deployments(ns).Create, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						ServiceAccountName: name,
+						NodeSelector:       map[string]string{RealNodeLabel: RealNodeLabelValue},
+						// Its own name server is the node's, not itself.
+						DNSPolicy: corev1.DNSDefault,
+						Containers: []corev1.Container{{
+							Name: name, Image: corednsImageRef, ImagePullPolicy: corev1.PullNever,
+							Args: []string{"-conf", "/etc/coredns/Corefile"},
+							Ports: []corev1.ContainerPort{
+								{Name: "dns", ContainerPort: corednsPort, Protocol: corev1.ProtocolUDP},
+								{Name: "dns-tcp", ContainerPort: corednsPort, Protocol: corev1.ProtocolTCP},
+							},
+							ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8181)}}, PeriodSeconds: 1},
+							LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(8080)}}},
+							VolumeMounts:   []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns", ReadOnly: true}},
+						}},
+						Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
+							ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}},
+						}}},
 					},
 				},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Labels: labels},
-				Spec: corev1.ServiceSpec{
-					Selector:  labels,
-					ClusterIP: DNSServiceIP,
-					Ports: []corev1.ServicePort{
-						{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(corednsPort)},
-						{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(corednsPort)},
-					},
+			},
+		}),
+		create(ctx, kube.CoreV1().Services(ns).Create, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Labels: labels},
+			Spec: corev1.ServiceSpec{
+				Selector:  labels,
+				ClusterIP: DNSServiceIP,
+				Ports: []corev1.ServicePort{
+					{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(corednsPort)},
+					{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(corednsPort)},
 				},
-			}, metav1.CreateOptions{})
-			return err
-		},
+			},
+		}),
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -144,4 +126,12 @@ func (c *Cluster) WaitDNS(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("CoreDNS of cluster %s is not ready: %w", c.Name, err)
 	}
 	return nil
+}
+
+// create returns a step that creates obj with f, a typed client's Create.
+func create[T any](ctx context.Context, f func(context.Context, T, metav1.CreateOptions) (T, error), obj T) func() error {
+	return func() error {
+		_, err := f(ctx, obj, metav1.CreateOptions{})
+		return err
+	}
 }

@@ -74,118 +74,96 @@ func (c *Cluster) deployMetricsServer(ctx context.Context) error {
 	}
 	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}
 	steps := []func() error{
-		func() error {
-			_, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-				ObjectMeta: metav1.ObjectMeta{Name: "system:metrics-server"},
-				Rules: []rbacv1.PolicyRule{
-					{APIGroups: []string{""}, Resources: []string{"nodes/metrics"}, Verbs: []string{"get"}},
-					{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get", "list", "watch"}},
-				},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "system:metrics-server"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:metrics-server"},
-				Subjects:   []rbacv1.Subject{sa},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			// Delegated authentication and authorization of the requests
-			// the aggregator proxies.
-			_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "metrics-server:system:auth-delegator"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
-				Subjects:   []rbacv1.Subject{sa},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "metrics-server-auth-reader"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
-				Subjects:   []rbacv1.Subject{sa},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-				Spec: appsv1.DeploymentSpec{
-					Replicas: ptr.To[int32](1),
-					Selector: &metav1.LabelSelector{MatchLabels: labels},
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: labels},
-						Spec: corev1.PodSpec{
-							ServiceAccountName: name,
-							NodeSelector:       map[string]string{RealNodeLabel: RealNodeLabelValue},
-							Containers: []corev1.Container{{
-								Name: name, Image: metricsServerImageRef, ImagePullPolicy: corev1.PullNever,
-								Args: []string{
-									"--cert-dir=/tmp",
-									"--secure-port=" + strconv.Itoa(metricsServerPort),
-									"--kubelet-preferred-address-types=InternalIP",
-									"--kubelet-use-node-status-port",
-									"--kubelet-insecure-tls",
-									"--metric-resolution=" + MetricsServerResolution.String(),
-									// Shorter than the resolution, as it must be; kwok's fake
-									// nodes have no kubelet and time out.
-									"--kubelet-request-timeout=5s",
-								},
-								Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: metricsServerPort, Protocol: corev1.ProtocolTCP}},
-								ReadinessProbe: &corev1.Probe{
-									ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-										Path: "/readyz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS,
-									}},
-									PeriodSeconds: 2,
-								},
-								SecurityContext: &corev1.SecurityContext{
-									AllowPrivilegeEscalation: ptr.To(false),
-									ReadOnlyRootFilesystem:   ptr.To(true),
-									RunAsNonRoot:             ptr.To(true),
-									Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-								},
-								VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}},
-							}},
-							Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-						},
+		create(ctx, kube.CoreV1().ServiceAccounts(ns).Create, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}),
+		create(ctx, kube.RbacV1().ClusterRoles().Create, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "system:metrics-server"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"nodes/metrics"}, Verbs: []string{"get"}},
+				{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get", "list", "watch"}},
+			},
+		}),
+		create(ctx, kube.RbacV1().ClusterRoleBindings().Create, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "system:metrics-server"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:metrics-server"},
+			Subjects:   []rbacv1.Subject{sa},
+		}),
+		// Delegated authentication and authorization of the requests
+		// the aggregator proxies.
+		create(ctx, kube.RbacV1().ClusterRoleBindings().Create, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "metrics-server:system:auth-delegator"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+			Subjects:   []rbacv1.Subject{sa},
+		}),
+		create(ctx, kube.RbacV1().RoleBindings(ns).Create, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "metrics-server-auth-reader"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
+			Subjects:   []rbacv1.Subject{sa},
+		}),
+		create(ctx, kube.AppsV1().Deployments(ns).Create, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						ServiceAccountName: name,
+						NodeSelector:       map[string]string{RealNodeLabel: RealNodeLabelValue},
+						Containers: []corev1.Container{{
+							Name: name, Image: metricsServerImageRef, ImagePullPolicy: corev1.PullNever,
+							Args: []string{
+								"--cert-dir=/tmp",
+								"--secure-port=" + strconv.Itoa(metricsServerPort),
+								"--kubelet-preferred-address-types=InternalIP",
+								"--kubelet-use-node-status-port",
+								"--kubelet-insecure-tls",
+								"--metric-resolution=" + MetricsServerResolution.String(),
+								// Shorter than the resolution, as it must be; kwok's fake
+								// nodes have no kubelet and time out.
+								"--kubelet-request-timeout=5s",
+							},
+							Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: metricsServerPort, Protocol: corev1.ProtocolTCP}},
+							ReadinessProbe: &corev1.Probe{
+								ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+									Path: "/readyz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS,
+								}},
+								PeriodSeconds: 2,
+							},
+							SecurityContext: &corev1.SecurityContext{
+								AllowPrivilegeEscalation: ptr.To(false),
+								ReadOnlyRootFilesystem:   ptr.To(true),
+								RunAsNonRoot:             ptr.To(true),
+								Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+							},
+							VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}},
+						}},
+						Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 					},
 				},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-				Spec: corev1.ServiceSpec{
-					Selector: labels,
-					Ports:    []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("https")}},
-				},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := dyn.Resource(apiServices).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "apiregistration.k8s.io/v1",
-				"kind":       "APIService",
-				"metadata":   map[string]any{"name": metricsAPIService, "labels": map[string]any{"k8s-app": name}},
-				"spec": map[string]any{
-					"service":               map[string]any{"namespace": ns, "name": name, "port": int64(443)},
-					"group":                 "metrics.k8s.io",
-					"version":               "v1beta1",
-					"insecureSkipTLSVerify": true,
-					"groupPriorityMinimum":  int64(100),
-					"versionPriority":       int64(100),
-				},
-			}}, metav1.CreateOptions{})
-			return err
-		},
+			},
+		}),
+		create(ctx, kube.CoreV1().Services(ns).Create, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: corev1.ServiceSpec{
+				Selector: labels,
+				Ports:    []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("https")}},
+			},
+		}),
+		create(ctx, func(ctx context.Context, u *unstructured.Unstructured, o metav1.CreateOptions) (*unstructured.Unstructured, error) {
+			return dyn.Resource(apiServices).Create(ctx, u, o)
+		}, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apiregistration.k8s.io/v1",
+			"kind":       "APIService",
+			"metadata":   map[string]any{"name": metricsAPIService, "labels": map[string]any{"k8s-app": name}},
+			"spec": map[string]any{
+				"service":               map[string]any{"namespace": ns, "name": name, "port": int64(443)},
+				"group":                 "metrics.k8s.io",
+				"version":               "v1beta1",
+				"insecureSkipTLSVerify": true,
+				"groupPriorityMinimum":  int64(100),
+				"versionPriority":       int64(100),
+			},
+		}}),
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
