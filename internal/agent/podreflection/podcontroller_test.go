@@ -81,3 +81,42 @@ func TestThePodControllerRunsPodsOfTheVirtualNodeOnTheProvider(t *testing.T) {
 		return err != nil && e.getRemote(ctx, t, "web") == nil
 	})
 }
+
+func TestThePodControllerReportsTheGenerationOfAnUpdateThatNeverReachesTheRemotePod(t *testing.T) {
+	e := newEnv(t)
+	runPodController(t, e)
+	e.localPod(t, "web")
+	var remote *corev1.Pod
+	framework.Eventually(t, waitTimeout, "the remote pod exists", func(ctx context.Context) bool {
+		remote = e.getRemote(ctx, t, "web")
+		return remote != nil
+	})
+	// The provider's kubelet runs the remote pod and has seen its spec.
+	remote.Status.Phase = corev1.PodRunning
+	remote.Status.ObservedGeneration = remote.Generation
+	if _, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(t.Context(), remote, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	observes := func(generation int64) func(context.Context) bool {
+		return func(ctx context.Context) bool {
+			p, err := e.kube.CoreV1().Pods(e.consumer).Get(ctx, "web", metav1.GetOptions{})
+			return err == nil && p.Generation == generation && p.Status.ObservedGeneration == generation
+		}
+	}
+	framework.Eventually(t, waitTimeout, "the consumer pod's status observes generation 1", observes(1))
+
+	// A scheduling toleration: the consumer pod's generation goes to 2, and
+	// reflection leaves it out of the remote pod, as the provider places pods.
+	local, err := e.kube.CoreV1().Pods(e.consumer).Get(t.Context(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.Spec.Tolerations = append(local.Spec.Tolerations, corev1.Toleration{Key: "example.com/foo", Operator: corev1.TolerationOpEqual, Value: "bar", Effect: corev1.TaintEffectNoSchedule})
+	if _, err := e.kube.CoreV1().Pods(e.consumer).Update(t.Context(), local, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, waitTimeout, "the consumer pod's status observes generation 2", observes(2))
+	if got := e.getRemote(t.Context(), t, "web"); got.Generation != remote.Generation {
+		t.Errorf("the remote pod changed (generation %d, was %d); the toleration should have been left out", got.Generation, remote.Generation)
+	}
+}

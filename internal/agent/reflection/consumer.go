@@ -52,7 +52,8 @@ func ConsumerStatus(remote, local *corev1.Pod, hostIP string, addrs *Addresses) 
 // the tolerations reflection with origin o sends) and the status remote
 // implies (ConsumerStatus). The virtual-kubelet
 // PodController compares it with the consumer pod to decide whether to
-// update the remote pod, so it differs exactly when the remote pod lags.
+// update the remote pod, so it differs exactly when the remote pod lags, or
+// the consumer pod's status lags an update that never reaches the remote pod.
 func ConsumerView(remote, local *corev1.Pod, o Origin, namespace, nodeName, hostIP string, addrs *Addresses) *corev1.Pod {
 	var out *corev1.Pod
 	if local != nil {
@@ -80,9 +81,14 @@ func ConsumerView(remote, local *corev1.Pod, o Origin, namespace, nodeName, host
 	}
 	// Without the tolerations reflection sends (o) that the remote pod
 	// lacks: one added on the consumer shows as a difference until it
-	// reached the remote pod. Those reflection leaves out never do.
+	// reached the remote pod. Those reflection leaves out do only while
+	// the consumer pod's status has not observed its generation: adding
+	// one bumps the generation but never reaches the remote pod, so no
+	// remote event follows, and the difference is what makes the
+	// PodController call UpdatePod, which publishes the status again.
+	unobserved := generationUnobserved(remote, local)
 	lagging := func(t corev1.Toleration) bool {
-		return len(remoteTolerations([]corev1.Toleration{t}, o)) > 0 &&
+		return (unobserved || len(remoteTolerations([]corev1.Toleration{t}, o)) > 0) &&
 			!slices.ContainsFunc(remote.Spec.Tolerations, func(have corev1.Toleration) bool { return apiequality.Semantic.DeepEqual(have, t) })
 	}
 	if slices.ContainsFunc(out.Spec.Tolerations, lagging) {
@@ -90,6 +96,16 @@ func ConsumerView(remote, local *corev1.Pod, o Origin, namespace, nodeName, host
 	}
 	out.Status = ConsumerStatus(remote, local, hostIP, addrs)
 	return out
+}
+
+// generationUnobserved tells whether the consumer pod local has a
+// generation its status has not observed, while the remote pod's status
+// has observed remote's: the status LocalStatus gives would catch up. A
+// provider that reports no observed generation never counts.
+func generationUnobserved(remote, local *corev1.Pod) bool {
+	observed := local.Status.ObservedGeneration
+	return observed != 0 && observed < local.Generation &&
+		remote.Status.ObservedGeneration != 0 && remote.Status.ObservedGeneration >= remote.Generation
 }
 
 // consumerLabels are remote's labels without the origin labels.

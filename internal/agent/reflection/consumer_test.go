@@ -152,6 +152,10 @@ func TestConsumerViewDiffersExactlyWhileAnUpdateHasNotReachedTheRemotePod(t *tes
 		p.Labels = map[string]string{offloadv1alpha1.LabelOriginClusterID: consumerID, offloadv1alpha1.LabelOriginPodUID: "u-1"}
 		return p
 	}
+	observed := func(p *corev1.Pod, generation, observed int64) *corev1.Pod {
+		p.Generation, p.Status.ObservedGeneration = generation, observed
+		return p
+	}
 	placing := reflection.Origin{NodePlacement: true}
 	tests := []struct {
 		name          string
@@ -164,6 +168,14 @@ func TestConsumerViewDiffersExactlyWhileAnUpdateHasNotReachedTheRemotePod(t *tes
 		{"a toleration the provider lets through, not yet on the remote pod", pod(nil, virtual, gpu), remote(nil), placing, true},
 		{"a toleration the provider lets through, on the remote pod", pod(nil, virtual, gpu), remote(nil, gpu), placing, false},
 		{"a toleration reflection leaves out under the provider's policy", pod(nil, virtual, gpu), remote(nil), reflection.Origin{}, false},
+		{"a toleration reflection leaves out, added since the consumer pod's status observed its generation",
+			observed(pod(nil, virtual, gpu), 2, 1), observed(remote(nil), 1, 1), reflection.Origin{}, true},
+		{"a toleration reflection leaves out, once the consumer pod's status observed its generation",
+			observed(pod(nil, virtual, gpu), 2, 2), observed(remote(nil), 1, 1), reflection.Origin{}, false},
+		{"a toleration reflection leaves out, while the remote pod's status lags too",
+			observed(pod(nil, virtual, gpu), 2, 1), observed(remote(nil), 2, 1), reflection.Origin{}, false},
+		{"a toleration reflection leaves out, from a provider that reports no observed generation",
+			observed(pod(nil, virtual, gpu), 2, 1), observed(remote(nil), 1, 0), reflection.Origin{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
