@@ -3,13 +3,18 @@ package podreflection
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 
@@ -147,6 +152,47 @@ func TestUpdatePodPropagatesAnImageChange(t *testing.T) {
 	framework.Eventually(t, waitTimeout, "GetPod shows the new image", func(ctx context.Context) bool {
 		p, err := e.h.GetPod(ctx, e.consumer, "web")
 		return err == nil && p.Spec.Containers[0].Image == "registry.example/app:2"
+	})
+}
+
+func TestUpdatePodThatChangesNothingRemoteStillReportsTheNewGeneration(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.notify(t)
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	// The provider's kubelet has seen the remote pod's spec.
+	remote := e.getRemote(ctx, t, "web")
+	remote.Status.Phase = corev1.PodRunning
+	remote.Status.ObservedGeneration = remote.Generation
+	if _, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(ctx, remote, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitNotified(t, "the pod is Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+
+	// A scheduling toleration bumps the consumer pod's generation, and
+	// reflection leaves it out of the remote pod.
+	local, err := e.kube.CoreV1().Pods(e.consumer).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.Spec.Tolerations = append(local.Spec.Tolerations, corev1.Toleration{Key: "example.com/foo", Operator: corev1.TolerationOpEqual, Value: "bar", Effect: corev1.TaintEffectNoSchedule})
+	if local, err = e.kube.CoreV1().Pods(e.consumer).Update(ctx, local, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if local.Generation < 2 {
+		t.Fatalf("the toleration did not bump the consumer pod's generation (%d)", local.Generation)
+	}
+	if err := e.h.UpdatePod(ctx, local); err != nil {
+		t.Fatalf("UpdatePod: %v", err)
+	}
+	if got := e.getRemote(ctx, t, "web"); got.Generation != remote.Generation {
+		t.Fatalf("the remote pod changed (generation %d, was %d); the test needs an update reflection leaves out", got.Generation, remote.Generation)
+	}
+	e.waitNotified(t, "the status observes the new generation", func(p *corev1.Pod) bool {
+		return p.Status.ObservedGeneration == local.Generation
 	})
 }
 
@@ -299,5 +345,48 @@ func TestCreatePodLeavesAConfigMapItDidNotCreateAlone(t *testing.T) {
 	}
 	if e.getRemote(ctx, t, "web") != nil {
 		t.Error("the pod was created though its ConfigMap could not be reflected")
+	}
+}
+
+// conflictOnce answers the first pod creation it sees with the 409 the
+// provider's quota admission gives under concurrent writes, and passes
+// everything else to the API server.
+type conflictOnce struct {
+	next http.RoundTripper
+	done atomic.Bool
+}
+
+func (c *conflictOnce) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pods") && c.done.CompareAndSwap(false, true) {
+		body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409,` +
+			`"message":"Operation cannot be fulfilled on resourcequotas \"offload-quota\": the object has been modified; please apply your changes to the latest version and try again"}`
+		return &http.Response{StatusCode: http.StatusConflict, Header: http.Header{"Content-Type": []string{"application/json"}},
+			Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+	}
+	return c.next.RoundTrip(r)
+}
+
+func TestCreatePodRidesOutATransientConflictOfTheProvidersQuota(t *testing.T) {
+	e := newEnv(t)
+	// The PodController would mark a restartPolicy Never pod Failed for
+	// good on any error of CreatePod.
+	cfg := rest.CopyConfig(e.cfg)
+	faults := &conflictOnce{}
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { faults.next = rt; return faults }
+	provider, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h.opts.Provider = provider
+	local := e.localPod(t, "job")
+	local.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if err := e.h.CreatePod(t.Context(), local); err != nil {
+		t.Fatalf("CreatePod after one quota conflict: %v", err)
+	}
+	if !faults.done.Load() {
+		t.Fatal("the provider never answered with a conflict: the test tested nothing")
+	}
+	if e.getRemote(t.Context(), t, "job") == nil {
+		t.Error("no remote pod after the conflict")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +28,7 @@ const nodeIP = "10.99.0.1"
 // env is one API server playing both clusters: a consumer namespace whose
 // NamespaceOffloading maps it to a twin namespace, and a started Handler.
 type env struct {
+	cfg      *rest.Config
 	admin    client.Client
 	kube     kubernetes.Interface
 	consumer string // the consumer namespace
@@ -49,7 +51,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{
-		admin: admin, kube: kube,
+		cfg: cfg, admin: admin, kube: kube,
 		consumer: framework.NewNamespace(t, admin, "consumer"),
 		twin:     framework.NewNamespace(t, admin, "twin"),
 		node:     "offload-provider-" + rand.String(6),

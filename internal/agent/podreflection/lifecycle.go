@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
@@ -15,13 +18,34 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
 
+// transientBackoff spaces the attempts of CreatePod after transient
+// errors: six attempts over about three seconds.
+var transientBackoff = wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 6}
+
+// transient reports whether err, from the provider, may pass on its own:
+// a conflict on the twin namespace's quota under concurrent pod creations,
+// throttling, a timeout, an API server that is restarting.
+func transient(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+}
+
 // CreatePod reflects the ConfigMaps and Secrets pod references into its
 // twin namespace, then creates the remote pod. It is idempotent: a remote
 // pod that already reflects pod is brought up to date. A remote pod of the
 // same name that reflects an earlier consumer pod of that name is deleted,
 // and while it terminates CreatePod fails, so the PodController retries; a
 // pod there that the consumer did not create is never touched.
+//
+// Transient errors are retried here, a few times over seconds: the
+// PodController marks a pod with restartPolicy Never Failed for good on
+// any error of CreatePod.
 func (h *Handler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	return retry.OnError(transientBackoff, transient, func() error { return h.createPod(ctx, pod) })
+}
+
+// createPod is one attempt of CreatePod.
+func (h *Handler) createPod(ctx context.Context, pod *corev1.Pod) error {
 	ti, err := h.resolve(pod.Namespace)
 	if err != nil {
 		return err
@@ -56,7 +80,8 @@ func (h *Handler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	uid, ours := reflection.IsRemoteOf(existing, h.opts.ConsumerClusterID)
 	switch {
 	case ours && uid == pod.UID:
-		return h.update(ctx, existing, pod, o)
+		_, err := h.update(ctx, existing, pod, o)
+		return err
 	case ours:
 		// The consumer pod of that UID is gone: a pod of one name has one
 		// UID at a time, and pod has another.
@@ -75,7 +100,11 @@ func (h *Handler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // UpdatePod pushes the changes of pod that a pod update can carry to its
-// remote pod; a missing remote pod is created.
+// remote pod; a missing remote pod is created. When the update changes
+// nothing on the remote pod (a change reflection leaves out, such as a
+// scheduling toleration), no remote event will follow, so UpdatePod sends
+// the status again itself: the consumer pod's observedGeneration then
+// catches up with the generation the update gave it, as a kubelet's would.
 func (h *Handler) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	ti, err := h.resolve(pod.Namespace)
 	if err != nil {
@@ -91,23 +120,29 @@ func (h *Handler) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if uid, ours := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ours || uid != pod.UID {
 		return h.CreatePod(ctx, pod)
 	}
-	return h.update(ctx, remote, pod, h.podOrigin(ti.twin, pod))
+	changed, err := h.update(ctx, remote, pod, h.podOrigin(ti.twin, pod))
+	if err != nil || changed {
+		return err
+	}
+	h.remoteChanged(ti, remote)
+	return nil
 }
 
-// update writes the changes of local onto remote, if there are any.
-func (h *Handler) update(ctx context.Context, remote, local *corev1.Pod, o reflection.Origin) error {
+// update writes the changes of local onto remote, if there are any, and
+// reports whether there were.
+func (h *Handler) update(ctx context.Context, remote, local *corev1.Pod, o reflection.Origin) (bool, error) {
 	updated, changed, err := reflection.UpdateRemote(remote, local, o)
 	if err != nil {
-		return asInvalidInput(err)
+		return false, asInvalidInput(err)
 	}
 	if !changed {
-		return nil
+		return false, nil
 	}
 	if _, err := h.opts.Provider.CoreV1().Pods(o.TwinNamespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating the remote pod of %s in %q: %w", klog.KObj(local), o.TwinNamespace, err)
+		return false, fmt.Errorf("updating the remote pod of %s in %q: %w", klog.KObj(local), o.TwinNamespace, err)
 	}
 	h.opts.Logger.Info("Updated reflected pod", "pod", klog.KObj(local), "twinNamespace", o.TwinNamespace)
-	return nil
+	return true, nil
 }
 
 // DeletePod deletes the remote pod of pod with pod's grace period. A remote
