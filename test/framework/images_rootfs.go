@@ -128,11 +128,14 @@ func BuildRootfsImageArchive(img RootfsImage, path string) error {
 		cfg.History[i].Created = v1.Time{Time: imageEpoch}
 		cfg.History[i].CreatedBy = "kubectl-offload test/framework: rootfs"
 	}
-	if image, err = mutate.ConfigFile(image, cfg); err != nil {
-		return fmt.Errorf("setting the config of image %s: %w", img.Refs[0], err)
-	}
+	// One image value per reference: the archive's manifest then has an
+	// entry per reference, which go-containerregistry sorts, where one
+	// entry's tags would come in map order and the bytes would vary. The
+	// layer, the same digest, is written once.
 	for _, ref := range refs {
-		tags[ref] = image
+		if tags[ref], err = mutate.ConfigFile(image, cfg); err != nil {
+			return fmt.Errorf("setting the config of image %s: %w", img.Refs[0], err)
+		}
 	}
 
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
