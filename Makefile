@@ -50,10 +50,14 @@ bench: ## Run the cluster benchmarks under bench/ once each; they print figures.
 	@hack/setup.sh
 	$(GO) test -p 1 -run '^$$' -bench 'LocalClusters' -benchtime 1x -timeout 30m ./bench/...
 
+.PHONY: conformance
+conformance: ## Run Kubernetes' pod conformance tests (sig-node, ConfigMap/Secret/Downward API/Projected volumes) through the virtual node; needs root.
+	@hack/conformance.sh
+
 .PHONY: bench-offload
-bench-offload: ## Run BenchmarkOffload (direct vs offloaded, N from OFFLOAD_BENCH_N, default 100,1000,5000); needs root.
+bench-offload: ## Run BenchmarkOffload (direct vs offloaded, N from OFFLOAD_BENCH_N, default 100,1000,5000; OFFLOAD_BENCH_CPUS isolated,shared) and write docs/benchmarks.md with its charts; needs root.
 	@hack/setup.sh
-	$(GO) test -p 1 -run '^$$' -bench 'Offload' -benchtime 1x -timeout 90m ./bench/...
+	OFFLOAD_BENCH_REPORT=$${OFFLOAD_BENCH_REPORT-$(CURDIR)/docs/benchmarks.md} $(GO) test -p 1 -run '^$$' -bench 'Offload' -benchtime 1x -timeout 180m ./bench/...
 
 .PHONY: bench-network
 bench-network: ## Run BenchmarkNetwork (P6: bare wireguard-go, the fabric, the underlay; throughput, latency, gateway CPU and RSS); needs root.

@@ -3,7 +3,7 @@
 // keep running after it exits. For each it prints a line: the name, the
 // kubeconfig and the API server URL its peers use (tab-separated).
 //
-//	go run ./hack/local-clusters up [--fake-nodes N] [--real-node=false] [NAME ...]   (default: consumer provider)
+//	go run ./hack/local-clusters up [--fake-nodes N] [--real-node=false] [--metrics-server=false] [--images A.tar,B.tar] [NAME ...]   (default: consumer provider)
 //	go run ./hack/local-clusters down [NAME ...]                  (default: every cluster)
 package main
 
@@ -12,9 +12,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,7 +46,9 @@ func run(ctx context.Context, args []string) error {
 	workdir := fs.String("workdir", filepath.Join(cache, "clusters"), "Directory holding the clusters.")
 	fakeNodes := fs.Int("fake-nodes", 2, "Fake nodes per cluster (up only).")
 	realNode := fs.Bool("real-node", true, "Give each cluster a real node, kubelet and containerd, that runs containers (up only; needs root).")
+	metricsServer := fs.Bool("metrics-server", true, "Run metrics-server on each real node, for kubectl top (up only; needs --real-node).")
 	isolated := fs.Bool("isolated", true, "Isolate the clusters as separate machines: only node addresses and API servers reach across, not pods (up only; needs --real-node).")
+	images := fs.String("images", "", "More image archives, comma-separated, to import into the real nodes beside the standard test images (up only).")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -57,7 +62,15 @@ func run(ctx context.Context, args []string) error {
 		if len(names) == 0 {
 			names = []string{"consumer", "provider"}
 		}
-		return up(ctx, env, names, framework.ClusterOptions{FakeNodes: *fakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode})
+		o := framework.ClusterOptions{FakeNodes: *fakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode, MetricsServer: *metricsServer && *realNode}
+		if *images != "" {
+			archives, err := framework.TestImages(ctx)
+			if err != nil {
+				return err
+			}
+			o.Images = append(slices.Collect(maps.Values(archives)), strings.Split(*images, ",")...)
+		}
+		return up(ctx, env, names, o)
 	case "down":
 		if len(names) == 0 {
 			names = env.Names()

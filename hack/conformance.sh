@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# `make conformance`: Kubernetes' own pod conformance tests through the
+# virtual node. It builds the upstream e2e suite (k8s.io/kubernetes/test/e2e
+# at KUBE_VERSION) and the images its pods run (agnhost from
+# k8s.io/kubernetes/test/images/agnhost; busybox from Debian's busybox-static
+# with bash-static as /bin/sh, which keeps variables such as data-1), starts
+# two local clusters of its own (consumer and provider, each with a real
+# node), installs and peers kubectl-offload as the demo does, and runs the
+# [Conformance] tests of sig-node and of sig-storage's ConfigMap, Secret,
+# Downward API and Projected volumes against the consumer. Every e2e
+# namespace is offloaded with strategy Remote before its first pod (see
+# hack/conformance), so every test pod runs on the virtual node, and for
+# real on the provider's real node. It prints passed/failed/skipped, each
+# failure, and each exclusion with its reason (docs/conformance.md).
+#
+# Usage: hack/conformance.sh [--focus REGEXP] [--shards N]
+# The clusters live in .cache/conformance/clusters and are removed at the
+# end, also on failure or Ctrl-C. Builds and the cluster run take
+# /tmp/offload-heavy.lock, so that they never overlap another heavy job.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+export PATH="/usr/local/go/bin:${PATH}"
+source hack/versions.env
+
+FOCUS=""
+SHARDS=4
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --focus) FOCUS="$2"; shift 2 ;;
+    --shards) SHARDS="$2"; shift 2 ;;
+    *) echo "usage: hack/conformance.sh [--focus REGEXP] [--shards N]" >&2; exit 2 ;;
+  esac
+done
+
+CACHE="${OFFLOAD_CACHE_DIR:-${ROOT}/.cache}"
+BIN="${CACHE}/bin"
+STAMPS="${BIN}/.stamps"
+WORK="${CACHE}/conformance"
+CLUSTERS="${WORK}/clusters"
+LOCK=/tmp/offload-heavy.lock
+mkdir -p "${STAMPS}" "${WORK}"
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+hack/setup.sh
+make --no-print-directory build >/dev/null
+
+# e2e_module prepares a wrapper module, apart from hack/tools.sh's, that
+# requires k8s.io/kubernetes with a replace directive for every staging
+# module, and pins the e2e suite and agnhost.
+e2e_module() {
+  local dir="${CACHE}/src/kubernetes-e2e-${KUBE_VERSION}"
+  if [[ -f "${dir}/.ready" ]]; then
+    echo "${dir}"
+    return
+  fi
+  mkdir -p "${dir}"
+  local gomod
+  gomod="$(cd "${dir}" && GOFLAGS= go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  {
+    printf 'module offload.local/kubee2e\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "${KUBE_VERSION}"
+    sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"v0${KUBE_VERSION#v1}"'#p' "${gomod}"
+    echo ")"
+  } > "${dir}/go.mod"
+  cat > "${dir}/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins the Kubernetes e2e suite and test images this module builds.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/test/e2e"
+	_ "k8s.io/kubernetes/test/images/agnhost"
+	_ "k8s.io/kubernetes/test/images/nonewprivs"
+)
+GO
+  (cd "${dir}" && go mod tidy >/dev/null)
+  touch "${dir}/.ready"
+  echo "${dir}"
+}
+
+kube_ldflags() {
+  local v="${KUBE_VERSION}" major minor f=""
+  major="$(echo "${v#v}" | cut -d. -f1)"
+  minor="$(echo "${v#v}" | cut -d. -f2)"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    f+=" -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
+  done
+  echo "-s -w ${f}"
+}
+
+# build_e2e builds e2e.test, agnhost and nonewprivs into .cache/bin, unless
+# they are built for KUBE_VERSION already (.cache/bin/.stamps).
+build_e2e() {
+  local dir start
+  for tool in e2e.test agnhost nonewprivs; do
+    if [[ -x "${BIN}/${tool}" && "$(cat "${STAMPS}/${tool}" 2>/dev/null)" == "${KUBE_VERSION}" ]]; then
+      continue
+    fi
+    dir="$(e2e_module)"
+    start=$(date +%s)
+    log "building ${tool} ${KUBE_VERSION} (waits for ${LOCK})"
+    case "${tool}" in
+      e2e.test) (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod flock "${LOCK}" go test -c -vet=off -trimpath \
+        -ldflags "$(kube_ldflags)" -o "${BIN}/e2e.test" k8s.io/kubernetes/test/e2e) ;;
+      *) (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod flock "${LOCK}" go build -trimpath \
+        -ldflags "-s -w" -o "${BIN}/${tool}" "k8s.io/kubernetes/test/images/${tool}") ;;
+    esac
+    printf '%s' "${KUBE_VERSION}" > "${STAMPS}/${tool}"
+    log "built ${tool} in $(( $(date +%s) - start ))s"
+  done
+}
+
+# debian_statics extracts Debian's static busybox and bash (apt-get
+# download, no install) into ${WORK}/debs/root.
+debian_statics() {
+  local debs="${WORK}/debs"
+  if [[ -x "${debs}/root/bin/busybox" && -x "${debs}/root/bin/bash-static" ]]; then
+    return
+  fi
+  mkdir -p "${debs}"
+  (cd "${debs}" && apt-get download -q busybox-static bash-static >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get download -q busybox-static bash-static >/dev/null; })
+  for deb in "${debs}"/*.deb; do dpkg-deb -x "${deb}" "${debs}/root"; done
+}
+
+build_e2e
+debian_statics
+go build -o "${WORK}/bin/conformance" ./hack/conformance
+IMAGES="$("${WORK}/bin/conformance" images -dir "${WORK}/images" -agnhost "${BIN}/agnhost" -nonewprivs "${BIN}/nonewprivs" \
+  -busybox "${WORK}/debs/root/bin/busybox" -bash "${WORK}/debs/root/bin/bash-static")"
+
+KUBECTL="${BIN}/kubectl"
+OFFLOAD="${ROOT}/bin/kubectl-offload"
+# As in the demo: the agent image imported into the real nodes, and its pods pinned to them.
+AGENT=(--set image.repository=registry.local/offload/offload-agent --set image.tag=test --set image.pullPolicy=Never
+  --set 'controllerManager.nodeSelector.offload\.io/test-node=real' --set 'auth.nodeSelector.offload\.io/test-node=real'
+  --set 'network.gateway.nodeSelector.offload\.io/test-node=real'
+  # The provider lends all its free capacity, not half: the tests run 4 at
+  # once, and a pod without requests counts 100m CPU against the offer.
+  --set sharingPercentage=100)
+
+# The clusters run only while this script holds the lock.
+exec {lockfd}>"${LOCK}"
+log "waiting for ${LOCK}"
+flock "${lockfd}"
+teardown() {
+  log "removing the conformance clusters"
+  go run ./hack/local-clusters down -workdir "${CLUSTERS}" || true
+  flock -u "${lockfd}"
+}
+trap teardown EXIT
+
+start=$(date +%s)
+declare -A KUBECONFIGS
+while read -r name kubeconfig apiserver; do
+  KUBECONFIGS[${name}]="${kubeconfig}"
+  "${OFFLOAD}" --kubeconfig "${kubeconfig}" install --cluster-name "${name}" --api-server-url "${apiserver}" "${AGENT[@]}" >/dev/null
+  "${OFFLOAD}" --kubeconfig "${kubeconfig}" status --wait --timeout 3m >/dev/null
+  log "kubectl-offload installed on ${name}"
+# No fake nodes: the provider runs every pod on its real node.
+done < <(go run ./hack/local-clusters up -workdir "${CLUSTERS}" -fake-nodes 0 -images "${IMAGES}" consumer provider)
+CONSUMER="${KUBECONFIGS[consumer]}"
+PROVIDER="${KUBECONFIGS[provider]}"
+command="$("${OFFLOAD}" --kubeconfig "${PROVIDER}" peer generate)"
+read -ra args <<<"${command#kubectl offload }"
+"${OFFLOAD}" --kubeconfig "${CONSUMER}" "${args[@]}" >/dev/null
+"${KUBECTL}" --kubeconfig "${CONSUMER}" wait node offload-provider --for=condition=Ready --timeout 2m >/dev/null
+# The consumer's own node takes no new pod: a test pod that escaped the
+# virtual node would stay Pending and fail its test.
+"${KUBECTL}" --kubeconfig "${CONSUMER}" cordon -l offload.io/test-node=real >/dev/null
+log "clusters up, installed and peered in $(( $(date +%s) - start ))s"
+
+rm -rf "${WORK}/results"
+"${WORK}/bin/conformance" run -kubeconfig "${CONSUMER}" -offload "${OFFLOAD}" -e2e "${BIN}/e2e.test" \
+  -results "${WORK}/results" -shards "${SHARDS}" ${FOCUS:+-focus "${FOCUS}"}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// The references of the images the pods of the selected tests run, as
+// k8s.io/kubernetes/test/utils/image/manifest.go at v1.35.4 names them
+// (the e2e suite's default registries). The real nodes import them under
+// these names, and the tests' pods use pull policy IfNotPresent, so no
+// registry is ever asked.
+var (
+	busyboxRefs = []string{"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"}
+	// agnhost 2.55 is the suite's "previous" agnhost (AgnhostPrev); the
+	// same binary serves both.
+	agnhostRefs = []string{"registry.k8s.io/e2e-test-images/agnhost:2.59", "registry.k8s.io/e2e-test-images/agnhost:2.55"}
+	pauseRef    = "registry.k8s.io/pause:3.10.1"
+	nnpRef      = "registry.k8s.io/e2e-test-images/nonewprivs:1.3"
+)
+
+// imagePath is the images' PATH, as in the upstream busybox image: the
+// runtime sets none of its own.
+const imagePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// passwd and group are the images' /etc/passwd and /etc/group.
+const (
+	passwd = "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/usr/sbin:/bin/false\nnobody:x:65534:65534:nobody:/home:/bin/false\n"
+	group  = "root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n"
+)
+
+// imageSources are the files the images are made of.
+type imageSources struct {
+	// Busybox is Debian's busybox-static binary, the image's tools.
+	Busybox string
+	// Bash is Debian's bash-static binary, the image's /bin/sh: unlike
+	// busybox's ash, it keeps environment variables whose names are not
+	// shell identifiers (data-1), which the ConfigMap and Secret tests
+	// read back with env.
+	Bash string
+	// Agnhost is k8s.io/kubernetes/test/images/agnhost, built statically.
+	Agnhost string
+	// Nonewprivs is k8s.io/kubernetes/test/images/nonewprivs, built
+	// statically: it prints its effective user ID.
+	Nonewprivs string
+}
+
+// buildImages writes the archives of the busybox, agnhost, nonewprivs and
+// pause images into dir (kept when their content has not changed) and returns
+// their paths.
+func buildImages(ctx context.Context, src imageSources, dir string) ([]string, error) {
+	base, err := busyboxRootfs(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	busybox, err := framework.RootfsImageArchive(framework.RootfsImage{
+		Refs: busyboxRefs, Entries: base, Cmd: []string{"sh"}, Env: []string{imagePath},
+	}, dir, "e2e-busybox")
+	if err != nil {
+		return nil, err
+	}
+	// agnhost's tests also run shell commands in its containers, as in the
+	// upstream image, which has a shell and the usual tools. As there, the
+	// image runs "/agnhost pause" by default, has /agnhost-2 and /uploads,
+	// and defines a user and a group (test/images/agnhost/Dockerfile).
+	agnhost, err := framework.RootfsImageArchive(framework.RootfsImage{
+		Refs: agnhostRefs,
+		Entries: append(slices.Clip(base),
+			framework.RootfsEntry{Path: "agnhost", Source: src.Agnhost},
+			framework.RootfsEntry{Path: "agnhost-2", Link: "agnhost"},
+			framework.RootfsEntry{Path: "uploads", Dir: true},
+			framework.RootfsEntry{Path: "etc/passwd", Content: []byte(passwd + "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")},
+			framework.RootfsEntry{Path: "etc/group", Content: []byte(group + "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
+		),
+		Entrypoint: []string{"/agnhost"},
+		Cmd:        []string{"pause"},
+		Env:        []string{imagePath},
+	}, dir, "e2e-agnhost")
+	if err != nil {
+		return nil, err
+	}
+	// As upstream: nnp is set-user-ID root, so that it runs as root unless
+	// the container forbids privilege escalation.
+	nnp, err := framework.RootfsImageArchive(framework.RootfsImage{
+		Refs:    []string{nnpRef},
+		Entries: append(slices.Clip(base), framework.RootfsEntry{Path: "usr/local/bin/nnp", Source: src.Nonewprivs, Mode: 0o4755}),
+		Cmd:     []string{"nnp"},
+		Env:     []string{imagePath},
+	}, dir, "e2e-nonewprivs")
+	if err != nil {
+		return nil, err
+	}
+	pauseBin, err := framework.BuildGoBinary(ctx, "./test/images/pause", filepath.Join(dir, "bin"), "-s -w")
+	if err != nil {
+		return nil, err
+	}
+	pause, err := framework.RootfsImageArchive(framework.RootfsImage{
+		Refs: []string{pauseRef}, Entries: []framework.RootfsEntry{{Path: "pause", Source: pauseBin}}, Entrypoint: []string{"/pause"},
+	}, dir, "e2e-pause")
+	if err != nil {
+		return nil, err
+	}
+	return []string{busybox, agnhost, nnp, pause}, nil
+}
+
+// busyboxRootfs lays out a busybox image: every applet as a link to
+// /bin/busybox, in /bin and where busybox installs it; bash as /bin/sh and
+// /bin/bash; and the directories and /etc files of the upstream image.
+func busyboxRootfs(ctx context.Context, src imageSources) ([]framework.RootfsEntry, error) {
+	out, err := exec.CommandContext(ctx, src.Busybox, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("listing the applets of %s: %w", src.Busybox, err)
+	}
+	entries := []framework.RootfsEntry{
+		{Path: "bin/busybox", Source: src.Busybox},
+		{Path: "tmp", Dir: true, Mode: 0o1777},
+		{Path: "root", Dir: true, Mode: 0o700},
+		{Path: "home", Dir: true},
+		{Path: "var/spool/mail", Dir: true},
+		{Path: "var/www", Dir: true},
+		{Path: "etc/passwd", Content: []byte(passwd)},
+		{Path: "etc/group", Content: []byte(group)},
+		{Path: "etc/nsswitch.conf", Content: []byte("hosts: files dns\n")},
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		switch filepath.Base(applet) {
+		case "busybox", "sh", "bash": // The binary itself, and bash's names.
+			continue
+		}
+		// As in the upstream image every applet is in /bin (the tests run
+		// /bin/sysctl), and also where Debian's busybox installs it.
+		entries = append(entries,
+			framework.RootfsEntry{Path: "bin/" + filepath.Base(applet), Link: "/bin/busybox"},
+			framework.RootfsEntry{Path: applet, Link: "/bin/busybox"})
+	}
+	return append(entries,
+		framework.RootfsEntry{Path: "bin/bash", Source: src.Bash},
+		framework.RootfsEntry{Path: "bin/sh", Link: "bash"},
+	), nil
+}
