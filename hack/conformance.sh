@@ -15,8 +15,7 @@
 #
 # Usage: hack/conformance.sh [--focus REGEXP] [--shards N]
 # The clusters live in .cache/conformance/clusters and are removed at the
-# end, also on failure or Ctrl-C. Builds and the cluster run take
-# /tmp/offload-heavy.lock, so that they never overlap another heavy job.
+# end, also on failure or Ctrl-C.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
@@ -38,7 +37,6 @@ BIN="${CACHE}/bin"
 STAMPS="${BIN}/.stamps"
 WORK="${CACHE}/conformance"
 CLUSTERS="${WORK}/clusters"
-LOCK=/tmp/offload-heavy.lock
 mkdir -p "${STAMPS}" "${WORK}"
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -99,11 +97,11 @@ build_e2e() {
     fi
     dir="$(e2e_module)"
     start=$(date +%s)
-    log "building ${tool} ${KUBE_VERSION} (waits for ${LOCK})"
+    log "building ${tool} ${KUBE_VERSION}"
     case "${tool}" in
-      e2e.test) (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod flock "${LOCK}" go test -c -vet=off -trimpath \
+      e2e.test) (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod go test -c -vet=off -trimpath \
         -ldflags "$(kube_ldflags)" -o "${BIN}/e2e.test" k8s.io/kubernetes/test/e2e) ;;
-      *) (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod flock "${LOCK}" go build -trimpath \
+      *) (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
         -ldflags "-s -w" -o "${BIN}/${tool}" "k8s.io/kubernetes/test/images/${tool}") ;;
     esac
     printf '%s' "${KUBE_VERSION}" > "${STAMPS}/${tool}"
@@ -140,14 +138,9 @@ AGENT=(--set image.repository=registry.local/offload/offload-agent --set image.t
   # once, and a pod without requests counts 100m CPU against the offer.
   --set sharingPercentage=100)
 
-# The clusters run only while this script holds the lock.
-exec {lockfd}>"${LOCK}"
-log "waiting for ${LOCK}"
-flock "${lockfd}"
 teardown() {
   log "removing the conformance clusters"
   go run ./hack/local-clusters down -workdir "${CLUSTERS}" || true
-  flock -u "${lockfd}"
 }
 trap teardown EXIT
 
