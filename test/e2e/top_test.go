@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,13 +45,16 @@ func expectKubectlTop(ctx context.Context, t *testing.T, consumer, provider *fra
 		t.Fatal("no offloaded pod to measure")
 	}
 
-	// Each offloaded pod's working set on the consumer is the one the
-	// provider measured for its remote pod: equal once both
-	// metrics-servers have scraped the same provider reading.
+	// Each offloaded pod's working set on the consumer is one the provider
+	// measured for its remote pod. The consumer's metrics-server scrapes
+	// the virtual node on its own beat, so it shows the provider's reading
+	// of up to one resolution before: a pod whose memory moves at every
+	// scrape never shows the same figure on both at one instant.
 	start := time.Now()
 	var why string // the last answer before the deadline cut a request
+	seen := podMemorySeen{}
 	took, err := framework.Poll(ctx, 2*time.Second, 3*time.Minute, func(ctx context.Context) (bool, string) {
-		ok, msg := samePodMemory(ctx, consumerMetrics, providerMetrics, local, twin)
+		ok, msg := seen.check(ctx, consumerMetrics, providerMetrics, local, twin)
 		if ctx.Err() == nil {
 			why = msg
 		}
@@ -163,21 +167,45 @@ func podMemory(m *metricsv1beta1.PodMetrics) resource.Quantity {
 	return sum
 }
 
-// samePodMemory reports whether each of pods shows on the consumer the
-// working set its remote pod in twin shows on the provider.
-func samePodMemory(ctx context.Context, consumer, provider metricsclient.Interface, pods []corev1.Pod, twin string) (bool, string) {
+// podMemorySeen follows, for each offloaded pod, the working sets the
+// provider measured of its remote pod, and which pods the consumer has
+// shown one of.
+type podMemorySeen struct {
+	provider map[string][]int64 // pod name → the provider's figures in bytes, oldest first
+	matched  map[string]int64   // pod name → the figure both showed
+}
+
+// check reads each pod's working set on both sides and reports whether
+// every pod of pods has shown on the consumer a working set the provider
+// measured for its remote pod in twin during the check.
+func (s *podMemorySeen) check(ctx context.Context, consumer, provider metricsclient.Interface, pods []corev1.Pod, twin string) (bool, string) {
+	if s.provider == nil {
+		s.provider, s.matched = map[string][]int64{}, map[string]int64{}
+	}
+	var waiting []string
 	for _, p := range pods {
-		mine, err := consumer.MetricsV1beta1().PodMetricses("work").Get(ctx, p.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, "consumer: " + err.Error()
+		if _, ok := s.matched[p.Name]; ok {
+			continue
 		}
 		theirs, err := provider.MetricsV1beta1().PodMetricses(twin).Get(ctx, p.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, "provider: " + err.Error()
 		}
-		if a, b := podMemory(mine), podMemory(theirs); a.Cmp(b) != 0 || a.IsZero() {
-			return false, fmt.Sprintf("pod %s: the consumer shows %s, the provider %s", p.Name, a.String(), b.String())
+		if b := podMemory(theirs); !b.IsZero() {
+			if h := s.provider[p.Name]; len(h) == 0 || h[len(h)-1] != b.Value() {
+				s.provider[p.Name] = append(h, b.Value())
+			}
 		}
+		mine, err := consumer.MetricsV1beta1().PodMetricses("work").Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "consumer: " + err.Error()
+		}
+		a := podMemory(mine)
+		if !a.IsZero() && slices.Contains(s.provider[p.Name], a.Value()) {
+			s.matched[p.Name] = a.Value()
+			continue
+		}
+		waiting = append(waiting, fmt.Sprintf("pod %s: the consumer shows %d, the provider showed %v bytes", p.Name, a.Value(), s.provider[p.Name]))
 	}
-	return true, ""
+	return len(waiting) == 0, strings.Join(waiting, "; ")
 }
