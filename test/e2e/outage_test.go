@@ -124,6 +124,39 @@ func expectAgentsRideOutFrozenAPIServers(ctx context.Context, t *testing.T, cons
 		sort.Strings(restarted)
 		if len(restarted) > 0 {
 			t.Errorf("agent containers of %s restarted during the API server outages: %s", c.Name, strings.Join(restarted, "; "))
+			logLastTermination(ctx, t, c, before[c.Name])
+		}
+	}
+}
+
+// logLastTermination logs, for each agent container of c that restarted
+// since before, how its last run ended and the end of its log.
+func logLastTermination(ctx context.Context, t *testing.T, c *framework.Cluster, before map[string]int32) {
+	t.Helper()
+	pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, p := range pods.Items {
+		for _, s := range p.Status.ContainerStatuses {
+			if s.RestartCount <= before[p.Name+"/"+s.Name] {
+				continue
+			}
+			if term := s.LastTerminationState.Terminated; term != nil {
+				t.Logf("%s/%s last ended %s: exit code %d, reason %s %s", p.Name, s.Name, term.FinishedAt.Format(time.RFC3339), term.ExitCode, term.Reason, term.Message)
+			}
+			tail := int64(40)
+			raw, err := c.Kube.CoreV1().Pods(installNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name, Previous: true, TailLines: &tail}).DoRaw(ctx)
+			t.Logf("%s/%s previous log (err %v):\n%s", p.Name, s.Name, err, raw)
+		}
+	}
+	evs, err := c.Kube.CoreV1().Events(installNS).List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning {
+				t.Logf("event %s %s: %s (%dx, last %s)", e.InvolvedObject.Name, e.Reason, e.Message, e.Count, e.LastTimestamp.Format(time.RFC3339))
+			}
 		}
 	}
 }

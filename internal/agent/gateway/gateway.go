@@ -197,12 +197,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 }
 
+// reportTimeout bounds one Report: a hung API server must not stall the
+// loop, whose beat /healthz watches; the next round reports again.
+const reportTimeout = 10 * time.Second
+
 // report hands the status to Report.
 func (g *Gateway) report(ctx context.Context) {
 	if g.opts.Report == nil {
 		return
 	}
-	if err := g.opts.Report(ctx, g.Status()); err != nil && ctx.Err() == nil {
+	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	if err := g.opts.Report(rctx, g.Status()); err != nil && ctx.Err() == nil {
 		g.log.Error(err, "Reporting the tunnel's status")
 	}
 }
