@@ -44,6 +44,10 @@ type offloadResult struct {
 	// machineDirect and machineOffloaded are the CPU seconds the whole
 	// machine (both clusters, the agents, this process) used in each run.
 	machineDirect, machineOffloaded float64
+	// requestsDirect is what the provider's API server served per pod in
+	// the direct run; requestsConsumer and requestsProvider what each
+	// served per pod in the offloaded one (apiserver_request_total).
+	requestsDirect, requestsConsumer, requestsProvider float64
 }
 
 // BenchmarkOffload compares a Deployment of N replicas run directly on the
@@ -182,6 +186,9 @@ func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResu
 				b.ReportMetric(float64(r.notOffloaded), "pods-not-offloaded")
 				b.ReportMetric(r.machineDirect, "s-machine-cpu-direct")
 				b.ReportMetric(r.machineOffloaded, "s-machine-cpu-offloaded")
+				b.ReportMetric(r.requestsDirect, "req-per-pod-direct")
+				b.ReportMetric(r.requestsConsumer, "req-per-pod-consumer")
+				b.ReportMetric(r.requestsProvider, "req-per-pod-provider")
 			}
 		})
 	}
@@ -242,9 +249,16 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	direct := newTracker(n)
 	stop := direct.watch(ctx, b, p.provider.Kube, directNS, name, local)
 	busy0, parts0 := machineBusySeconds(), componentCPU()
+	requests := p.mustStartRequests(ctx, b)
 	r.direct = p.runDeployment(ctx, b, p.provider, directNS, name, n, direct, timeout)
 	r.machineDirect = machineBusySeconds() - busy0
 	fmt.Printf("N=%d direct, CPU seconds by process: %s\n", n, cpuDelta(parts0, componentCPU()))
+	if _, perPod, line, err := requests.perPod(ctx, n); err == nil {
+		r.requestsDirect = perPod
+		fmt.Printf("N=%d direct, API requests: %s\n", n, line)
+	} else {
+		b.Log(err)
+	}
 	p.deleteDeployment(ctx, b, p.provider, directNS, name, timeout)
 	stop()
 	b.Logf("N=%d direct: %d pods Running in %s", n, n, r.direct.Round(time.Millisecond))
@@ -266,10 +280,18 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 		b.Fatal(err)
 	}
 	busy0, parts0 = machineBusySeconds(), componentCPU()
+	requests = p.mustStartRequests(ctx, b)
 	r.offloaded = p.runDeployment(ctx, b, p.consumer, offloadedNS, name, n, offloaded, timeout)
 	r.machineOffloaded = machineBusySeconds() - busy0
 	fmt.Printf("N=%d offloaded, CPU seconds by process: %s\n", n, cpuDelta(parts0, componentCPU()))
 	r.agent = p.agentFigures(ctx, b, &r, pid, cpu0, restarts)
+	// After agentFigures' pause: the requests of the last status updates count.
+	if c, pr, line, err := requests.perPod(ctx, n); err == nil {
+		r.requestsConsumer, r.requestsProvider = c, pr
+		fmt.Printf("N=%d offloaded, API requests: %s\n", n, line)
+	} else {
+		b.Log(err)
+	}
 	r.overhead, r.createLeg, r.statusLeg, r.samples = offloaded.propagation()
 	if r.notOffloaded = offloaded.elsewhere(); r.notOffloaded > 0 {
 		b.Logf("N=%d: %d consumer pods were bound to a node other than %s (the webhook missed them?): the offloaded figures include them", n, r.notOffloaded, p.virtualNode)
@@ -279,6 +301,16 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	stopRemote()
 	b.Logf("N=%d offloaded: %d pods Running on the consumer in %s; %d pods with every timestamp", n, n, r.offloaded.Round(time.Millisecond), r.samples)
 	return r
+}
+
+// mustStartRequests reads both API servers' request counts, or fails b.
+func (p *pair) mustStartRequests(ctx context.Context, b *testing.B) *requestMeter {
+	b.Helper()
+	m, err := p.startRequests(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
 }
 
 // agentFigures reads the agents' RSS with N pods reflected and returns the
@@ -527,12 +559,13 @@ func percentiles(d []time.Duration) [2]float64 {
 func summary(results []offloadResult) string {
 	var sb strings.Builder
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tagent CPU s\tprovider agent RSS MiB\tmachine CPU s direct/offloaded\t\n")
+	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tagent CPU s\tprovider agent RSS MiB\tmachine CPU s direct/offloaded\tAPI requests/pod direct, consumer/provider\t\n")
 	for _, r := range results {
-		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.0f\t%.1f/%.1f\t\n",
+		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.0f\t%.1f/%.1f\t%.1f, %.1f/%.1f\t\n",
 			r.n, r.direct.Seconds(), r.offloaded.Seconds(), r.offloaded.Seconds()/r.direct.Seconds(),
 			r.overhead[0], r.overhead[1], r.createLeg[0], r.createLeg[1], r.statusLeg[0], r.statusLeg[1],
-			r.samples, r.notOffloaded, r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded)
+			r.samples, r.notOffloaded, r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded,
+			r.requestsDirect, r.requestsConsumer, r.requestsProvider)
 	}
 	fmt.Fprintf(w, "agent controller-manager limits: memory %s, cpu %s\n", agentMemoryLimit, agentCPULimit)
 	_ = w.Flush()

@@ -58,10 +58,11 @@ func writeReport(path, command string, all []modeResults) error {
 	fmt.Fprintf(&b, "![%s](%s)\n![%s](%s)\n", "time until Running", filepath.Join(filepath.Base(dir), "time.svg"), "agent RSS", filepath.Join(filepath.Base(dir), "rss.svg"))
 	for _, m := range all {
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n", m.mode.name, m.mode.describe())
-		b.WriteString("| N | direct s | offloaded s | P1 ratio | P2 overhead p50/p99 ms | consumer agent RSS MiB | agent CPU s | provider agent RSS MiB | machine CPU s direct/offloaded |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| N | direct s | offloaded s | P1 ratio | P2 overhead p50/p99 ms | consumer agent RSS MiB | agent CPU s | provider agent RSS MiB | machine CPU s direct/offloaded | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range m.results {
-			fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2f | %.0f/%.0f | %.0f | %.1f | %.0f | %.1f/%.1f |\n", r.n, r.direct.Seconds(), r.offloaded.Seconds(),
-				r.offloaded.Seconds()/r.direct.Seconds(), r.overhead[0], r.overhead[1], r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded)
+			fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2f | %.0f/%.0f | %.0f | %.1f | %.0f | %.1f/%.1f | %.1f, %.1f/%.1f |\n", r.n, r.direct.Seconds(), r.offloaded.Seconds(),
+				r.offloaded.Seconds()/r.direct.Seconds(), r.overhead[0], r.overhead[1], r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded,
+				r.requestsDirect, r.requestsConsumer, r.requestsProvider)
 		}
 		fmt.Fprintf(&b, "\nP3 peer out-of-band to a Ready virtual node: %s. P5 `kubectl offload status`: %s.\n", m.peer.Round(time.Millisecond), m.status.Round(time.Millisecond))
 	}

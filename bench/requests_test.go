@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// requestCounts reads apiserver_request_total from c's kube-apiserver:
+// the requests it served since it started, by "VERB resource[/subresource]",
+// every response code together.
+func requestCounts(ctx context.Context, c *framework.Cluster) (map[string]float64, error) {
+	raw, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metrics of %s's kube-apiserver: %w", c.Name, err)
+	}
+	return parseRequestCounts(raw)
+}
+
+// parseRequestCounts sums apiserver_request_total of a Prometheus text
+// exposition by verb, resource and subresource.
+func parseRequestCounts(raw []byte) (map[string]float64, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parsing the kube-apiserver's metrics: %w", err)
+	}
+	out := map[string]float64{}
+	mf, ok := families["apiserver_request_total"]
+	if !ok {
+		return out, nil
+	}
+	for _, m := range mf.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		key := labels["verb"] + " " + labels["resource"]
+		if s := labels["subresource"]; s != "" {
+			key += "/" + s
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// requestsPerPod is what one pod of n cost an API server between two
+// readings of requestCounts: the total per pod, and the kinds of request
+// that cost at least 0.05 per pod, the most frequent first.
+func requestsPerPod(before, after map[string]float64, n int) (float64, string) {
+	type kind struct {
+		key string
+		per float64
+	}
+	var kinds []kind
+	var total float64
+	for key, v := range after {
+		d := (v - before[key]) / float64(n)
+		total += d
+		if d >= 0.05 {
+			kinds = append(kinds, kind{key, d})
+		}
+	}
+	sort.Slice(kinds, func(i, j int) bool {
+		if kinds[i].per != kinds[j].per {
+			return kinds[i].per > kinds[j].per
+		}
+		return kinds[i].key < kinds[j].key
+	})
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%s %.2f", k.key, k.per)
+	}
+	return total, strings.Join(parts, ", ")
+}
+
+// requestMeter takes a reading of both API servers of a pair, and reports
+// what happened since then per pod.
+type requestMeter struct {
+	p              *pair
+	consumer, prov map[string]float64
+}
+
+// startRequests reads both API servers' request counts now.
+func (p *pair) startRequests(ctx context.Context) (*requestMeter, error) {
+	c, err := requestCounts(ctx, p.consumer)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := requestCounts(ctx, p.provider)
+	if err != nil {
+		return nil, err
+	}
+	return &requestMeter{p: p, consumer: c, prov: pr}, nil
+}
+
+// perPod returns the requests per pod of n each API server served since
+// the reading, and a line naming the most frequent kinds.
+func (m *requestMeter) perPod(ctx context.Context, n int) (consumer, provider float64, line string, err error) {
+	c, err := requestCounts(ctx, m.p.consumer)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	pr, err := requestCounts(ctx, m.p.provider)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	consumer, cLine := requestsPerPod(m.consumer, c, n)
+	provider, pLine := requestsPerPod(m.prov, pr, n)
+	return consumer, provider, fmt.Sprintf("consumer %.1f per pod (%s); provider %.1f per pod (%s)", consumer, cLine, provider, pLine), nil
+}
+
+func TestRequestsPerPodSumsCodesAndNamesTheFrequentKinds(t *testing.T) {
+	before, err := parseRequestCounts([]byte(`# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 10
+apiserver_request_total{code="200",resource="pods",subresource="status",verb="PUT"} 5
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseRequestCounts([]byte(`# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 110
+apiserver_request_total{code="409",resource="pods",subresource="status",verb="PUT"} 50
+apiserver_request_total{code="200",resource="pods",subresource="status",verb="PUT"} 205
+apiserver_request_total{code="200",resource="leases",subresource="",verb="PUT"} 2
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, line := requestsPerPod(before, after, 100)
+	if total != 3.52 {
+		t.Errorf("total per pod %v, want 3.52", total)
+	}
+	if want := "PUT pods/status 2.50, POST pods 1.00"; line != want {
+		t.Errorf("kinds %q, want %q", line, want)
+	}
+}
