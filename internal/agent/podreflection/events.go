@@ -47,6 +47,9 @@ func (h *Handler) watchEvents(ti *twinInformer) error {
 	return nil
 }
 
+// reasonScheduled is the reason of the scheduler's event for a binding.
+const reasonScheduled = "Scheduled"
+
 // lastSeen is when ev last happened, whichever API wrote it.
 func lastSeen(ev *corev1.Event) time.Time {
 	t := ev.LastTimestamp.Time
@@ -63,8 +66,13 @@ func lastSeen(ev *corev1.Event) time.Time {
 // on the consumer pod that remote pod reflects. Events from before the
 // handler started are not recorded again: a restarted agent does not
 // replay a pod's history.
+//
+// The provider scheduler's Normal Scheduled event is not recorded: the
+// consumer's scheduler already recorded the pod's binding to the virtual
+// node, and which provider node runs it is the provider's business. It
+// would cost the consumer's API server one write per pod.
 func (h *Handler) remoteEvent(ti *twinInformer, ev *corev1.Event) {
-	if !lastSeen(ev).After(h.eventsSince) {
+	if !lastSeen(ev).After(h.eventsSince) || (ev.Type == corev1.EventTypeNormal && ev.Reason == reasonScheduled) {
 		return
 	}
 	remote, err := ti.lister.Pods(ti.twin).Get(ev.InvolvedObject.Name)

@@ -29,10 +29,14 @@ func TestTheEventsOfARemotePodShowOnItsConsumerPod(t *testing.T) {
 	})
 	event := func(reason string, uid types.UID, at time.Time) {
 		t.Helper()
+		eventType := corev1.EventTypeWarning
+		if reason == "Scheduled" {
+			eventType = corev1.EventTypeNormal
+		}
 		ev := &corev1.Event{
 			ObjectMeta:     metav1.ObjectMeta{GenerateName: remote.Name + ".", Namespace: e.twin},
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: e.twin, Name: remote.Name, UID: uid, APIVersion: "v1"},
-			Type:           corev1.EventTypeWarning, Reason: reason,
+			Type:           eventType, Reason: reason,
 			Message:        fmt.Sprintf("%s: the image is not there", reason),
 			Source:         corev1.EventSource{Component: "kubelet", Host: "provider-node"},
 			FirstTimestamp: metav1.NewTime(at), LastTimestamp: metav1.NewTime(at), Count: 1,
@@ -42,14 +46,16 @@ func TestTheEventsOfARemotePodShowOnItsConsumerPod(t *testing.T) {
 		}
 	}
 	// In watch order: an event from before the handler started, one of an
-	// older pod of the same name, then one to show.
+	// older pod of the same name, the provider scheduler's binding (the
+	// consumer has its own), then one to show.
 	event("Scheduled", remote.UID, time.Now().Add(-time.Hour))
 	event("Killing", "another-pod", time.Now().Add(time.Minute))
+	event("Scheduled", remote.UID, time.Now().Add(time.Minute))
 	event("ErrImageNeverPull", remote.UID, time.Now().Add(time.Minute))
 	select {
 	case got := <-e.events.Events:
 		if want := "Warning ErrImageNeverPull ErrImageNeverPull: the image is not there"; got != want {
-			t.Errorf("recorded %q on the consumer pod; want %q, and nothing of events from before the start or of other pods", got, want)
+			t.Errorf("recorded %q on the consumer pod; want %q, and nothing of events from before the start, of other pods or of the provider's scheduling", got, want)
 		}
 	case <-time.After(waitTimeout):
 		t.Fatal("the remote pod's event was not recorded on the consumer pod")

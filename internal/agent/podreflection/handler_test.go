@@ -8,13 +8,16 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 
@@ -132,6 +135,58 @@ func TestNotifyPodsReportsTheRemoteStatusAsTheConsumerSeesIt(t *testing.T) {
 	if got.Labels[offloadv1alpha1.LabelOriginPodUID] != "" {
 		t.Error("the notified pod carries the remote pod's origin labels; it must carry the consumer pod's metadata")
 	}
+}
+
+func TestARemotePodNoKubeletReportedOnCostsTheConsumerNoStatusWrite(t *testing.T) {
+	var localPods cache.SharedIndexInformer
+	e := newEnv(t, func(o *Options) {
+		f := informers.NewSharedInformerFactory(o.Consumer, 0)
+		o.LocalPods = f.Core().V1().Pods().Lister()
+		localPods = f.Core().V1().Pods().Informer()
+		f.Start(t.Context().Done())
+	})
+	ctx := t.Context()
+	e.notify(t)
+	local := e.localPod(t, "web")
+	framework.Eventually(t, waitTimeout, "the consumer pod in LocalPods", func(context.Context) bool {
+		_, ok, _ := localPods.GetStore().GetByKey(e.consumer + "/web")
+		return ok
+	})
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	// Created, then bound on the provider: nothing a kubelet would report.
+	remote := e.getRemote(ctx, t, "web")
+	remote.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+	remote, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(ctx, remote, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The provider cannot schedule it after all: that the consumer hears.
+	remote.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available"}}
+	if _, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(ctx, remote, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The handler sees the remote pod's events in order, so the first
+	// notification tells whether the earlier ones cost one.
+	select {
+	case got := <-e.notified:
+		if c := condition(got.Status, corev1.PodScheduled); c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable {
+			t.Errorf("first notified status %+v; want the provider's Unschedulable, and none before it", got.Status)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the provider's Unschedulable condition was not notified")
+	}
+}
+
+// condition returns the condition of type ct of st, or nil.
+func condition(st corev1.PodStatus, ct corev1.PodConditionType) *corev1.PodCondition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == ct {
+			return &st.Conditions[i]
+		}
+	}
+	return nil
 }
 
 func TestUpdatePodPropagatesAnImageChange(t *testing.T) {

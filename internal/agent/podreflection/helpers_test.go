@@ -40,7 +40,8 @@ type env struct {
 	events *record.FakeRecorder
 }
 
-func newEnv(t *testing.T) *env {
+// tweaks change the handler's options before it is created.
+func newEnv(t *testing.T, tweaks ...func(*Options)) *env {
 	t.Helper()
 	ctx := t.Context()
 	cfg := framework.APIServer(t)
@@ -69,12 +70,16 @@ func newEnv(t *testing.T) *env {
 	if err := admin.Status().Update(ctx, no); err != nil {
 		t.Fatal(err)
 	}
-	e.h, err = New(Options{
+	opts := Options{
 		Provider: kube, Consumer: kube, ConsumerReader: admin,
 		ConsumerClusterID: string(uuid.NewUUID()), ProviderClusterID: providerID,
 		VirtualNodeName: e.node, NodeIP: nodeIP, Events: e.events,
 		Logger: ktesting.NewLogger(t, ktesting.NewConfig()),
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&opts)
+	}
+	e.h, err = New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

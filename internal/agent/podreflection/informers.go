@@ -114,13 +114,34 @@ func (h *Handler) remoteChanged(ti *twinInformer, obj any) {
 	}
 	if h.opts.LocalPods != nil {
 		// Remote events that change nothing the consumer sees (a binding, a
-		// provider annotation) would each cost a status write.
+		// provider annotation) would each cost a status write; so would a
+		// remote pod that no kubelet reported on yet, for a consumer pod
+		// that shows no kubelet's report either: a kubelet writes a pod's
+		// status once it runs it, not when it is bound.
 		if cur, err := h.opts.LocalPods.Pods(p.Namespace).Get(p.Name); err == nil && cur.UID == p.UID &&
-			apiequality.Semantic.DeepEqual(cur.Status, p.Status) {
+			(apiequality.Semantic.DeepEqual(cur.Status, p.Status) || (unreported(remote.Status) && unreported(cur.Status))) {
 			return
 		}
 	}
 	h.send(p)
+}
+
+// unreported reports whether st is the status of a pod that no kubelet has
+// reported on: Pending, without container statuses, a reason or a host IP,
+// and with no condition but a successful PodScheduled. A pod the provider
+// cannot schedule has PodScheduled False, so its reason reaches the
+// consumer.
+func unreported(st corev1.PodStatus) bool {
+	if (st.Phase != corev1.PodPending && st.Phase != "") || st.Reason != "" || st.Message != "" || st.HostIP != "" ||
+		len(st.ContainerStatuses)+len(st.InitContainerStatuses)+len(st.EphemeralContainerStatuses) > 0 {
+		return false
+	}
+	for _, c := range st.Conditions {
+		if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionTrue {
+			return false
+		}
+	}
+	return true
 }
 
 // remoteDeleted tells the PodController that a remote pod is gone, with a
