@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
@@ -90,6 +91,9 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 	for _, obj := range o.NamespacedObjects {
 		byObject[obj] = cache.ByObject{Namespaces: map[string]cache.Config{o.Namespace: {}}}
 	}
+	// Every pod of the cluster, slimmed: the consumer's offloaded pods are
+	// held again, whole, by the virtual nodes' pod controllers.
+	byObject[&corev1.Pod{}] = cache.ByObject{Transform: SlimPod}
 	var lock resourcelock.Interface
 	if o.LeaderElection {
 		var err error
@@ -111,7 +115,8 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &shutdown,
 		// The cache holds every Pod and Node of the cluster; managed fields
-		// are a third of a pod's size and no controller reads them.
+		// are a third of a pod's size and no controller reads them. Pods
+		// keep only what the controllers read (SlimPod).
 		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: byObject},
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 // Events of remote pods come back to their consumer pods, so that kubectl
@@ -30,7 +31,8 @@ func (h *Handler) watchEvents(ti *twinInformer) error {
 		informers.WithNamespace(ti.twin),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("involvedObject.kind", "Pod").String()
-		}))
+		}),
+		informers.WithTransform(crcache.TransformStripManagedFields()))
 	events := factory.Core().V1().Events().Informer()
 	handle := func(obj any) {
 		if ev, ok := obj.(*corev1.Event); ok {
