@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -97,7 +98,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	pc, err := node.NewPodController(node.PodControllerConfig{
 		PodClient:                 consumer.CoreV1(),
 		PodInformer:               pods,
-		EventRecorder:             broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name}),
+		EventRecorder:             warningsOnly{broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name})},
 		Provider:                  h,
 		ConfigMapInformer:         unstarted.Core().V1().ConfigMaps(),
 		SecretInformer:            unstarted.Core().V1().Secrets(),
@@ -140,6 +141,31 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 		return nil
 	case <-pc.Done():
 		return fmt.Errorf("running the pod controller of %q: %w", name, errors.Join(pc.Err(), errors.New("the pod controller stopped")))
+	}
+}
+
+// warningsOnly records the Warning events of a recorder and drops the
+// Normal ones. The PodController records "Create pod in provider
+// successfully" and its like for every pod it creates, updates or deletes:
+// a write to the consumer's API server per pod and step that tells a user
+// nothing a kubelet would tell. Its failures stay.
+type warningsOnly struct{ record.EventRecorder }
+
+func (w warningsOnly) Event(obj runtime.Object, eventType, reason, message string) {
+	if eventType == corev1.EventTypeWarning {
+		w.EventRecorder.Event(obj, eventType, reason, message)
+	}
+}
+
+func (w warningsOnly) Eventf(obj runtime.Object, eventType, reason, format string, args ...any) {
+	if eventType == corev1.EventTypeWarning {
+		w.EventRecorder.Eventf(obj, eventType, reason, format, args...)
+	}
+}
+
+func (w warningsOnly) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventType, reason, format string, args ...any) {
+	if eventType == corev1.EventTypeWarning {
+		w.EventRecorder.AnnotatedEventf(obj, annotations, eventType, reason, format, args...)
 	}
 }
 
