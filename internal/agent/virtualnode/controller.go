@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -113,8 +112,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Kube = kube
 	}
 	if r.PodsKube == nil {
-		cfg := rest.CopyConfig(mgr.GetConfig())
-		cfg.QPS, cfg.Burst = reflectionQPS, reflectionBurst
+		cfg := reflectionConfig(mgr.GetConfig())
 		kube, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return fmt.Errorf("creating the client of the virtual nodes' pods: %w", err)

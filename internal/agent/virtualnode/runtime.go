@@ -138,7 +138,7 @@ func (rt *peerRuntime) setPods(run, was *podsRun) {
 func newRuntime(fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials, key string, addresses func() *reflection.Addresses) (*peerRuntime, error) {
 	cfg := creds.Config()
 	cfg.QPS, cfg.Burst = reflectionQPS, reflectionBurst
-	provider, err := kubernetes.NewForConfig(cfg)
+	provider, err := kubernetes.NewForConfig(reflectionConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)
 	}
