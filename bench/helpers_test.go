@@ -107,6 +107,9 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 			} {
 				args = append(args, "--set", v)
 			}
+			if os.Getenv("OFFLOAD_BENCH_PROFILE") != "" {
+				args = append(args, "--set", "controllerManager.pprofBindAddress=:"+strconv.Itoa(agentPprofPort))
+			}
 			_, errs[i] = p.offload(ctx, c, args...)
 		})
 	}

@@ -281,7 +281,9 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	}
 	busy0, parts0 = machineBusySeconds(), componentCPU()
 	requests = p.mustStartRequests(ctx, b)
+	profiled := p.profileAPIServers(ctx, b, name, 15*time.Second)
 	r.offloaded = p.runDeployment(ctx, b, p.consumer, offloadedNS, name, n, offloaded, timeout)
+	profiled()
 	r.machineOffloaded = machineBusySeconds() - busy0
 	fmt.Printf("N=%d offloaded, CPU seconds by process: %s\n", n, cpuDelta(parts0, componentCPU()))
 	r.agent = p.agentFigures(ctx, b, &r, pid, cpu0, restarts)
@@ -331,6 +333,7 @@ func (p *pair) agentFigures(ctx context.Context, b *testing.B, r *offloadResult,
 	if cur, err := framework.AgentPID(p.consumer.Name); err == nil {
 		r.consumerRSS, _ = framework.RSSMiB(cur)
 	}
+	profileAgent(ctx, b, p.consumer, fmt.Sprintf("bench-%d", r.n), "heap", "gc=1")
 	if prov, err := framework.AgentPID(p.provider.Name); err == nil {
 		r.providerRSS, _ = framework.RSSMiB(prov)
 	}

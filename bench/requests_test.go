@@ -4,12 +4,21 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -142,4 +151,72 @@ apiserver_request_total{code="200",resource="leases",subresource="",verb="PUT"} 
 	if want := "PUT pods/status 2.50, POST pods 1.00"; line != want {
 		t.Errorf("kinds %q, want %q", line, want)
 	}
+}
+
+// agentPprofPort is where the agents serve /debug/pprof when the
+// benchmark profiles (OFFLOAD_BENCH_PROFILE).
+const agentPprofPort = 6060
+
+// profileAgent, when OFFLOAD_BENCH_PROFILE names a directory, writes the
+// profile kind (heap, or profile for CPU; query such as seconds=15) of c's
+// controller-manager there as NAME-CLUSTER-offload-agent-KIND.pprof. The
+// host reaches the agent's pod by its IP.
+func profileAgent(ctx context.Context, b *testing.B, c *framework.Cluster, name, kind, query string) {
+	dir := os.Getenv("OFFLOAD_BENCH_PROFILE")
+	if dir == "" {
+		return
+	}
+	err := func() error {
+		list, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
+		if err != nil || len(list.Items) == 0 || list.Items[0].Status.PodIP == "" {
+			return fmt.Errorf("no controller-manager pod with an IP: %v", err)
+		}
+		url := fmt.Sprintf("http://%s/debug/pprof/%s?%s", net.JoinHostPort(list.Items[0].Status.PodIP, strconv.Itoa(agentPprofPort)), kind, query)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s: %s", url, resp.Status, raw)
+		}
+		return os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-offload-agent-%s.pprof", name, c.Name, kind)), raw, 0o644)
+	}()
+	if err != nil {
+		b.Logf("profiling the agent of %s: %v", c.Name, err)
+	}
+}
+
+// profileAPIServers, when OFFLOAD_BENCH_PROFILE names a directory, takes a
+// CPU profile of both kube-apiservers and both agents for d in the
+// background and writes them there (NAME-CLUSTER-kube-apiserver.pprof,
+// profileAgent); wait waits for them.
+func (p *pair) profileAPIServers(ctx context.Context, b *testing.B, name string, d time.Duration) (wait func()) {
+	dir := os.Getenv("OFFLOAD_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	for _, c := range []*framework.Cluster{p.consumer, p.provider} {
+		wg.Go(func() { profileAgent(ctx, b, c, name, "profile", fmt.Sprintf("seconds=%d", int(d.Seconds()))) })
+		wg.Go(func() {
+			raw, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+				Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+time.Minute).DoRaw(ctx)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-kube-apiserver.pprof", name, c.Name)), raw, 0o644)
+			}
+			if err != nil {
+				b.Logf("profiling the kube-apiserver of %s: %v", c.Name, err)
+			}
+		})
+	}
+	return wg.Wait
 }

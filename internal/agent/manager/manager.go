@@ -40,6 +40,9 @@ type Options struct {
 	HealthProbeBindAddress string
 	// MetricsBindAddress is the address of /metrics; "0" turns it off.
 	MetricsBindAddress string
+	// PprofBindAddress is the address of Go's /debug/pprof endpoints;
+	// empty or "0" turns them off (the default).
+	PprofBindAddress string
 	// LeaderElection makes only one replica run the controllers at a time.
 	LeaderElection bool
 	// GracefulShutdownTimeout bounds how long the controllers may take to
@@ -106,6 +109,7 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 		Logger:                              o.Logger,
 		HealthProbeBindAddress:              o.HealthProbeBindAddress,
 		Metrics:                             metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		PprofBindAddress:                    o.PprofBindAddress,
 		LeaderElection:                      o.LeaderElection,
 		LeaderElectionResourceLockInterface: lock,
 		LeaderElectionID:                    LeaderElectionID,
