@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -88,7 +89,8 @@ func BenchmarkOffload(b *testing.B) {
 	// A parent benchmark's log is dropped when its sub-benchmarks pass.
 	fmt.Print(summaries.String())
 	if path := os.Getenv("OFFLOAD_BENCH_REPORT"); path != "" && len(all) > 0 {
-		command := fmt.Sprintf("OFFLOAD_BENCH_N=%s OFFLOAD_BENCH_CPUS=%s make bench-offload", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), ","), "[]"), cpuModeNames(modes))
+		runs, _ := benchRuns(os.Getenv("OFFLOAD_BENCH_RUNS"))
+		command := fmt.Sprintf("OFFLOAD_BENCH_N=%s OFFLOAD_BENCH_CPUS=%s OFFLOAD_BENCH_RUNS=%d make bench-offload", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), ","), "[]"), cpuModeNames(modes), runs)
 		if err := writeReport(path, command, all); err != nil {
 			b.Fatalf("writing the report: %v", err)
 		}
@@ -164,12 +166,21 @@ func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResu
 				samples, overhead[0], overhead[1], createLeg[0], createLeg[1], statusLeg[0], statusLeg[1])
 		}
 	})
+	runs, err := benchRuns(os.Getenv("OFFLOAD_BENCH_RUNS"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	var results []offloadResult
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				r := p.measure(ctx, b, n)
-				results = append(results, r)
+				var these []offloadResult
+				for range runs {
+					these = append(these, p.measure(ctx, b, n))
+				}
+				results = append(results, these...)
+				// The metrics are the median run's, by P1 ratio.
+				r := medianRun(these)
 				b.ReportMetric(0, "ns/op")
 				b.ReportMetric(r.direct.Seconds(), "s-direct")
 				b.ReportMetric(r.offloaded.Seconds(), "s-offloaded")
@@ -193,6 +204,69 @@ func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResu
 		})
 	}
 	return results
+}
+
+// benchRuns parses OFFLOAD_BENCH_RUNS, how many times each size runs on
+// the same pair; empty is once.
+func benchRuns(s string) (int, error) {
+	if strings.TrimSpace(s) == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("OFFLOAD_BENCH_RUNS=%q: want a positive number of runs", s)
+	}
+	return n, nil
+}
+
+// ratio is P1 of r: offloaded time ÷ direct time.
+func (r offloadResult) ratio() float64 { return r.offloaded.Seconds() / r.direct.Seconds() }
+
+// medianRun returns the run of rs with the median P1 ratio (the lower
+// middle one of an even number).
+func medianRun(rs []offloadResult) offloadResult {
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b offloadResult) int { return cmp.Compare(a.ratio(), b.ratio()) })
+	return sorted[(len(sorted)-1)/2]
+}
+
+// spread is the median, minimum and maximum of f over rs.
+type spread struct{ median, min, max float64 }
+
+func spreadOf(rs []offloadResult, f func(offloadResult) float64) spread {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	return spread{median: v[(len(v)-1)/2], min: v[0], max: v[len(v)-1]}
+}
+
+// format renders s with prec decimals, as "median [min–max]" when the runs
+// differ.
+func (s spread) format(prec int) string {
+	if s.min == s.max {
+		return strconv.FormatFloat(s.median, 'f', prec, 64)
+	}
+	return fmt.Sprintf("%s [%s–%s]", strconv.FormatFloat(s.median, 'f', prec, 64), strconv.FormatFloat(s.min, 'f', prec, 64), strconv.FormatFloat(s.max, 'f', prec, 64))
+}
+
+// bySize groups results by N, in increasing N.
+func bySize(results []offloadResult) [][]offloadResult {
+	var sizes []int
+	groups := map[int][]offloadResult{}
+	for _, r := range results {
+		if _, ok := groups[r.n]; !ok {
+			sizes = append(sizes, r.n)
+		}
+		groups[r.n] = append(groups[r.n], r)
+	}
+	slices.Sort(sizes)
+	out := make([][]offloadResult, len(sizes))
+	for i, n := range sizes {
+		out[i] = groups[n]
+	}
+	return out
 }
 
 // benchSizes parses a comma-separated list of positive sizes; empty gives defaultSizes.
@@ -570,8 +644,20 @@ func summary(results []offloadResult) string {
 			r.samples, r.notOffloaded, r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded,
 			r.requestsDirect, r.requestsConsumer, r.requestsProvider)
 	}
-	fmt.Fprintf(w, "agent controller-manager limits: memory %s, cpu %s\n", agentMemoryLimit, agentCPULimit)
 	_ = w.Flush()
+	for _, rs := range bySize(results) {
+		if len(rs) < 2 {
+			continue
+		}
+		fmt.Fprintf(&sb, "N=%d over %d runs, median [min–max]: P1 %s; direct %s s; offloaded %s s; P2 overhead p50 %s ms, p99 %s ms; consumer agent RSS %s MiB\n",
+			rs[0].n, len(rs), spreadOf(rs, offloadResult.ratio).format(2),
+			spreadOf(rs, func(r offloadResult) float64 { return r.direct.Seconds() }).format(1),
+			spreadOf(rs, func(r offloadResult) float64 { return r.offloaded.Seconds() }).format(1),
+			spreadOf(rs, func(r offloadResult) float64 { return r.overhead[0] }).format(0),
+			spreadOf(rs, func(r offloadResult) float64 { return r.overhead[1] }).format(0),
+			spreadOf(rs, func(r offloadResult) float64 { return r.consumerRSS }).format(0))
+	}
+	fmt.Fprintf(&sb, "agent controller-manager limits: memory %s, cpu %s\n", agentMemoryLimit, agentCPULimit)
 	return sb.String()
 }
 

@@ -58,12 +58,22 @@ func writeReport(path, command string, all []modeResults) error {
 	fmt.Fprintf(&b, "![%s](%s)\n![%s](%s)\n", "time until Running", filepath.Join(filepath.Base(dir), "time.svg"), "agent RSS", filepath.Join(filepath.Base(dir), "rss.svg"))
 	for _, m := range all {
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n", m.mode.name, m.mode.describe())
-		b.WriteString("| N | direct s | offloaded s | P1 ratio | P2 overhead p50/p99 ms | consumer agent RSS MiB | agent CPU s | provider agent RSS MiB | machine CPU s direct/offloaded | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, r := range m.results {
-			fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2f | %.0f/%.0f | %.0f | %.1f | %.0f | %.1f/%.1f | %.1f, %.1f/%.1f |\n", r.n, r.direct.Seconds(), r.offloaded.Seconds(),
-				r.offloaded.Seconds()/r.direct.Seconds(), r.overhead[0], r.overhead[1], r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded,
-				r.requestsDirect, r.requestsConsumer, r.requestsProvider)
+		b.WriteString("| N | runs | direct s | offloaded s | P1 ratio | P2 overhead p50 ms | P2 overhead p99 ms | consumer agent RSS MiB | agent CPU s | provider agent RSS MiB | machine CPU s direct/offloaded | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, rs := range bySize(m.results) {
+			med := func(f func(offloadResult) float64) float64 { return spreadOf(rs, f).median }
+			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.0f | %.1f/%.1f | %.1f, %.1f/%.1f |\n", rs[0].n, len(rs),
+				spreadOf(rs, func(r offloadResult) float64 { return r.direct.Seconds() }).format(1),
+				spreadOf(rs, func(r offloadResult) float64 { return r.offloaded.Seconds() }).format(1),
+				spreadOf(rs, offloadResult.ratio).format(2),
+				spreadOf(rs, func(r offloadResult) float64 { return r.overhead[0] }).format(0),
+				spreadOf(rs, func(r offloadResult) float64 { return r.overhead[1] }).format(0),
+				spreadOf(rs, func(r offloadResult) float64 { return r.consumerRSS }).format(0),
+				med(func(r offloadResult) float64 { return r.agent }), med(func(r offloadResult) float64 { return r.providerRSS }),
+				med(func(r offloadResult) float64 { return r.machineDirect }), med(func(r offloadResult) float64 { return r.machineOffloaded }),
+				med(func(r offloadResult) float64 { return r.requestsDirect }), med(func(r offloadResult) float64 { return r.requestsConsumer }),
+				med(func(r offloadResult) float64 { return r.requestsProvider }))
 		}
+		b.WriteString("\nWith several runs a cell is the median [minimum–maximum]; the columns without a range are medians.\n")
 		fmt.Fprintf(&b, "\nP3 peer out-of-band to a Ready virtual node: %s. P5 `kubectl offload status`: %s.\n", m.peer.Round(time.Millisecond), m.status.Round(time.Millisecond))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
@@ -80,12 +90,14 @@ func drawChart(path, title, unit string, all []modeResults, values func(offloadR
 	for _, m := range all {
 		series := map[string]plotter.XYs{}
 		var names []string
-		for _, r := range m.results {
-			for name, v := range values(r) {
+		// One point per N: the median of its runs.
+		for _, rs := range bySize(m.results) {
+			for name := range values(rs[0]) {
 				if _, ok := series[name]; !ok {
 					names = append(names, name)
 				}
-				series[name] = append(series[name], plotter.XY{X: float64(r.n), Y: v})
+				v := spreadOf(rs, func(r offloadResult) float64 { return values(r)[name] }).median
+				series[name] = append(series[name], plotter.XY{X: float64(rs[0].n), Y: v})
 			}
 		}
 		slices.Sort(names)
@@ -104,6 +116,8 @@ func TestTheReportHasTheTableAndBothCharts(t *testing.T) {
 	results := []offloadResult{
 		{n: 100, direct: 2 * time.Second, offloaded: 3 * time.Second, consumerRSS: 80, providerRSS: 60},
 		{n: 1000, direct: 10 * time.Second, offloaded: 11 * time.Second, consumerRSS: 130, providerRSS: 70},
+		{n: 1000, direct: 10 * time.Second, offloaded: 13 * time.Second, consumerRSS: 140, providerRSS: 70},
+		{n: 1000, direct: 10 * time.Second, offloaded: 12 * time.Second, consumerRSS: 120, providerRSS: 70},
 	}
 	all := []modeResults{
 		{mode: cpuMode{name: "isolated", consumer: "0", provider: "1"}, results: results, peer: time.Second, status: 90 * time.Millisecond},
@@ -116,7 +130,7 @@ func TestTheReportHasTheTableAndBothCharts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"`make bench-offload`", "## isolated", "## shared", "| 1000 | 10.0 | 11.0 | 1.10 |", "(benchmarks/time.svg)", "(benchmarks/rss.svg)", "P5 `kubectl offload status`: 90ms"} {
+	for _, want := range []string{"`make bench-offload`", "## isolated", "## shared", "| 100 | 1 | 2.0 | 3.0 | 1.50 |", "| 1000 | 3 | 10.0 | 12.0 [11.0–13.0] | 1.20 [1.10–1.30] |", "(benchmarks/time.svg)", "(benchmarks/rss.svg)", "P5 `kubectl offload status`: 90ms"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the report lacks %q:\n%s", want, md)
 		}
