@@ -61,6 +61,29 @@ func parseRequestCounts(raw []byte) (map[string]float64, error) {
 	return out, nil
 }
 
+// waitDeletesSettled waits, up to two minutes, until c's API server has
+// served no pod DELETE for two seconds.
+func waitDeletesSettled(ctx context.Context, b *testing.B, c *framework.Cluster) {
+	b.Helper()
+	start := time.Now()
+	last := -1.0
+	_, err := framework.Poll(ctx, 2*time.Second, 2*time.Minute, func(ctx context.Context) (bool, string) {
+		counts, err := requestCounts(ctx, c)
+		if err != nil {
+			return false, err.Error()
+		}
+		now := counts["DELETE pods"]
+		settled := now == last
+		last = now
+		return settled, fmt.Sprintf("%.0f pod DELETEs so far", now)
+	})
+	if err != nil {
+		b.Logf("%s's pod deletions did not settle: %v", c.Name, err)
+		return
+	}
+	b.Logf("%s's pod deletions settled after %s", c.Name, time.Since(start).Round(time.Second))
+}
+
 // requestsPerPod is what one pod of n cost an API server between two
 // readings of requestCounts: the total per pod, and the kinds of request
 // that cost at least 0.05 per pod, the most frequent first.
