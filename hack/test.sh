@@ -17,8 +17,12 @@ phase() {
 export PATH="/usr/local/go/bin:${PATH}"
 phase "setup and tool build" hack/setup.sh
 phase "unit tests" bash -c 'go test -count=1 $(go list ./... | grep -v /test/e2e)'
-phase "fuzz tests (bounded)" bash -c 'go test -run "^$" -fuzz "^FuzzParseToken$" -fuzztime 15s ./internal/peering/ &&
-  go test -run "^$" -fuzz "^FuzzPeerRequest$" -fuzztime 10s ./internal/agent/auth/ &&
-  go test -run "^$" -fuzz "^FuzzUnverifiedBinding$" -fuzztime 10s ./internal/agent/auth/ &&
-  go test -run "^$" -fuzz "^FuzzRemotePod$" -fuzztime 15s ./internal/agent/reflection/'
+# Budgets are counts of executions (about 10 s each here), not durations:
+# with a -fuzztime duration, Go before 1.27 can fail a target with a bare
+# "context deadline exceeded" at the deadline, with no failing input
+# (go.dev/issue/75804); a count has no deadline to race.
+phase "fuzz tests (bounded)" bash -c 'go test -run "^$" -fuzz "^FuzzParseToken$" -fuzztime 100000x -timeout 5m ./internal/peering/ &&
+  go test -run "^$" -fuzz "^FuzzPeerRequest$" -fuzztime 10000x -timeout 5m ./internal/agent/auth/ &&
+  go test -run "^$" -fuzz "^FuzzUnverifiedBinding$" -fuzztime 30000x -timeout 5m ./internal/agent/auth/ &&
+  go test -run "^$" -fuzz "^FuzzRemotePod$" -fuzztime 150000x -timeout 5m ./internal/agent/reflection/'
 phase "end-to-end tests" go test -p 1 -count=1 -timeout 60m ./test/e2e/...
