@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -94,8 +95,9 @@ func expectSpecUpdatesReachTheRemotePod(ctx context.Context, t *testing.T, consu
 		env["POD_NAMESPACE"] != want["POD_NAMESPACE"] || env["POD_UID"] != want["POD_UID"] || env["NODE_NAME"] != want["NODE_NAME"] {
 		t.Errorf("the offloaded container's downward API env: err=%v, %v; want the consumer pod's %v", err, env, want)
 	}
-	local.Spec.ActiveDeadlineSeconds = new(int64(3600))
-	if local, err = consumer.Kube.CoreV1().Pods("work").Update(ctx, local, metav1.UpdateOptions{}); err != nil {
+	// The agent writes the pod's status meanwhile: like kubectl edit, each
+	// update applies to the latest version, again after a conflict.
+	if _, err := updatePod(ctx, consumer, "work", pod.Name, func(p *corev1.Pod) { p.Spec.ActiveDeadlineSeconds = new(int64(3600)) }); err != nil {
 		t.Fatalf("setting activeDeadlineSeconds: %v", err)
 	}
 	took := waitFor(ctx, t, time.Minute, "the deadline on the remote pod", func(ctx context.Context) (bool, string) {
@@ -109,12 +111,27 @@ func expectSpecUpdatesReachTheRemotePod(ctx context.Context, t *testing.T, consu
 
 	// The user's manifest never had the tolerations the webhook added.
 	maintenance := corev1.Toleration{Key: "example.com/maintenance", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
-	local.Spec.Tolerations = []corev1.Toleration{maintenance}
-	updated, err := consumer.Kube.CoreV1().Pods("work").Update(ctx, local, metav1.UpdateOptions{})
+	updated, err := updatePod(ctx, consumer, "work", pod.Name, func(p *corev1.Pod) { p.Spec.Tolerations = []corev1.Toleration{maintenance} })
 	if err != nil {
 		t.Fatalf("updating the tolerations from the user's manifest: %v; want it accepted, the webhook's tolerations kept", err)
 	}
 	if !tolerates(updated, "example.com/maintenance") || !tolerates(updated, "offload.io/virtual-node") {
 		t.Errorf("tolerations after the update: %+v; want the new one and the virtual node's", updated.Spec.Tolerations)
 	}
+}
+
+// updatePod applies mutate to the latest version of pod ns/name and writes
+// it, reading it again after a conflict, as kubectl edit or apply does.
+func updatePod(ctx context.Context, c *framework.Cluster, ns, name string, mutate func(*corev1.Pod)) (*corev1.Pod, error) {
+	var out *corev1.Pod
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mutate(p)
+		out, err = c.Kube.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	return out, err
 }
