@@ -232,7 +232,7 @@ func (p *pair) profileAPIServers(ctx context.Context, b *testing.B, name string,
 		wg.Go(func() { profileAgent(ctx, b, c, name, "profile", fmt.Sprintf("seconds=%d", int(d.Seconds()))) })
 		wg.Go(func() {
 			raw, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-				Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+time.Minute).DoRaw(ctx)
+				Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(ctx)
 			if err == nil {
 				err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-kube-apiserver.pprof", name, c.Name)), raw, 0o644)
 			}
