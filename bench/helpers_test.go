@@ -282,9 +282,14 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
+// agentPods lists the controller-manager pods of c.
+func agentPods(ctx context.Context, c *framework.Cluster) (*corev1.PodList, error) {
+	return c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
+}
+
 // agentRestarts returns the restart count of the controller-manager container of c.
 func agentRestarts(ctx context.Context, c *framework.Cluster) (int32, error) {
-	list, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
+	list, err := agentPods(ctx, c)
 	if err != nil {
 		return 0, err
 	}

@@ -184,7 +184,7 @@ func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResu
 				b.ReportMetric(0, "ns/op")
 				b.ReportMetric(r.direct.Seconds(), "s-direct")
 				b.ReportMetric(r.offloaded.Seconds(), "s-offloaded")
-				b.ReportMetric(r.offloaded.Seconds()/r.direct.Seconds(), "ratio")
+				b.ReportMetric(r.ratio(), "ratio")
 				b.ReportMetric(r.overhead[0], "ms-overhead-p50")
 				b.ReportMetric(r.overhead[1], "ms-overhead-p99")
 				b.ReportMetric(r.createLeg[0], "ms-create-leg-p50")
@@ -643,7 +643,7 @@ func summary(results []offloadResult) string {
 	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tagent CPU s\tprovider agent RSS MiB\tmachine CPU s direct/offloaded\tAPI requests/pod direct, consumer/provider\t\n")
 	for _, r := range results {
 		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.0f\t%.1f/%.1f\t%.1f, %.1f/%.1f\t\n",
-			r.n, r.direct.Seconds(), r.offloaded.Seconds(), r.offloaded.Seconds()/r.direct.Seconds(),
+			r.n, r.direct.Seconds(), r.offloaded.Seconds(), r.ratio(),
 			r.overhead[0], r.overhead[1], r.createLeg[0], r.createLeg[1], r.statusLeg[0], r.statusLeg[1],
 			r.samples, r.notOffloaded, r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded,
 			r.requestsDirect, r.requestsConsumer, r.requestsProvider)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -190,7 +189,7 @@ func profileAgent(ctx context.Context, b *testing.B, c *framework.Cluster, name,
 		return
 	}
 	err := func() error {
-		list, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
+		list, err := agentPods(ctx, c)
 		if err != nil || len(list.Items) == 0 || list.Items[0].Status.PodIP == "" {
 			return fmt.Errorf("no controller-manager pod with an IP: %v", err)
 		}
