@@ -327,13 +327,18 @@ func expectOneBudget(ctx context.Context, t *testing.T, consumer, provider *fram
 		_, err := tenant.CoreV1().Pods(first).Create(ctx, pod(first), metav1.CreateOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
+	// The API server admits against the quota's status, which the
+	// provider's quota controller copies from the spec the agent shrank:
+	// both must show the smaller budget.
 	waitFor(ctx, t, time.Minute, "the second twin namespace's budget to shrink", func(ctx context.Context) (bool, string) {
 		q, err := provider.Kube.CoreV1().ResourceQuotas(second).Get(ctx, "offload-quota", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		hard := q.Spec.Hard[corev1.ResourceRequestsCPU]
-		return hard.MilliValue() <= cpu-share.MilliValue(), hard.String()
+		spec := q.Spec.Hard[corev1.ResourceRequestsCPU]
+		status, synced := q.Status.Hard[corev1.ResourceRequestsCPU]
+		left := cpu - share.MilliValue()
+		return synced && spec.MilliValue() <= left && status.MilliValue() <= left, fmt.Sprintf("spec %s, status %s", spec.String(), status.String())
 	})
 	_, err := tenant.CoreV1().Pods(second).Create(ctx, pod(second), metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") {
