@@ -24,6 +24,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -115,6 +116,10 @@ type Handler struct {
 	notify  func(*corev1.Pod)
 	started bool
 	cas     map[string]cachedCA // by consumer namespace
+	// tokens is when the token in each pod's token Secret expires, by
+	// consumer pod UID, as this handler last wrote or read it: RenewTokens
+	// reads only the Secrets that are due.
+	tokens map[types.UID]time.Time
 	// eventsSince is when Start ran: remote events from before are not
 	// recorded again.
 	eventsSince time.Time

@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/informers"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
@@ -43,7 +42,7 @@ func (h *Handler) informer(twin, ns string) (*twinInformer, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(h.opts.Provider, 0,
 		informers.WithNamespace(twin),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
-		informers.WithTransform(crcache.TransformStripManagedFields()))
+		informers.WithTransform(slimRemotePod))
 	pods := factory.Core().V1().Pods()
 	ti := &twinInformer{twin: twin, consumer: ns, informer: pods.Informer(), lister: pods.Lister()}
 	if _, err := ti.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -211,15 +210,19 @@ func (h *Handler) localPod(ctx context.Context, ti *twinInformer, remote *corev1
 // statusPod is the consumer pod remote reflects with the status remote
 // implies, or nil when there is no such consumer pod. Its metadata is the
 // consumer pod's: the PodController writes it with UpdateStatus, which
-// also writes labels and annotations.
+// also writes labels and annotations. It has no spec.
 func (h *Handler) statusPod(ctx context.Context, ti *twinInformer, remote *corev1.Pod) *corev1.Pod {
 	local := h.localPod(ctx, ti, remote)
 	if local == nil {
 		return nil
 	}
-	out := local.DeepCopy()
-	out.Status = reflection.ConsumerStatus(remote, local, h.opts.NodeIP, h.addresses())
-	return out
+	// No spec: the PodController keeps a copy of the last pod notified for
+	// each pod, and writes it with UpdateStatus, for which the API server
+	// keeps the stored spec whatever the request says. The metadata is
+	// shared with the informer's copy, which nobody writes to: the
+	// PodController copies what it is notified.
+	return &corev1.Pod{TypeMeta: local.TypeMeta, ObjectMeta: local.ObjectMeta,
+		Status: reflection.ConsumerStatus(remote, local, h.opts.NodeIP, h.addresses())}
 }
 
 // consumerView is remote as the consumer sees it, for GetPod and GetPods

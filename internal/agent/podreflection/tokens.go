@@ -57,6 +57,7 @@ func (h *Handler) reflectToken(ctx context.Context, pod *corev1.Pod, o reflectio
 		}
 		_, err = secrets.Create(ctx, desired, metav1.CreateOptions{})
 		if err == nil {
+			h.rememberToken(pod.UID, desired)
 			return nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -70,6 +71,7 @@ func (h *Handler) reflectToken(ctx context.Context, pod *corev1.Pod, o reflectio
 	case err != nil:
 		return fmt.Errorf("reading the token Secret of %s: %w", klog.KObj(pod), err)
 	case !tokenDue(existing, pod, time.Now()):
+		h.rememberToken(pod.UID, existing)
 		return nil
 	}
 	desired, err := h.tokenSecret(ctx, pod, o)
@@ -77,8 +79,12 @@ func (h *Handler) reflectToken(ctx context.Context, pod *corev1.Pod, o reflectio
 		return err
 	}
 	if existing == nil {
-		if _, err := secrets.Create(ctx, desired, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		_, err := secrets.Create(ctx, desired, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating the token Secret of %s: %w", klog.KObj(pod), err)
+		}
+		if err == nil {
+			h.rememberToken(pod.UID, desired)
 		}
 		return nil
 	}
@@ -89,6 +95,7 @@ func (h *Handler) reflectToken(ctx context.Context, pod *corev1.Pod, o reflectio
 	if _, err := secrets.Update(ctx, desired, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("renewing the token Secret of %s: %w", klog.KObj(pod), err)
 	}
+	h.rememberToken(pod.UID, desired)
 	h.opts.Logger.V(1).Info("Renewed the service-account token of a pod", "pod", klog.KObj(pod))
 	return nil
 }
@@ -126,15 +133,58 @@ func (h *Handler) tokenSecret(ctx context.Context, pod *corev1.Pod, o reflection
 	return s, nil
 }
 
+// rememberToken records when the token of Secret s, of the consumer pod
+// of UID uid, expires.
+func (h *Handler) rememberToken(uid types.UID, s *corev1.Secret) {
+	expiry, err := time.Parse(time.RFC3339, s.Annotations[annotationTokenExpiry])
+	if err != nil || s.Labels[offloadv1alpha1.LabelOriginPodUID] != string(uid) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tokens == nil {
+		h.tokens = map[types.UID]time.Time{}
+	}
+	h.tokens[uid] = expiry
+}
+
+// knownNotDue reports whether the token Secret of the pod of UID uid holds
+// a token this handler wrote or read that is not due for renewal at now.
+func (h *Handler) knownNotDue(uid types.UID, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	expiry, ok := h.tokens[uid]
+	return ok && expiry.Sub(now) >= tokenRenewBefore
+}
+
+// forgetTokens drops what rememberToken recorded of the pods that keep
+// does not report.
+func (h *Handler) forgetTokens(keep func(types.UID) bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for uid := range h.tokens {
+		if !keep(uid) {
+			delete(h.tokens, uid)
+		}
+	}
+}
+
 // RenewTokens renews the token Secrets of the pods bound to the virtual
-// node that are due.
+// node that are due. The Secrets of tokens the handler knows are not due
+// are not read.
 func (h *Handler) RenewTokens(ctx context.Context) error {
 	pods, err := h.localPods(ctx)
 	if err != nil {
 		return err
 	}
+	now := time.Now()
+	current := make(map[types.UID]bool, len(pods))
 	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil || !reflection.NeedsToken(pod) {
+			continue
+		}
+		current[pod.UID] = true
+		if h.knownNotDue(pod.UID, now) {
 			continue
 		}
 		ti, err := h.resolve(pod.Namespace)
@@ -145,6 +195,7 @@ func (h *Handler) RenewTokens(ctx context.Context) error {
 			h.opts.Logger.Info("Cannot renew the service-account token of a pod", "pod", klog.KObj(pod), "error", err.Error())
 		}
 	}
+	h.forgetTokens(func(uid types.UID) bool { return current[uid] })
 	return nil
 }
 
@@ -152,15 +203,24 @@ func (h *Handler) RenewTokens(ctx context.Context) error {
 func hasTokenVolume(remote *corev1.Pod) bool {
 	name := reflection.TokenSecretName(remote.Name)
 	for _, v := range remote.Spec.Volumes {
-		if v.Projected != nil {
-			for _, src := range v.Projected.Sources {
-				if src.Secret != nil && src.Secret.Name == name {
-					return true
-				}
-			}
-		}
-		if v.Secret != nil && v.Secret.SecretName == name {
+		if mountsSecret(v, name) {
 			return true
+		}
+	}
+	return false
+}
+
+// mountsSecret reports whether volume v mounts Secret name, whole or
+// projected.
+func mountsSecret(v corev1.Volume, name string) bool {
+	if v.Secret != nil && v.Secret.SecretName == name {
+		return true
+	}
+	if v.Projected != nil {
+		for _, src := range v.Projected.Sources {
+			if src.Secret != nil && src.Secret.Name == name {
+				return true
+			}
 		}
 	}
 	return false

@@ -1,16 +1,23 @@
 package podreflection
 
 import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // tokenPod creates a consumer pod on the virtual node that mounts the
@@ -110,4 +117,98 @@ func TestTokenDueWhenOfAnotherPodOrNearItsExpiry(t *testing.T) {
 			t.Errorf("%s: tokenDue = %t, want %t", tc.name, got, tc.want)
 		}
 	}
+}
+
+// secretReads counts the Secret GETs that pass through it.
+type secretReads struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (c *secretReads) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/secrets/") {
+		c.n.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// RenewTokens reads no token Secret whose token the handler wrote and
+// knows is not due, and still renews the ones that are.
+func TestRenewTokensReadsOnlyTheSecretsThatAreDue(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	cfg := rest.CopyConfig(e.cfg)
+	reads := &secretReads{}
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads }
+	provider, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h.opts.Provider = provider
+	local := tokenPod(t, e, "api-client")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatalf("CreatePod: %v", err)
+	}
+	name := reflection.TokenSecretName(local.Name)
+	first, err := e.kube.CoreV1().Secrets(e.twin).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads.n.Store(0)
+	if err := e.h.RenewTokens(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.n.Load(); n != 0 {
+		t.Errorf("RenewTokens read %d token Secrets, want none: the one token is fresh", n)
+	}
+
+	// Time passes: the token the handler wrote is now in its last minutes.
+	e.h.mu.Lock()
+	e.h.tokens[local.UID] = time.Now().Add(tokenRenewBefore / 2)
+	e.h.mu.Unlock()
+	if err := e.h.RenewTokens(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.n.Load(); n != 1 {
+		t.Errorf("RenewTokens read %d token Secrets, want the one that is due", n)
+	}
+	// The Secret says the token is fresh, so it stays, and the handler
+	// knows its expiry again.
+	again, err := e.kube.CoreV1().Secrets(e.twin).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || string(again.Data[reflection.TokenSecretKeyToken]) != string(first.Data[reflection.TokenSecretKeyToken]) {
+		t.Errorf("a fresh token was replaced (err=%v)", err)
+	}
+	if !e.h.knownNotDue(local.UID, time.Now()) {
+		t.Error("the handler does not know the expiry it read")
+	}
+
+	// A token that is really due is renewed.
+	again.Annotations[annotationTokenExpiry] = time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	if _, err := e.kube.CoreV1().Secrets(e.twin).Update(ctx, again, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.h.mu.Lock()
+	e.h.tokens[local.UID] = time.Now().Add(time.Minute)
+	e.h.mu.Unlock()
+	if err := e.h.RenewTokens(ctx); err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := e.kube.CoreV1().Secrets(e.twin).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || string(renewed.Data[reflection.TokenSecretKeyToken]) == string(first.Data[reflection.TokenSecretKeyToken]) {
+		t.Errorf("a due token was not renewed (err=%v)", err)
+	}
+
+	// A pod that is gone is forgotten.
+	if err := e.kube.CoreV1().Pods(e.consumer).Delete(ctx, local.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, waitTimeout, "the deleted pod's token forgotten", func(ctx context.Context) bool {
+		if err := e.h.RenewTokens(ctx); err != nil {
+			return false
+		}
+		e.h.mu.Lock()
+		defer e.h.mu.Unlock()
+		_, known := e.h.tokens[local.UID]
+		return !known
+	})
 }

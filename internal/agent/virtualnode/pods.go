@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
@@ -75,10 +74,12 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	}
 	consumer := r.podsKube()
 	name := p.node()
+	versions := &podreflection.PodVersions{}
 	onNode := informers.NewSharedInformerFactoryWithOptions(consumer, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
-	}), informers.WithTransform(crcache.TransformStripManagedFields()))
+	}), informers.WithTransform(versions.Transform))
 	pods := onNode.Core().V1().Pods()
+	versions.Store = pods.Informer().GetStore()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
