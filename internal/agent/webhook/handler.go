@@ -2,12 +2,13 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -73,16 +74,43 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 	if no == nil {
 		return admission.Allowed("the namespace is not offloaded")
 	}
+	before := scheduling(&pod.Spec)
 	if !Mutate(pod, no, m.Options) {
 		return admission.Allowed("the pod needs no change")
 	}
-	mutated, err := json.Marshal(pod)
-	if err != nil {
-		return m.failed(log, fmt.Errorf("encoding the mutated pod: %w", err))
-	}
-	resp := admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	resp := admission.Patched("", schedulingPatch(before, &pod.Spec)...)
 	log.V(2).Info("Mutated a pod for offloading", "strategy", no.Spec.PodOffloadingStrategy, "operations", len(resp.Patches))
 	return resp
+}
+
+// scheduling is a copy of the fields of spec that Mutate and
+// KeepTolerations change: the tolerations and the affinity.
+func scheduling(spec *corev1.PodSpec) corev1.PodSpec {
+	out := corev1.PodSpec{Affinity: spec.Affinity.DeepCopy()}
+	for _, t := range spec.Tolerations {
+		out.Tolerations = append(out.Tolerations, *t.DeepCopy())
+	}
+	return out
+}
+
+// schedulingPatch is the JSON patch that sets the tolerations and the
+// affinity of a pod whose spec was before (scheduling) to after's, where
+// they differ. Patching only what the webhook changes costs far less than
+// encoding and diffing the whole pod, and never drops a field of the
+// request that this build does not know.
+func schedulingPatch(before corev1.PodSpec, after *corev1.PodSpec) []jsonpatch.JsonPatchOperation {
+	var ops []jsonpatch.JsonPatchOperation
+	if !apiequality.Semantic.DeepEqual(before.Tolerations, after.Tolerations) {
+		ops = append(ops, jsonpatch.NewOperation("add", "/spec/tolerations", after.Tolerations))
+	}
+	if !apiequality.Semantic.DeepEqual(before.Affinity, after.Affinity) {
+		if after.Affinity == nil {
+			ops = append(ops, jsonpatch.NewOperation("remove", "/spec/affinity", nil))
+		} else {
+			ops = append(ops, jsonpatch.NewOperation("add", "/spec/affinity", after.Affinity))
+		}
+	}
+	return ops
 }
 
 // update keeps the offloading tolerations of the pod before the update
@@ -92,15 +120,12 @@ func (m *PodMutator) update(log klog.Logger, req admission.Request, pod *corev1.
 	if err := m.decoder.DecodeRaw(req.OldObject, old); err != nil {
 		return m.failed(log, fmt.Errorf("decoding the pod before the update: %w", err))
 	}
+	before := scheduling(&pod.Spec)
 	if !KeepTolerations(old, pod) {
 		return admission.Allowed("the update keeps the offloading tolerations")
 	}
-	mutated, err := json.Marshal(pod)
-	if err != nil {
-		return m.failed(log, fmt.Errorf("encoding the updated pod: %w", err))
-	}
 	log.V(2).Info("Kept the offloading tolerations of a pod through an update")
-	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	return admission.Patched("", schedulingPatch(before, &pod.Spec)...)
 }
 
 // FailureWarning starts the warning of a pod admitted unchanged because

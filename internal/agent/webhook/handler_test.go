@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -167,5 +169,67 @@ func TestThePodMutatorAdmitsAPodItCannotDecode(t *testing.T) {
 	resp := hook.Handle(context.Background(), req)
 	if !resp.Allowed || len(resp.Patches) != 0 || len(resp.Warnings) == 0 {
 		t.Errorf("response = allowed %t, %d patches, warnings %q; want allowed, unpatched, with a warning", resp.Allowed, len(resp.Patches), resp.Warnings)
+	}
+}
+
+// The patch sets the tolerations and the affinity Mutate gives the pod,
+// and leaves the rest of the request as it came, fields this build does
+// not know included.
+func TestThePodMutatorsPatchKeepsWhatItDoesNotChange(t *testing.T) {
+	ctx := context.Background()
+	c := framework.NewClient(t, framework.APIServer(t))
+	framework.InstallCRDs(t, c)
+	ns := framework.NewNamespace(t, c, "wh-patch")
+	no := offloading(offloadv1alpha1.Remote)
+	no.Namespace = ns
+	if err := c.Create(ctx, no); err != nil {
+		t.Fatal(err)
+	}
+	pod := newPod(func(p *corev1.Pod) {
+		p.Namespace = ""
+		p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
+	})
+	req := podRequest(t, admissionv1.Create, ns, pod)
+	// A field of a newer API, unknown to this build's types.
+	var doc map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["spec"].(map[string]any)["futureField"] = map[string]any{"enabled": true}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Object.Raw = raw
+
+	resp := NewAdmissionWebhook(&PodMutator{Client: c}, scheme.Scheme).Handle(ctx, req)
+	ops, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.DecodePatch(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched, err := patch.Apply(raw)
+	if err != nil {
+		t.Fatalf("applying %s: %v", ops, err)
+	}
+	var got struct {
+		Spec struct {
+			corev1.PodSpec
+			FutureField map[string]any `json:"futureField"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(patched, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := pod.DeepCopy()
+	Mutate(want, no, Options{})
+	if !apiequality.Semantic.DeepEqual(got.Spec.Tolerations, want.Spec.Tolerations) || !apiequality.Semantic.DeepEqual(got.Spec.Affinity, want.Spec.Affinity) {
+		t.Errorf("patched tolerations %+v and affinity %+v, want Mutate's %+v and %+v", got.Spec.Tolerations, got.Spec.Affinity, want.Spec.Tolerations, want.Spec.Affinity)
+	}
+	if got.Spec.FutureField["enabled"] != true || len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Image != "nginx" {
+		t.Errorf("the patch changed what the webhook does not own: %s", patched)
 	}
 }
