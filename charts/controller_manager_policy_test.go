@@ -3,6 +3,7 @@ package charts_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -234,5 +235,73 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesTheirPodsAndTwinNamespaces
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// The policy sees every pod write the controller-manager's ClusterRole
+// grants, and no pod creation: RBAC refuses it those, and each pod created
+// in the cluster would otherwise cost the API server an evaluation of the
+// policy's matchConditions over the whole pod.
+func TestTheControllerManagerPolicyMatchesExactlyThePodWritesItsRoleGrants(t *testing.T) {
+	objs, err := renderIn("offload-system", map[string]any{"clusterName": "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		policy admissionregistrationv1.ValidatingAdmissionPolicy
+		role   rbacv1.ClusterRole
+	)
+	if err := fromRendered(objs, map[string]any{
+		"ValidatingAdmissionPolicy/" + controllerManagerPolicyName: &policy,
+		"ClusterRole/offload-controller-manager":                   &role,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	operation := map[string]admissionregistrationv1.OperationType{
+		"create": admissionregistrationv1.Create, "update": admissionregistrationv1.Update, "patch": admissionregistrationv1.Update,
+		"delete": admissionregistrationv1.Delete, "deletecollection": admissionregistrationv1.Delete,
+	}
+	granted := map[string]map[admissionregistrationv1.OperationType]bool{"pods": {}, "pods/status": {}}
+	for _, r := range role.Rules {
+		if !slices.Contains(r.APIGroups, "") {
+			continue
+		}
+		for _, res := range r.Resources {
+			if granted[res] == nil {
+				continue
+			}
+			for _, v := range r.Verbs {
+				if op, ok := operation[v]; ok {
+					granted[res][op] = true
+				}
+			}
+		}
+	}
+	matched := map[string]map[admissionregistrationv1.OperationType]bool{"pods": {}, "pods/status": {}}
+	for _, r := range policy.Spec.MatchConstraints.ResourceRules {
+		if !slices.Contains(r.APIGroups, "") {
+			continue
+		}
+		for _, res := range r.Resources {
+			if matched[res] == nil {
+				continue
+			}
+			for _, op := range r.Operations {
+				matched[res][op] = true
+			}
+		}
+	}
+	for res, ops := range granted {
+		if len(ops) == 0 {
+			t.Errorf("the ClusterRole grants no write of %s: the test reads the wrong role", res)
+		}
+		for op := range ops {
+			if !matched[res][op] {
+				t.Errorf("the ClusterRole grants %s of %s, which the policy does not see", op, res)
+			}
+		}
+	}
+	if matched["pods"][admissionregistrationv1.Create] {
+		t.Error("the policy matches every pod creation in the cluster")
 	}
 }

@@ -2,10 +2,10 @@ package podreflection
 
 import (
 	"maps"
-	"reflect"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -17,9 +17,10 @@ import (
 // status and the metadata stay whole (the consumer's status and view are
 // made of them); of the spec stay what a pod update can change and the
 // consumer's view compares (container names and images, the deadline, the
-// tolerations), the node, and the volumes that mount the pod's token
-// Secret, which deleting the pod deletes with it. Volumes, environment,
-// probes and resources, most of a pod's size, go.
+// tolerations), the node, and whether it mounts the pod's token Secret,
+// which deleting the pod deletes with it (kept as one Secret volume,
+// whatever the volume's kind). Volumes, environment, probes and
+// resources, most of a pod's size, go.
 //
 // The cache never writes a pod back: UpdatePod and CreatePod read the
 // remote pod they update from the API server.
@@ -45,7 +46,9 @@ func slimRemotePod(obj any) (any, error) {
 	token := reflection.TokenSecretName(p.Name)
 	for _, v := range p.Spec.Volumes {
 		if mountsSecret(v, token) {
-			out.Spec.Volumes = append(out.Spec.Volumes, v)
+			// Only that it mounts the Secret, whatever the volume's kind.
+			out.Spec.Volumes = []corev1.Volume{{Name: v.Name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: token}}}}
+			break
 		}
 	}
 	return out, nil
@@ -97,7 +100,9 @@ func (v *PodVersions) Transform(obj any) (any, error) {
 	if !ok || prev.UID != p.UID {
 		return p, nil
 	}
-	if reflect.DeepEqual(prev.Spec, p.Spec) {
+	// Semantic: two decodings of one quantity differ in their cached
+	// string once someone printed one.
+	if apiequality.Semantic.DeepEqual(prev.Spec, p.Spec) {
 		p.Spec = prev.Spec
 	}
 	if maps.Equal(prev.Labels, p.Labels) {
@@ -106,7 +111,7 @@ func (v *PodVersions) Transform(obj any) (any, error) {
 	if maps.Equal(prev.Annotations, p.Annotations) {
 		p.Annotations = prev.Annotations
 	}
-	if reflect.DeepEqual(prev.OwnerReferences, p.OwnerReferences) {
+	if apiequality.Semantic.DeepEqual(prev.OwnerReferences, p.OwnerReferences) {
 		p.OwnerReferences = prev.OwnerReferences
 	}
 	if slices.Equal(prev.Finalizers, p.Finalizers) {
