@@ -2,7 +2,8 @@ package manager
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
 
 // SlimPod is the cache transform of Pods: a pod with only the fields the
@@ -22,13 +23,8 @@ func SlimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	out := &corev1.Pod{
-		TypeMeta: p.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Generation: p.Generation,
-			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
-			DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
-			Labels:                     p.Labels, OwnerReferences: p.OwnerReferences,
-		},
+		TypeMeta:   p.TypeMeta,
+		ObjectMeta: reflection.SlimMeta(&p.ObjectMeta),
 		Spec: corev1.PodSpec{
 			NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork,
 			Containers: slimContainers(p.Spec.Containers), InitContainers: slimContainers(p.Spec.InitContainers),
@@ -39,6 +35,7 @@ func SlimPod(obj any) (any, error) {
 			HostIP: p.Status.HostIP, HostIPs: p.Status.HostIPs, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
 		},
 	}
+	out.OwnerReferences = p.OwnerReferences
 	return out, nil
 }
 

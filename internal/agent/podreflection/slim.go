@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
@@ -30,19 +29,15 @@ func slimRemotePod(obj any) (any, error) {
 		return obj, nil
 	}
 	out := &corev1.Pod{
-		TypeMeta: p.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Generation: p.Generation,
-			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
-			DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
-			Labels:                     p.Labels, Annotations: p.Annotations,
-		},
+		TypeMeta:   p.TypeMeta,
+		ObjectMeta: reflection.SlimMeta(&p.ObjectMeta),
 		Spec: corev1.PodSpec{
 			NodeName: p.Spec.NodeName, ActiveDeadlineSeconds: p.Spec.ActiveDeadlineSeconds, Tolerations: p.Spec.Tolerations,
 			Containers: namesAndImages(p.Spec.Containers), InitContainers: namesAndImages(p.Spec.InitContainers),
 		},
 		Status: p.Status,
 	}
+	out.Annotations = p.Annotations
 	token := reflection.TokenSecretName(p.Name)
 	for _, v := range p.Spec.Volumes {
 		if mountsSecret(v, token) {

@@ -54,3 +54,14 @@ func Orphans(remotes []corev1.Pod, localUIDs sets.Set[types.UID], clusterID stri
 	})
 	return out
 }
+
+// SlimMeta is what the agent's slim caches keep of an object's metadata:
+// its identity, version, timestamps and labels. A cache transform adds
+// what its readers need besides.
+func SlimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation,
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
+		DeletionGracePeriodSeconds: m.DeletionGracePeriodSeconds, Labels: m.Labels,
+	}
+}
