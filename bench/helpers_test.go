@@ -75,7 +75,8 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = os.RemoveAll(bin) })
+	// The binaries serve every benchmark of the process: TestMain removes
+	// them at the end.
 	// Room for the direct and the offloaded Deployment at once: the offer,
 	// and so the twin namespace's quota, follow the provider's free pods,
 	// which the direct run uses up for a while.

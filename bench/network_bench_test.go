@@ -57,7 +57,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(wgChildEnv); cfg != "" {
 		os.Exit(bareWireGuard(cfg))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	_ = framework.RemoveBinaries()
+	os.Exit(code)
 }
 
 // bareConfig is one bare wireguard-go device of path (1).

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	fmt.Fprintf(os.Stderr, "e2e: tools and binaries ready in %s\n", time.Since(start).Round(time.Millisecond))
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	_ = framework.RemoveBinaries()
 	os.Exit(code)
 }
 

@@ -45,3 +45,13 @@ func BuildBinaries(ctx context.Context) (string, error) {
 	})
 	return buildDir, buildErr
 }
+
+// RemoveBinaries removes what BuildBinaries built. Every test of the
+// process shares those binaries: call it once they are all done, as
+// TestMain does after m.Run.
+func RemoveBinaries() error {
+	if buildDir == "" {
+		return nil
+	}
+	return os.RemoveAll(buildDir)
+}
