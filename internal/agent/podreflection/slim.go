@@ -87,7 +87,7 @@ func (v *PodVersions) Transform(obj any) (any, error) {
 	if v.Store == nil {
 		return p, nil
 	}
-	item, exists, err := v.Store.GetByKey(p.Namespace + "/" + p.Name)
+	item, exists, err := v.Store.GetByKey(cache.MetaObjectToName(p).String())
 	if err != nil || !exists {
 		return p, nil
 	}

@@ -102,11 +102,18 @@ func (h *Handler) reflectToken(ctx context.Context, pod *corev1.Pod, o reflectio
 
 // tokenDue reports whether the token Secret s must get a new token for pod.
 func tokenDue(s *corev1.Secret, pod *corev1.Pod, now time.Time) bool {
-	if s.Labels[offloadv1alpha1.LabelOriginPodUID] != string(pod.UID) {
-		return true
+	expiry, ok := tokenExpiry(s, pod.UID)
+	return !ok || expiry.Sub(now) < tokenRenewBefore
+}
+
+// tokenExpiry returns when the token in Secret s expires, if s holds a
+// token of the pod of UID uid with a readable expiry.
+func tokenExpiry(s *corev1.Secret, uid types.UID) (time.Time, bool) {
+	if s.Labels[offloadv1alpha1.LabelOriginPodUID] != string(uid) {
+		return time.Time{}, false
 	}
 	expiry, err := time.Parse(time.RFC3339, s.Annotations[annotationTokenExpiry])
-	return err != nil || expiry.Sub(now) < tokenRenewBefore
+	return expiry, err == nil
 }
 
 // tokenSecret requests a token for pod's service account, bound to pod,
@@ -136,8 +143,8 @@ func (h *Handler) tokenSecret(ctx context.Context, pod *corev1.Pod, o reflection
 // rememberToken records when the token of Secret s, of the consumer pod
 // of UID uid, expires.
 func (h *Handler) rememberToken(uid types.UID, s *corev1.Secret) {
-	expiry, err := time.Parse(time.RFC3339, s.Annotations[annotationTokenExpiry])
-	if err != nil || s.Labels[offloadv1alpha1.LabelOriginPodUID] != string(uid) {
+	expiry, ok := tokenExpiry(s, uid)
+	if !ok {
 		return
 	}
 	h.mu.Lock()
