@@ -15,8 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
@@ -425,14 +423,8 @@ func TestCreatePodRidesOutATransientConflictOfTheProvidersQuota(t *testing.T) {
 	e := newEnv(t)
 	// The PodController would mark a restartPolicy Never pod Failed for
 	// good on any error of CreatePod.
-	cfg := rest.CopyConfig(e.cfg)
 	faults := &conflictOnce{}
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { faults.next = rt; return faults }
-	provider, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.h.opts.Provider = provider
+	e.providerThrough(t, func(rt http.RoundTripper) http.RoundTripper { faults.next = rt; return faults })
 	local := e.localPod(t, "job")
 	local.Spec.RestartPolicy = corev1.RestartPolicyNever
 	if err := e.h.CreatePod(t.Context(), local); err != nil {

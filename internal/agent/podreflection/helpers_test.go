@@ -2,6 +2,7 @@ package podreflection
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -162,4 +163,17 @@ func (e *env) getRemote(ctx context.Context, t *testing.T, name string) *corev1.
 		return nil
 	}
 	return p
+}
+
+// providerThrough makes the handler reach the provider through wrap, which
+// gets the transport to the API server: to count or fault requests.
+func (e *env) providerThrough(t *testing.T, wrap func(http.RoundTripper) http.RoundTripper) {
+	t.Helper()
+	cfg := rest.CopyConfig(e.cfg)
+	cfg.WrapTransport = wrap
+	provider, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h.opts.Provider = provider
 }

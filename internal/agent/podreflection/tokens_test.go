@@ -11,8 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -137,14 +135,8 @@ func (c *secretReads) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestRenewTokensReadsOnlyTheSecretsThatAreDue(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	cfg := rest.CopyConfig(e.cfg)
 	reads := &secretReads{}
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads }
-	provider, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.h.opts.Provider = provider
+	e.providerThrough(t, func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads })
 	local := tokenPod(t, e, "api-client")
 	if err := e.h.CreatePod(ctx, local); err != nil {
 		t.Fatalf("CreatePod: %v", err)

@@ -81,12 +81,7 @@ func TestThePodMutatorPatchesOnlyNewPodsOfOffloadedNamespaces(t *testing.T) {
 	ctx := context.Background()
 	c := framework.NewClient(t, framework.APIServer(t))
 	framework.InstallCRDs(t, c)
-	offloaded := framework.NewNamespace(t, c, "wh-handler")
-	no := offloading(offloadv1alpha1.Remote)
-	no.Namespace = offloaded
-	if err := c.Create(ctx, no); err != nil {
-		t.Fatal(err)
-	}
+	offloaded := offloadedNamespace(t, c, offloadv1alpha1.Remote, false)
 	plain := framework.NewNamespace(t, c, "wh-handler")
 	bare := func(edit ...func(*corev1.Pod)) *corev1.Pod {
 		p := newPod(edit...)
@@ -179,12 +174,7 @@ func TestThePodMutatorsPatchKeepsWhatItDoesNotChange(t *testing.T) {
 	ctx := context.Background()
 	c := framework.NewClient(t, framework.APIServer(t))
 	framework.InstallCRDs(t, c)
-	ns := framework.NewNamespace(t, c, "wh-patch")
-	no := offloading(offloadv1alpha1.Remote)
-	no.Namespace = ns
-	if err := c.Create(ctx, no); err != nil {
-		t.Fatal(err)
-	}
+	ns := offloadedNamespace(t, c, offloadv1alpha1.Remote, false)
 	pod := newPod(func(p *corev1.Pod) {
 		p.Namespace = ""
 		p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
@@ -225,7 +215,7 @@ func TestThePodMutatorsPatchKeepsWhatItDoesNotChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := pod.DeepCopy()
-	Mutate(want, no, Options{})
+	Mutate(want, offloading(offloadv1alpha1.Remote), Options{})
 	// The whole pod, so that a field Mutate learns to change and the
 	// patch does not carry shows here.
 	var whole corev1.Pod
