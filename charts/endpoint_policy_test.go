@@ -65,14 +65,7 @@ func tenantIdentityIn(t *testing.T, admin kubernetes.Interface, cidrs *string) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The API server's RBAC cache learns the binding a moment after it is
-	// written: callers test the policy, so they start once RBAC allows.
-	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns.Name, Verb: "create", Group: "discovery.k8s.io", Resource: "endpointslices"}}}
-	framework.Eventually(t, 30*time.Second, "the tenant's RoleBinding is not in force", func(ctx context.Context) bool {
-		got, err := tenant.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-		return err == nil && got.Status.Allowed
-	})
+	framework.WaitAuthorized(t, cfg, authorizationv1.ResourceAttributes{Namespace: ns.Name, Verb: "create", Group: "discovery.k8s.io", Resource: "endpointslices"})
 	return ns.Name, tenant
 }
 

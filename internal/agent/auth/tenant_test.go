@@ -194,6 +194,9 @@ func (e *peeringEnv) authSAConfig(t *testing.T) *rest.Config {
 		UserName: "system:serviceaccount:" + e.namespace + ":offload-auth",
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + e.namespace, "system:authenticated"},
 	}
+	framework.WaitAuthorized(t, cfg,
+		authorizationv1.ResourceAttributes{Verb: "create", Group: offloadv1alpha1.GroupVersion.Group, Resource: "tenants"},
+		authorizationv1.ResourceAttributes{Namespace: e.namespace, Verb: "get", Resource: "secrets"})
 	return cfg
 }
 

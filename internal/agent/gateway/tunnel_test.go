@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,9 @@ func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
 	}
 	asGateway := rest.CopyConfig(cfg)
 	asGateway.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":offload-gateway"}
+	framework.WaitAuthorized(t, asGateway,
+		authorizationv1.ResourceAttributes{Namespace: ns, Verb: "watch", Group: offloadv1alpha1.GroupVersion.Group, Resource: "tunnels", Name: "provider"},
+		authorizationv1.ResourceAttributes{Namespace: ns, Verb: "patch", Group: offloadv1alpha1.GroupVersion.Group, Resource: "tunnels", Subresource: "status", Name: "provider"})
 
 	// Another peer's Tunnel in the same namespace stays out of its reach.
 	other := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns},
