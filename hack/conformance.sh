@@ -34,80 +34,14 @@ done
 
 CACHE="${OFFLOAD_CACHE_DIR:-${ROOT}/.cache}"
 BIN="${CACHE}/bin"
-STAMPS="${BIN}/.stamps"
 WORK="${CACHE}/conformance"
 CLUSTERS="${WORK}/clusters"
-mkdir -p "${STAMPS}" "${WORK}"
+mkdir -p "${WORK}"
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 hack/setup.sh
+hack/tools.sh e2e.test agnhost nonewprivs
 make --no-print-directory build >/dev/null
-
-# e2e_module prepares a wrapper module, apart from hack/tools.sh's, that
-# requires k8s.io/kubernetes with a replace directive for every staging
-# module, and pins the e2e suite and agnhost.
-e2e_module() {
-  local dir="${CACHE}/src/kubernetes-e2e-${KUBE_VERSION}"
-  if [[ -f "${dir}/.ready" ]]; then
-    echo "${dir}"
-    return
-  fi
-  mkdir -p "${dir}"
-  local gomod
-  gomod="$(cd "${dir}" && GOFLAGS= go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
-  {
-    printf 'module offload.local/kubee2e\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "${KUBE_VERSION}"
-    sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"v0${KUBE_VERSION#v1}"'#p' "${gomod}"
-    echo ")"
-  } > "${dir}/go.mod"
-  cat > "${dir}/tools.go" <<'GO'
-//go:build tools
-
-// Package tools pins the Kubernetes e2e suite and test images this module builds.
-package tools
-
-import (
-	_ "k8s.io/kubernetes/test/e2e"
-	_ "k8s.io/kubernetes/test/images/agnhost"
-	_ "k8s.io/kubernetes/test/images/nonewprivs"
-)
-GO
-  (cd "${dir}" && go mod tidy >/dev/null)
-  touch "${dir}/.ready"
-  echo "${dir}"
-}
-
-kube_ldflags() {
-  local v="${KUBE_VERSION}" major minor f=""
-  major="$(echo "${v#v}" | cut -d. -f1)"
-  minor="$(echo "${v#v}" | cut -d. -f2)"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    f+=" -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
-  done
-  echo "-s -w ${f}"
-}
-
-# build_e2e builds e2e.test, agnhost and nonewprivs into .cache/bin, unless
-# they are built for KUBE_VERSION already (.cache/bin/.stamps).
-build_e2e() {
-  local dir start
-  for tool in e2e.test agnhost nonewprivs; do
-    if [[ -x "${BIN}/${tool}" && "$(cat "${STAMPS}/${tool}" 2>/dev/null)" == "${KUBE_VERSION}" ]]; then
-      continue
-    fi
-    dir="$(e2e_module)"
-    start=$(date +%s)
-    log "building ${tool} ${KUBE_VERSION}"
-    case "${tool}" in
-      e2e.test) (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod go test -c -vet=off -trimpath \
-        -ldflags "$(kube_ldflags)" -o "${BIN}/e2e.test" k8s.io/kubernetes/test/e2e) ;;
-      *) (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
-        -ldflags "-s -w" -o "${BIN}/${tool}" "k8s.io/kubernetes/test/images/${tool}") ;;
-    esac
-    printf '%s' "${KUBE_VERSION}" > "${STAMPS}/${tool}"
-    log "built ${tool} in $(( $(date +%s) - start ))s"
-  done
-}
 
 # debian_statics extracts Debian's static busybox and bash (apt-get
 # download, no install) into ${WORK}/debs/root.
@@ -122,7 +56,6 @@ debian_statics() {
   for deb in "${debs}"/*.deb; do dpkg-deb -x "${deb}" "${debs}/root"; done
 }
 
-build_e2e
 debian_statics
 go build -o "${WORK}/bin/conformance" ./hack/conformance
 IMAGES="$("${WORK}/bin/conformance" images -dir "${WORK}/images" -agnhost "${BIN}/agnhost" -nonewprivs "${BIN}/nonewprivs" \

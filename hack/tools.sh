@@ -8,6 +8,7 @@
 # Tools: kube-apiserver kube-controller-manager kube-scheduler kubectl
 #        kubelet kube-proxy etcd kwok kwokctl coredns metrics-server
 #        controller-gen
+#        e2e.test agnhost nonewprivs (for make conformance; not by default)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,10 +32,14 @@ up_to_date() {
 
 stamp() { printf '%s' "$2" > "${STAMPS}/$1"; }
 
-# kube_module prepares a wrapper module that requires k8s.io/kubernetes with a
-# replace directive for every staging module, as k8s.io/kubernetes's go.mod lists them.
+# kube_module NAME PACKAGE... prepares wrapper module NAME that requires
+# k8s.io/kubernetes with a replace directive for every staging module, as
+# k8s.io/kubernetes's go.mod lists them, and pins PACKAGEs, and prints its
+# directory. The control-plane commands and the e2e suite get a module each,
+# so building the tools never resolves the e2e suite's dependencies.
 kube_module() {
-  local dir="${SRC}/kubernetes-${KUBE_VERSION}"
+  local name="$1"; shift
+  local dir="${SRC}/${name}-${KUBE_VERSION}"
   if [[ -f "${dir}/.ready" ]]; then
     echo "${dir}"
     return
@@ -44,7 +49,7 @@ kube_module() {
   gomod="$(cd "${dir}" && GOFLAGS= go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
   local staging_version="v0${KUBE_VERSION#v1}"
   {
-    echo "module offload.local/kubetools"
+    echo "module offload.local/${name}"
     echo
     echo "go 1.26"
     echo
@@ -54,21 +59,11 @@ kube_module() {
     sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"${staging_version}"'#p' "${gomod}"
     echo ")"
   } > "${dir}/go.mod"
-  cat > "${dir}/tools.go" <<'GO'
-//go:build tools
-
-// Package tools pins the Kubernetes commands this module builds.
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-proxy"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-)
-GO
+  {
+    printf '//go:build tools\n\n// Package tools pins the Kubernetes packages this module builds.\npackage tools\n\nimport (\n'
+    printf '\t_ "%s"\n' "$@"
+    printf ')\n'
+  } > "${dir}/tools.go"
   (cd "${dir}" && go mod tidy -e >/dev/null 2>&1 || go mod tidy)
   touch "${dir}/.ready"
   echo "${dir}"
@@ -86,13 +81,30 @@ kube_ldflags() {
   echo "-s -w ${f}"
 }
 
+KUBE_COMMANDS=(kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubectl kubelet)
+
 build_kube() {
   local tool="$1"
   if up_to_date "${tool}" "${KUBE_VERSION}"; then return; fi
   local dir
-  dir="$(kube_module)"
+  dir="$(kube_module kubernetes "${KUBE_COMMANDS[@]/#/k8s.io/kubernetes/cmd/}")"
   log "building ${tool} ${KUBE_VERSION}"
   (cd "${dir}" && go build -trimpath -ldflags "$(kube_ldflags)" -o "${BIN}/${tool}" "k8s.io/kubernetes/cmd/${tool}")
+  stamp "${tool}" "${KUBE_VERSION}"
+}
+
+# build_e2e TOOL builds the upstream e2e suite (e2e.test) or one of its test
+# images' commands (agnhost, nonewprivs), for `make conformance`.
+build_e2e() {
+  local tool="$1"
+  if up_to_date "${tool}" "${KUBE_VERSION}"; then return; fi
+  local dir
+  dir="$(kube_module kubernetes-e2e k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes/test/images/nonewprivs)"
+  log "building ${tool} ${KUBE_VERSION}"
+  case "${tool}" in
+    e2e.test) (cd "${dir}" && go test -c -vet=off -trimpath -ldflags "$(kube_ldflags)" -o "${BIN}/e2e.test" k8s.io/kubernetes/test/e2e) ;;
+    *) (cd "${dir}" && go build -trimpath -ldflags "-s -w" -o "${BIN}/${tool}" "k8s.io/kubernetes/test/images/${tool}") ;;
+  esac
   stamp "${tool}" "${KUBE_VERSION}"
 }
 
@@ -132,6 +144,7 @@ build_controller_gen() {
 build() {
   case "$1" in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) build_kube "$1" ;;
+    e2e.test|agnhost|nonewprivs) build_e2e "$1" ;;
     etcd) build_wrapped etcd "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
     kwok|kwokctl) build_kwok "$1" ;;
     coredns) build_wrapped coredns "${COREDNS_VERSION}" github.com/coredns/coredns github.com/coredns/coredns ;;
