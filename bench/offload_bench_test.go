@@ -358,7 +358,7 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	}
 	busy0, parts0 = machineBusySeconds(), componentCPU()
 	requests = p.mustStartRequests(ctx, b)
-	profiled := p.profileAPIServers(ctx, b, name, 15*time.Second)
+	profiled := p.profileAPIServers(ctx, b, name, profileWindow(b))
 	r.offloaded = p.runDeployment(ctx, b, p.consumer, offloadedNS, name, n, offloaded, timeout)
 	profiled()
 	r.machineOffloaded = machineBusySeconds() - busy0

@@ -217,6 +217,21 @@ func profileAgent(ctx context.Context, b *testing.B, c *framework.Cluster, name,
 	}
 }
 
+// profileWindow is how long the CPU profiles of an offloaded burst run,
+// from its start: OFFLOAD_BENCH_PROFILE_SECONDS, 15 when unset. A window
+// as long as the burst shows what the provider does once the pods arrive.
+func profileWindow(b *testing.B) time.Duration {
+	v := os.Getenv("OFFLOAD_BENCH_PROFILE_SECONDS")
+	if v == "" {
+		return 15 * time.Second
+	}
+	s, err := strconv.Atoi(v)
+	if err != nil || s <= 0 {
+		b.Fatalf("OFFLOAD_BENCH_PROFILE_SECONDS=%q: want a whole number of seconds above 0", v)
+	}
+	return time.Duration(s) * time.Second
+}
+
 // profileAPIServers, when OFFLOAD_BENCH_PROFILE names a directory, takes a
 // CPU profile of both kube-apiservers and both agents for d in the
 // background and writes them there (NAME-CLUSTER-kube-apiserver.pprof,
