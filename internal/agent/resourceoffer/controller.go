@@ -69,6 +69,14 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	identity *peering.Identity
+	// counts is each Tenant's last count of the free resources, by name.
+	counts map[string]count
+}
+
+// count is a Tenant's share of the free resources, and when it was counted.
+type count struct {
+	share corev1.ResourceList
+	at    time.Time
 }
 
 // SetupWithManager registers the controller with mgr. It reconciles every
@@ -99,9 +107,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	log := ctrl.LoggerFrom(ctx)
 	var tenant offloadv1alpha1.Tenant
 	if err := r.Client.Get(ctx, req.NamespacedName, &tenant); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !tenant.DeletionTimestamp.IsZero() {
+		r.forget(req.Name)
 		return reconcile.Result{}, nil
 	}
 	var ns corev1.Namespace
@@ -119,16 +131,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if wait := r.throttle(ctx, tenant.Spec.TenantNamespace); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	// Read-only lists of the whole cache: no deep copies.
-	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing nodes: %w", err)
+	share, recount, err := r.share(ctx, &tenant)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
-	}
-	share := Share(Free(nodes.Items, pods.Items, tenant.Spec.ClusterID), r.SharingPercentage)
+	// A share from the last count stands for the events since: they are
+	// counted when the next count is due.
+	later := reconcile.Result{RequeueAfter: recount}
 	id, err := r.readIdentity(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -148,7 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("publishing resource offer %s/%s: %w", offer.Namespace, offer.Name, err)
 	}
 	if !changed && offer.Status.LastUpdate != nil && meta.IsStatusConditionTrue(offer.Status.Conditions, offloadv1alpha1.ConditionReady) {
-		return reconcile.Result{}, nil
+		return later, nil
 	}
 	now := metav1.Now()
 	offer.Status.LastUpdate = &now
@@ -164,7 +173,46 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	log.Info("Published resource offer", "tenant", klog.KObj(&tenant), "offer", klog.KObj(offer), "operation", op,
 		"cpu", share.Cpu().String(), "memory", share.Memory().String(), "pods", share.Pods().String())
-	return reconcile.Result{}, nil
+	return later, nil
+}
+
+// share returns the tenant's share of the free resources, counted at most
+// once per MinUpdateInterval, and how long until the next count when it
+// is the last count's. Counting lists every node and pod of the cluster,
+// and the tenant's own pods do not change it: in an offloaded burst every
+// pod event would recount every pod and find the offer unchanged, so that
+// the LastUpdate throttle never held and the counts ran back to back.
+func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) (corev1.ResourceList, time.Duration, error) {
+	r.mu.Lock()
+	last, ok := r.counts[tenant.Name]
+	r.mu.Unlock()
+	if age := time.Since(last.at); ok && age < MinUpdateInterval {
+		return last.share, MinUpdateInterval - age, nil
+	}
+	// Read-only lists of the whole cache: no deep copies.
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, 0, fmt.Errorf("listing nodes: %w", err)
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, 0, fmt.Errorf("listing pods: %w", err)
+	}
+	share := Share(Free(nodes.Items, pods.Items, tenant.Spec.ClusterID), r.SharingPercentage)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.counts == nil {
+		r.counts = map[string]count{}
+	}
+	r.counts[tenant.Name] = count{share: share, at: time.Now()}
+	return share, 0, nil
+}
+
+// forget drops the count of a Tenant that went.
+func (r *Reconciler) forget(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.counts, name)
 }
 
 // MinUpdateInterval is the least time between two changes of a

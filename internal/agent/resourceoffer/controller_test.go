@@ -3,6 +3,7 @@ package resourceoffer
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,6 +142,67 @@ func TestReconcileWaitsForTheTenantNamespace(t *testing.T) {
 	}
 }
 
+// An offloaded burst, the tenant's own pods arriving, leaves its offer as
+// it is; each of its pod events used to recount every pod of the cluster.
+// The counts are now at most one per MinUpdateInterval, and what changed
+// in between is still counted.
+func TestABurstOfTheTenantsPodsCountsTheClusterOncePerInterval(t *testing.T) {
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, c)
+	agentNS := framework.NewNamespace(t, c, "ro")
+	createIdentity(t, c, agentNS)
+	var podLists atomic.Int32
+	startManagerWith(t, cfg, agentNS, func(c client.Client) client.Client { return podListCounter{c, &podLists} })
+	node := createNode(t, c, "40", "80Gi", "110")
+	tenant := createTenant(t, c)
+	offer := waitForOffer(t, c, tenant, resources("20", "40Gi", "55"))
+	// Past the throttle of the offer's last change, which would hold any
+	// count back.
+	framework.Eventually(t, 2*MinUpdateInterval, "the offer's last change is recent", func(context.Context) bool {
+		return time.Since(offer.Status.LastUpdate.Time) > MinUpdateInterval
+	})
+
+	podLists.Store(0)
+	start := time.Now()
+	const burst = 30
+	for i := range burst {
+		mustCreate(t, c, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("offloaded-%d", i), Namespace: tenant.Spec.TenantNamespace,
+				Labels: map[string]string{offloadv1alpha1.LabelOriginClusterID: tenant.Spec.ClusterID}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Requests: resources("100m", "64Mi", "")}}}},
+		})
+	}
+	// A pod of the provider's own, amid the burst, is counted when the
+	// next count is due, though no event follows it.
+	mustCreate(t, c, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "own", Namespace: agentNS},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: resources("2", "4Gi", "")}}}},
+	})
+	waitForOffer(t, c, tenant, resources("19", "38Gi", "54"))
+	elapsed := time.Since(start)
+	// One count at the first event, then one per interval begun since.
+	most := 2 + int32(elapsed/MinUpdateInterval)
+	if got := podLists.Load(); got > most {
+		t.Errorf("%d pod events in %s listed every pod %d times, want at most %d (one count per %s)", burst+1, elapsed.Round(time.Millisecond), got, most, MinUpdateInterval)
+	}
+}
+
+// podListCounter counts the pod lists through its client.
+type podListCounter struct {
+	client.Client
+	n *atomic.Int32
+}
+
+func (c podListCounter) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*corev1.PodList); ok {
+		c.n.Add(1)
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
 func TestOnlyEventsThatChangeTheFreeResourcesTrigger(t *testing.T) {
 	pod := func(node string, phase corev1.PodPhase, cpu string) *corev1.Pod {
 		p := &corev1.Pod{Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c"}}}, Status: corev1.PodStatus{Phase: phase}}
@@ -203,6 +265,12 @@ const testClusterID = "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
 // startManager runs a controller-manager with the Reconciler until the test ends.
 func startManager(t *testing.T, cfg *rest.Config, namespace string) {
 	t.Helper()
+	startManagerWith(t, cfg, namespace, func(c client.Client) client.Client { return c })
+}
+
+// startManagerWith is startManager with the Reconciler's client wrapped.
+func startManagerWith(t *testing.T, cfg *rest.Config, namespace string, wrap func(client.Client) client.Client) {
+	t.Helper()
 	port, err := framework.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +285,7 @@ func startManager(t *testing.T, cfg *rest.Config, namespace string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Namespace: namespace, SharingPercentage: DefaultSharingPercentage, skipNameValidation: true}
+	r := &Reconciler{Client: wrap(mgr.GetClient()), Namespace: namespace, SharingPercentage: DefaultSharingPercentage, skipNameValidation: true}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
