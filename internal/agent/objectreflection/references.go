@@ -78,18 +78,21 @@ func (r *Reflector) referencedLive(ctx context.Context, p *pair, kind, name stri
 }
 
 // referenceEnqueuer enqueues the ConfigMaps and Secrets a pod of the twin
-// namespace's pair references, before and after a change: they may have to
-// be copied, or their copies deleted.
+// namespace's pair starts or stops referencing: they may have to be
+// copied, or their copies deleted. An update enqueues only the references
+// it changes: most are status updates, which change none, and each
+// enqueued object's reconcile looks up every pod that references it.
 func (r *Reflector) referenceEnqueuer(twin string) cache.ResourceEventHandler {
-	enqueue := func(obj any) {
+	references := func(obj any) (cms, secrets sets.Set[string]) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return
+		if pod, ok := obj.(*corev1.Pod); ok {
+			return reflection.ReferencedObjects(pod)
 		}
-		cms, secrets := reflection.ReferencedObjects(pod)
+		return nil, nil
+	}
+	enqueue := func(cms, secrets sets.Set[string]) {
 		for n := range cms {
 			r.queue.Add(key{kind: kindConfigMap, twin: twin, name: n})
 		}
@@ -98,8 +101,12 @@ func (r *Reflector) referenceEnqueuer(twin string) cache.ResourceEventHandler {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(old, cur any) { enqueue(old); enqueue(cur) },
-		DeleteFunc: enqueue,
+		AddFunc: func(obj any) { enqueue(references(obj)) },
+		UpdateFunc: func(old, cur any) {
+			oldCMs, oldSecrets := references(old)
+			cms, secrets := references(cur)
+			enqueue(oldCMs.SymmetricDifference(cms), oldSecrets.SymmetricDifference(secrets))
+		},
+		DeleteFunc: func(obj any) { enqueue(references(obj)) },
 	}
 }

@@ -2,10 +2,14 @@ package objectreflection
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
@@ -71,4 +75,54 @@ func TestOnlyWhatPodsOfTheVirtualNodeReferenceLeavesTheConsumer(t *testing.T) {
 	framework.Eventually(t, waitTimeout, "the copies no pod needs are deleted, the opted-in one kept", func(ctx context.Context) bool {
 		return !copied(ctx, kindConfigMap, "used") && !copied(ctx, kindSecret, "used") && copied(ctx, kindSecret, "wanted")
 	})
+}
+
+// A pod's status updates, most of its events, enqueue none of the objects
+// it references: each enqueued object's reconcile looks up every pod that
+// references it. What a change adds or drops is enqueued.
+func TestOnlyTheReferencesAPodEventChangesAreEnqueued(t *testing.T) {
+	r := &Reflector{queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[key]())}
+	t.Cleanup(r.queue.ShutDown)
+	h := r.referenceEnqueuer("twin")
+	drain := func() []key {
+		var out []key
+		for r.queue.Len() > 0 {
+			k, _ := r.queue.Get()
+			r.queue.Done(k)
+			out = append(out, k)
+		}
+		slices.SortFunc(out, func(a, b key) int { return strings.Compare(a.kind+a.name, b.kind+b.name) })
+		return out
+	}
+	want := func(names ...string) []key {
+		var out []key
+		for _, n := range names {
+			kind, name, _ := strings.Cut(n, "/")
+			out = append(out, key{kind: kind, twin: "twin", name: name})
+		}
+		return out
+	}
+
+	pod := podUsing("p", "ns", "node", "cm", "secret")
+	h.OnAdd(pod, false)
+	if got := drain(); !slices.Equal(got, want(kindConfigMap+"/cm", kindSecret+"/secret")) {
+		t.Errorf("a new pod enqueued %v", got)
+	}
+	running := pod.DeepCopy()
+	running.Status.Phase = corev1.PodRunning
+	h.OnUpdate(pod, running)
+	if got := drain(); len(got) != 0 {
+		t.Errorf("a status update enqueued %v", got)
+	}
+	debugged := running.DeepCopy()
+	debugged.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug",
+		EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "debug-secret"}}}}}}}
+	h.OnUpdate(running, debugged)
+	if got := drain(); !slices.Equal(got, want(kindSecret+"/debug-secret")) {
+		t.Errorf("an added ephemeral container enqueued %v", got)
+	}
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: debugged})
+	if got := drain(); !slices.Equal(got, want(kindConfigMap+"/cm", kindSecret+"/debug-secret", kindSecret+"/secret")) {
+		t.Errorf("a deleted pod enqueued %v", got)
+	}
 }
