@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -19,8 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -51,13 +55,33 @@ func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A Tunnel whose NetworkPeering went while the agent was down is
 		// found at start; its gateway's state wakes the answer.
 		Watches(&offloadv1alpha1.Tunnel{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfTunnel)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfPod)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfPod), builder.WithPredicates(podAddressChanged())).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfTunnelObject)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the %s controller: %w", ProviderControllerName, err)
 	}
 	return nil
+}
+
+// podAddressChanged lets through the pod updates that can change a
+// NetworkPeering's answer: a twin pod's addresses, a gateway pod's node,
+// address or labels, a deletion; not the other status updates, most of a
+// pod's events, each of which would list every pod of the consumer's twin
+// namespaces.
+func podAddressChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*corev1.Pod)
+			cur, okNew := e.ObjectNew.(*corev1.Pod)
+			if !okOld || !okNew {
+				return true
+			}
+			return old.Spec.NodeName != cur.Spec.NodeName || old.Status.Phase != cur.Status.Phase ||
+				!slices.Equal(old.Status.PodIPs, cur.Status.PodIPs) || old.Status.PodIP != cur.Status.PodIP ||
+				old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero() || !maps.Equal(old.Labels, cur.Labels)
+		},
+	}
 }
 
 // peeringOfTunnel maps a server Tunnel to its consumer's NetworkPeering.
@@ -278,8 +302,10 @@ func (r *ProviderReconciler) tenantPods(ctx context.Context, consumerID string) 
 		if strings.HasPrefix(ns.Name, offloadv1alpha1.TenantNamespacePrefix) {
 			continue
 		}
+		// Read only: no deep copy of every pod of the namespace on each
+		// reconcile, which every twin pod's address change brings.
 		var pods corev1.PodList
-		if err := r.Client.List(ctx, &pods, client.InNamespace(ns.Name)); err != nil {
+		if err := r.Client.List(ctx, &pods, client.InNamespace(ns.Name), client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("listing the pods of twin namespace %s: %w", ns.Name, err)
 		}
 		for _, p := range pods.Items {
