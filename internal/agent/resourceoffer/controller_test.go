@@ -28,11 +28,7 @@ import (
 const providerName = "provider"
 
 func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
-	agentNS := framework.NewNamespace(t, c, "ro")
-	createIdentity(t, c, agentNS)
+	cfg, c, agentNS := newEnv(t)
 	startManager(t, cfg, agentNS)
 
 	nodeA := createNode(t, c, "4", "8Gi", "110")
@@ -91,11 +87,7 @@ func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
 }
 
 func TestReconcilingAnUnchangedTenantWritesNothing(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
-	agentNS := framework.NewNamespace(t, c, "ro")
-	createIdentity(t, c, agentNS)
+	_, c, agentNS := newEnv(t)
 	tenant := createTenant(t, c)
 	r := &Reconciler{Client: c, Namespace: agentNS, SharingPercentage: DefaultSharingPercentage}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: tenant.Name}}
@@ -124,11 +116,7 @@ func TestReconcilingAnUnchangedTenantWritesNothing(t *testing.T) {
 }
 
 func TestReconcileWaitsForTheTenantNamespace(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
-	agentNS := framework.NewNamespace(t, c, "ro")
-	createIdentity(t, c, agentNS)
+	_, c, agentNS := newEnv(t)
 	tenant := &offloadv1alpha1.Tenant{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer-" + rand.String(6)},
 		Spec:       offloadv1alpha1.TenantSpec{ClusterID: "c", ClusterName: "consumer", TenantNamespace: "offload-tenant-missing-" + rand.String(6)},
@@ -147,11 +135,7 @@ func TestReconcileWaitsForTheTenantNamespace(t *testing.T) {
 // The counts are now at most one per MinUpdateInterval, and what changed
 // in between is still counted.
 func TestABurstOfTheTenantsPodsCountsTheClusterOncePerInterval(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
-	agentNS := framework.NewNamespace(t, c, "ro")
-	createIdentity(t, c, agentNS)
+	cfg, c, agentNS := newEnv(t)
 	var podLists atomic.Int32
 	startManagerWith(t, cfg, agentNS, func(c client.Client) client.Client { return podListCounter{c, &podLists} })
 	node := createNode(t, c, "40", "80Gi", "110")
@@ -261,6 +245,18 @@ func TestOnlyEventsThatChangeTheFreeResourcesTrigger(t *testing.T) {
 }
 
 const testClusterID = "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
+
+// newEnv returns the test API server, a client of it and a new agent
+// namespace holding the cluster identity.
+func newEnv(t *testing.T) (*rest.Config, client.Client, string) {
+	t.Helper()
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, c)
+	agentNS := framework.NewNamespace(t, c, "ro")
+	createIdentity(t, c, agentNS)
+	return cfg, c, agentNS
+}
 
 // startManager runs a controller-manager with the Reconciler until the test ends.
 func startManager(t *testing.T, cfg *rest.Config, namespace string) {
