@@ -2,6 +2,7 @@ package framework
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"sync"
 )
@@ -50,4 +51,26 @@ func FreePort() (int, error) {
 		return 0, err
 	}
 	return p[0], nil
+}
+
+// Forward copies every connection l accepts to and from target, until l
+// is closed: an API server that starts answering on an address where
+// nothing listened.
+func Forward(l net.Listener, target string) {
+	for {
+		in, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer func() { _ = in.Close() }()
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				return
+			}
+			defer func() { _ = out.Close() }()
+			go func() { _, _ = io.Copy(out, in) }()
+			_, _ = io.Copy(in, out)
+		}()
+	}
 }

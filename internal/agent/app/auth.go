@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
@@ -100,6 +101,11 @@ func (o *authOptions) Run(ctx context.Context) error {
 	o.Logger = o.global.logger("auth")
 	cfg, err := o.global.restConfig("auth")
 	if err != nil {
+		return err
+	}
+	// Its CA and signing key are read at start: an API server that does
+	// not answer yet is waited for, not a reason to exit.
+	if err := manager.WaitForAPIServer(ctx, cfg, o.HealthProbeBindAddress, o.Logger); err != nil || ctx.Err() != nil {
 		return err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})

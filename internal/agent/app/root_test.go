@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
@@ -138,10 +141,67 @@ func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
 	})
 }
 
+// An auth service that starts before its API server answers waits for it,
+// serving its liveness probe, instead of exiting (the lifecycle e2e test
+// counts agent restarts during outages).
+func TestTheAuthServiceWaitsForAnAPIServerThatDoesNotAnswerYet(t *testing.T) {
+	cfg := framework.APIServer(t)
+	c := framework.NewClient(t, cfg)
+	ns := framework.NewNamespace(t, c, "app")
+	apiServer, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent is given an address where nothing listens yet.
+	kubeconfig, err := clientcmd.Load(framework.APIServerKubeconfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := freeAddr(t)
+	for _, cluster := range kubeconfig.Clusters {
+		cluster.Server = "https://" + later
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kubeconfig, path); err != nil {
+		t.Fatal(err)
+	}
+	health := freeAddr(t)
+	hc := &http.Client{Timeout: 5 * time.Second}
+	status := func(path string) int {
+		resp, err := hc.Get("http://" + health + path)
+		if err != nil {
+			return 0
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	runStartingUntilReady(t, health, func(t *testing.T) {
+		framework.Eventually(t, 30*time.Second, "the auth service serves its liveness probe while it waits", func(context.Context) bool {
+			return status("/healthz") == http.StatusOK
+		})
+		if got := status("/readyz"); got != http.StatusServiceUnavailable {
+			t.Errorf("/readyz while waiting for the API server: %d, want 503", got)
+		}
+		l, err := net.Listen("tcp", later)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		go framework.Forward(l, apiServer.Host)
+	}, nil, "auth", "--kubeconfig", path, "--namespace", ns, "--listen", freeAddr(t), "--health-probe-bind-address", health)
+}
+
 // runUntilReady runs the agent with args until /readyz on health answers
 // 200, calls whileRunning when it is not nil, then cancels the agent's
 // context and checks that it exits with code 0.
 func runUntilReady(t *testing.T, health string, whileRunning func(*testing.T), args ...string) {
+	t.Helper()
+	runStartingUntilReady(t, health, nil, whileRunning, args...)
+}
+
+// runStartingUntilReady is runUntilReady that calls starting, when it is
+// not nil, once the agent runs and before it waits for /readyz.
+func runStartingUntilReady(t *testing.T, health string, starting, whileRunning func(*testing.T), args ...string) {
 	t.Helper()
 	var out, errOut syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
@@ -153,6 +213,9 @@ func runUntilReady(t *testing.T, health string, whileRunning func(*testing.T), a
 			t.Logf("stderr of offload-agent %s:\n%s", args[0], errOut.String())
 		}
 	}()
+	if starting != nil {
+		starting(t)
+	}
 
 	hc := &http.Client{Timeout: 5 * time.Second}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {

@@ -124,6 +124,10 @@ func (g *Gateway) load(ctx context.Context) (*Config, []byte, error) {
 func (g *Gateway) waitConfig(ctx context.Context) (*Config, []byte, error) {
 	last := ""
 	for {
+		// Waiting is the loop's work until the configuration is there.
+		g.mu.Lock()
+		g.beat = time.Now()
+		g.mu.Unlock()
 		cfg, raw, err := g.load(ctx)
 		if err == nil {
 			return cfg, raw, nil

@@ -113,10 +113,13 @@ type InCluster struct {
 	at       time.Time
 }
 
-// NewInCluster watches Tunnel namespace/name through cfg.
+// NewInCluster watches Tunnel namespace/name through cfg. It asks the API
+// server nothing: a gateway that starts while it is unreachable waits.
 func NewInCluster(cfg *rest.Config, namespace, name string, base Config) (*InCluster, error) {
+	mapper := scheme.NodeAgentRESTMapper()
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:            scheme.Scheme,
+		Mapper:            mapper,
 		DefaultNamespaces: map[string]cache.Config{namespace: {}},
 		ByObject: map[client.Object]cache.ByObject{
 			&offloadv1alpha1.Tunnel{}: {Field: fields.OneTermEqualSelector("metadata.name", name)},
@@ -125,24 +128,34 @@ func NewInCluster(cfg *rest.Config, namespace, name string, base Config) (*InClu
 	if err != nil {
 		return nil, fmt.Errorf("creating the Tunnel cache: %w", err)
 	}
-	cl, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	cl, err := client.New(cfg, client.Options{Scheme: scheme.Scheme, Mapper: mapper})
 	if err != nil {
 		return nil, err
 	}
 	return &InCluster{key: types.NamespacedName{Namespace: namespace, Name: name}, base: base, cache: c, client: cl}, nil
 }
 
-// Start runs the cache until ctx ends; it returns once the cache synced.
+// Start runs the cache until ctx ends. It does not wait for the Tunnel:
+// Load does, a while each time, so that the gateway's loop, whose beat its
+// liveness probe watches, runs while the API server is unreachable.
 func (ic *InCluster) Start(ctx context.Context) error {
-	go func() { _ = ic.cache.Start(ctx) }()
-	if !ic.cache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("watching Tunnel %s: the cache did not sync", ic.key)
+	if _, err := ic.cache.GetInformer(ctx, &offloadv1alpha1.Tunnel{}, cache.BlockUntilSynced(false)); err != nil {
+		return fmt.Errorf("watching Tunnel %s: %w", ic.key, err)
 	}
+	go func() { _ = ic.cache.Start(ctx) }()
 	return nil
 }
 
+// loadTimeout bounds how long one Load waits for the Tunnel to be read.
+var loadTimeout = 10 * time.Second
+
 // Load implements Options.Load.
 func (ic *InCluster) Load(ctx context.Context) (*Config, error) {
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	if !ic.cache.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("reading Tunnel %s: the API server did not answer within %s", ic.key, loadTimeout)
+	}
 	t := &offloadv1alpha1.Tunnel{}
 	if err := ic.cache.Get(ctx, ic.key, t); err != nil {
 		return nil, fmt.Errorf("reading Tunnel %s: %w", ic.key, err)

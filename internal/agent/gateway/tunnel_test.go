@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +23,8 @@ import (
 // The gateway's in-cluster link, against a real API server, with the RBAC
 // the chart gives a gateway: its own Tunnel, by name, and nothing else.
 func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, admin)
+	cfg, admin, ns := tunnelEnv(t)
 	ctx := t.Context()
-	ns := framework.NewNamespace(t, admin, "gateway")
 
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{offloadv1alpha1.GroupVersion.Group}, Resources: []string{"tunnels"}, ResourceNames: []string{"provider"}, Verbs: []string{"get", "list", "watch"}},
@@ -111,4 +111,68 @@ func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
 	if ready := meta.FindStatusCondition(tunnel.Status.Conditions, offloadv1alpha1.ConditionReady); ready == nil || ready.Reason != "Disconnected" {
 		t.Errorf("a lost tunnel is reported at once: %+v", tunnel.Status.Conditions)
 	}
+}
+
+// A gateway that starts while its API server is unreachable waits for it:
+// it used to exit on discovery ("failed to get server groups"), which the
+// lifecycle e2e test counted as a restart during an outage. Load waits a
+// bounded time, so the gateway's loop keeps beating meanwhile.
+func TestTheGatewayStartsWhileItsAPIServerIsUnreachable(t *testing.T) {
+	cfg, admin, ns := tunnelEnv(t)
+	ctx := t.Context()
+	tunnel := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Name: "provider", Namespace: ns},
+		Spec: offloadv1alpha1.TunnelSpec{ClusterID: "y", ClusterName: "provider", Role: offloadv1alpha1.TunnelClient, LocalPodCIDRs: []string{"10.244.0.0/16"}}}
+	if err := admin.Create(ctx, tunnel); err != nil {
+		t.Fatal(err)
+	}
+	apiServer, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { loadTimeout = d }(loadTimeout)
+	loadTimeout = 2 * time.Second
+
+	// Nothing listens on the port the gateway is given, yet.
+	port, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(apiServer.Hostname(), strconv.Itoa(port))
+	down := rest.CopyConfig(cfg)
+	down.Host = "https://" + addr
+	ic, err := NewInCluster(down, ns, "provider", Config{Interface: "offload0", PrivateKeyFile: "/key"})
+	if err != nil {
+		t.Fatalf("the gateway cannot start while its API server is unreachable: %v", err)
+	}
+	if err := ic.Start(ctx); err != nil {
+		t.Fatalf("the gateway cannot start while its API server is unreachable: %v", err)
+	}
+	start := time.Now()
+	if _, err := ic.Load(ctx); err == nil {
+		t.Fatal("the gateway read its Tunnel from no API server")
+	} else if waited := time.Since(start); waited > loadTimeout+5*time.Second {
+		t.Errorf("Load waited %s for an unreachable API server, want at most about %s", waited, loadTimeout)
+	}
+
+	// The API server answers on that port: the gateway reads its Tunnel.
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go framework.Forward(l, apiServer.Host)
+	framework.Eventually(t, 30*time.Second, "the gateway reads its Tunnel once its API server answers", func(ctx context.Context) bool {
+		_, err := ic.Load(ctx)
+		return err != nil && strings.Contains(err.Error(), "the peer's public key is not known yet")
+	})
+}
+
+// tunnelEnv returns the test API server with the CRDs, an admin client and
+// a new namespace for a gateway's Tunnel.
+func tunnelEnv(t *testing.T) (*rest.Config, client.Client, string) {
+	t.Helper()
+	cfg := framework.APIServer(t)
+	admin := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, admin)
+	return cfg, admin, framework.NewNamespace(t, admin, "gateway")
 }

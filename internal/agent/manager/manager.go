@@ -162,7 +162,7 @@ const leaderElectionLost = "leader election lost"
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	// Building the manager reads the API server (its REST mapping): an
 	// agent that starts, or starts again, during an outage waits here.
-	if err := waitForAPIServer(ctx, cfg, o.HealthProbeBindAddress, o.Logger); err != nil || ctx.Err() != nil {
+	if err := WaitForAPIServer(ctx, cfg, o.HealthProbeBindAddress, o.Logger); err != nil || ctx.Err() != nil {
 		return err
 	}
 	mgr, err := New(cfg, o)

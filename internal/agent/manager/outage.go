@@ -65,10 +65,12 @@ func leaderLock(cfg *rest.Config, namespace string) (resourcelock.Interface, err
 	return lock, nil
 }
 
-// waitForAPIServer returns once the API server of cfg answers, or ctx is
+// WaitForAPIServer returns once the API server of cfg answers, or ctx is
 // done. While it waits, it serves the health probes on healthAddr: the
 // liveness probe (/healthz) passes, the readiness probe (/readyz) fails.
-func waitForAPIServer(ctx context.Context, cfg *rest.Config, healthAddr string, log klog.Logger) error {
+// The controller-manager and the auth service call it at start: an agent
+// that starts during an outage waits instead of exiting.
+func WaitForAPIServer(ctx context.Context, cfg *rest.Config, healthAddr string, log klog.Logger) error {
 	probeCfg := rest.CopyConfig(cfg)
 	probeCfg.Timeout = apiServerProbeTimeout
 	disco, err := discovery.NewDiscoveryClientForConfig(probeCfg)

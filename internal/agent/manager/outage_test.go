@@ -36,7 +36,7 @@ func TestAnAgentWaitsForItsAPIServerAnsweringTheLivenessProbe(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		done <- waitForAPIServer(t.Context(), &rest.Config{Host: api.URL}, health, ktesting.NewLogger(t, ktesting.NewConfig()))
+		done <- WaitForAPIServer(t.Context(), &rest.Config{Host: api.URL}, health, ktesting.NewLogger(t, ktesting.NewConfig()))
 	}()
 	framework.Eventually(t, 10*time.Second, "the liveness probe answered while waiting", func(context.Context) bool {
 		resp, err := http.Get("http://" + health + "/healthz")
@@ -52,10 +52,10 @@ func TestAnAgentWaitsForItsAPIServerAnsweringTheLivenessProbe(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("waitForAPIServer: %v", err)
+			t.Fatalf("WaitForAPIServer: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("waitForAPIServer did not return once the API server answered")
+		t.Fatal("WaitForAPIServer did not return once the API server answered")
 	}
 	if _, err := http.Get("http://" + health + "/healthz"); err == nil {
 		t.Error("the waiting health server still answers: the manager could not bind its address")
