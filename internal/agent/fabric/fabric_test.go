@@ -1,21 +1,16 @@
 package fabric
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2/ktesting"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/nftexpr"
@@ -128,22 +123,5 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// A fabric that starts while its API server is unreachable waits for it,
-// until it is stopped, instead of exiting on discovery at once.
-func TestTheFabricWaitsForAnUnreachableAPIServer(t *testing.T) {
-	port, err := framework.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &rest.Config{Host: "https://127.0.0.1:" + strconv.Itoa(port), TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	start := time.Now()
-	err = Run(ctx, cfg, Options{Namespace: "offload-system", NodeName: "node", Interval: time.Second}, ktesting.NewLogger(t, ktesting.NewConfig()))
-	if waited := time.Since(start); err == nil || !strings.Contains(err.Error(), "did not sync") || waited < 2*time.Second {
-		t.Errorf("Run returned after %s with %v; want it to wait until stopped, then say the caches did not sync", waited.Round(time.Millisecond), err)
 	}
 }

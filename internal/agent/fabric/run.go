@@ -88,11 +88,8 @@ type Options struct {
 // uninstall, or when the node stops being eligible.
 func Run(ctx context.Context, cfg *rest.Config, o Options, log klog.Logger) error {
 	gatewaySelector := labels.SelectorFromSet(labels.Set{offloadv1alpha1.LabelComponent: offloadv1alpha1.ComponentGateway})
-	// No discovery: a fabric that starts while the API server is
-	// unreachable waits for it below instead of exiting.
 	c, err := cache.New(cfg, cache.Options{
 		Scheme: scheme.Scheme,
-		Mapper: scheme.NodeAgentRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
 			&offloadv1alpha1.Tunnel{}: {Namespaces: map[string]cache.Config{o.Namespace: {}}},
 			&corev1.Pod{}:             {Namespaces: map[string]cache.Config{o.Namespace: {}}, Label: gatewaySelector},

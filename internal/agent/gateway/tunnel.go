@@ -116,7 +116,7 @@ type InCluster struct {
 // NewInCluster watches Tunnel namespace/name through cfg. It asks the API
 // server nothing: a gateway that starts while it is unreachable waits.
 func NewInCluster(cfg *rest.Config, namespace, name string, base Config) (*InCluster, error) {
-	mapper := scheme.NodeAgentRESTMapper()
+	mapper := scheme.GatewayRESTMapper()
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:            scheme.Scheme,
 		Mapper:            mapper,
