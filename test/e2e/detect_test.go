@@ -9,7 +9,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -134,20 +133,10 @@ func clientWithRules(ctx context.Context, t *testing.T, c *framework.Cluster, us
 	}
 	// The RBAC authorizer reads roles and bindings from informers: wait
 	// until it allows every rule.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		for _, r := range rules {
-			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: r.APIGroups[0], Resource: r.Resources[0], Verb: r.Verbs[0]},
-			}}
-			got, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-			if err != nil || !got.Status.Allowed {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for the rules of %s to apply: %v", user, err)
+	attrs := make([]authorizationv1.ResourceAttributes, 0, len(rules))
+	for _, r := range rules {
+		attrs = append(attrs, authorizationv1.ResourceAttributes{Group: r.APIGroups[0], Resource: r.Resources[0], Verb: r.Verbs[0]})
 	}
+	framework.WaitAuthorized(t, cfg, attrs...)
 	return kube
 }
