@@ -84,7 +84,7 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 	start := time.Now()
 	clusters := framework.StartClusters(b,
 		framework.ClusterOptions{Name: "bench-consumer", RealNode: true, DisableQPSLimits: true, CPUs: mode.consumer},
-		framework.ClusterOptions{Name: "bench-provider", FakeNodes: fakeNodes, RealNode: true, DisableQPSLimits: true, CPUs: mode.provider},
+		framework.ClusterOptions{Name: "bench-provider", FakeNodes: fakeNodes, TaintFakeNodes: true, RealNode: true, DisableQPSLimits: true, CPUs: mode.provider},
 	)
 	p := &pair{consumer: clusters[0], provider: clusters[1], bin: bin}
 	fmt.Printf("BenchmarkOffload %s: clusters up with %d fake provider nodes: %s; %s", mode.name, fakeNodes, time.Since(start).Round(time.Millisecond), mode.describe())
@@ -148,7 +148,9 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 // consumer, and waits until the virtual node is Ready for maxPods pods.
 func (p *pair) peer(ctx context.Context, b *testing.B, maxPods int) {
 	b.Helper()
-	doc, err := p.offload(ctx, p.provider, "peer", "generate", "-o", "json")
+	// The provider lends its fake nodes, which are tainted as the local
+	// clusters' are, to the consumer.
+	doc, err := p.offload(ctx, p.provider, "peer", "generate", "-o", "json", "--toleration", framework.FakeNodeTolerationFlag)
 	if err != nil {
 		b.Fatal(err)
 	}

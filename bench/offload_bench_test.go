@@ -468,6 +468,10 @@ func benchDeployment(name string, n int) *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					// The provider's fake nodes are tainted: the direct run
+					// tolerates it explicitly, the offloaded one through the
+					// peering (the consumer's own tolerations stay home).
+					Tolerations: []corev1.Toleration{framework.FakeNodeToleration},
 					Containers: []corev1.Container{{
 						Name:            "pause",
 						Image:           benchImage,

@@ -97,6 +97,18 @@ var attacks = []struct {
 			},
 		}}}}
 	}, "naming namespace kube-system:"},
+	{"requires pod anti-affinity with its own pods", func(s *corev1.PodSpec) {
+		s.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			TopologyKey:   corev1.LabelHostname,
+		}}}}
+	}, "required pod affinity or anti-affinity"},
+	{"spreads over nodes with DoNotSchedule", func(s *corev1.PodSpec) {
+		s.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		}}
+	}, "whenUnsatisfiable DoNotSchedule"},
 }
 
 // ordinary are pods that keep to the rules: admitted in a tenant namespace.
@@ -128,14 +140,21 @@ var ordinary = []struct {
 			{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](60)},
 		}
 	}},
-	{"has pod affinity and anti-affinity naming its own namespace or none", func(s *corev1.PodSpec, ns string) {
+	{"prefers pod affinity and anti-affinity naming its own namespace or none", func(s *corev1.PodSpec, ns string) {
 		term := corev1.PodAffinityTerm{LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, TopologyKey: corev1.LabelHostname}
 		own := term
 		own.Namespaces = []string{ns}
 		s.Affinity = &corev1.Affinity{
-			PodAffinity:     &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 1, PodAffinityTerm: own}}},
-			PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term, own}},
+			PodAffinity: &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 1, PodAffinityTerm: own}}},
+			PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{
+				{Weight: 100, PodAffinityTerm: term}, {Weight: 100, PodAffinityTerm: own}}},
 		}
+	}},
+	{"spreads over nodes as a preference", func(s *corev1.PodSpec, _ string) {
+		s.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		}}
 	}},
 }
 

@@ -14,6 +14,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
 export PATH="/usr/local/go/bin:${PATH}"
 
+# STEP names what the demo is doing; a failure says which step failed and
+# how to look, instead of leaving a bare error of the last command.
+STEP="setting up"
+step() { STEP="$1"; echo; echo "== $1"; }
+trap 'rc=$?; echo >&2; echo " ✗ the demo failed while ${STEP} (exit ${rc}, at: ${BASH_COMMAND})" >&2
+  echo "   The clusters keep running for a look: kubectl offload status, kubectl get pods -A; make clusters-down removes them." >&2' ERR
+fail() { echo " ✗ $*" >&2; exit 1; }
+# require NAME VALUE fails the demo when VALUE, read from a cluster, is empty.
+require() { [[ -n "$2" ]] || fail "no $1 found while ${STEP}"; }
+
 hack/setup.sh
 make --no-print-directory build >/dev/null
 KUBECTL="${ROOT}/.cache/bin/kubectl"
@@ -26,10 +36,10 @@ AGENT=(--set image.repository=registry.local/offload/offload-agent --set image.t
   # flow between the clusters is translated.
   --set 'network.gateway.nodeSelector.offload\.io/test-node=real')
 
+STEP="starting the local clusters"
 declare -A KUBECONFIGS
 while read -r name kubeconfig apiserver; do
-  echo
-  echo "== ${name} (export KUBECONFIG=${kubeconfig})"
+  step "${name} (export KUBECONFIG=${kubeconfig})"
   KUBECONFIGS[${name}]="${kubeconfig}"
   "${KUBECTL}" --kubeconfig "${kubeconfig}" get nodes -o wide
   # The API server as the other cluster's pods reach it.
@@ -40,29 +50,27 @@ done < <(go run ./hack/local-clusters up consumer provider)
 
 CONSUMER="${KUBECONFIGS[consumer]}"
 PROVIDER="${KUBECONFIGS[provider]}"
-echo
-echo "== peering: the provider prints a command, the consumer runs it"
+step "peering: the provider prints a command, the consumer runs it"
+# The provider lends its real node: its fake nodes (kwok) run no
+# container, and are tainted so that nothing lands there by mistake.
 if "${KUBECTL}" --kubeconfig "${CONSUMER}" get foreigncluster provider >/dev/null 2>&1; then
   echo "(already peered)"
 else
-  command="$("${OFFLOAD}" --kubeconfig "${PROVIDER}" peer generate)"
+  command="$("${OFFLOAD}" --kubeconfig "${PROVIDER}" peer generate --node-selector offload.io/test-node=real)"
   echo "${command}" | sed -E 's/(--auth-token )[^ ]+/\1<redacted>/'
   read -ra args <<<"${command#kubectl offload }"
   "${OFFLOAD}" --kubeconfig "${CONSUMER}" "${args[@]}"
 fi
 "${KUBECTL}" --kubeconfig "${CONSUMER}" get nodes
 
-echo
-echo "== offloading namespace demo, and a Deployment of 6 replicas spread over the local and virtual nodes"
+step "offloading namespace demo, and a Deployment of 6 replicas spread over the local and virtual nodes"
 "${KUBECTL}" --kubeconfig "${CONSUMER}" create namespace demo --dry-run=client -o yaml | "${KUBECTL}" --kubeconfig "${CONSUMER}" apply -f -
 "${OFFLOAD}" --kubeconfig "${CONSUMER}" namespace demo --pod-offloading-strategy LocalAndRemote --wait
 # The test application, spread over the nodes at most one apart so that the
-# virtual node gets its share. The provider's kwok nodes are labelled as
-# simulated, and the pods prefer nodes that are not: the virtual node
-# qualifies, so the preference travels with the offloaded replicas and runs
-# them on the provider's real node, in real containers, first.
-"${KUBECTL}" --kubeconfig "${PROVIDER}" label nodes -l type=kwok --overwrite demo.kubectl-offload.dev/simulated=true >/dev/null
-"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo apply -f - <<'YAML'
+# virtual node gets its share (nodeTaintsPolicy Honor leaves the consumer's
+# tainted fake nodes out). The virtual node is one host to the consumer's
+# scheduler and gets three replicas; the provider lends one node, where the
+# spread becomes a preference, so all three run there.
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -80,15 +88,9 @@ spec:
       - maxSkew: 1
         topologyKey: kubernetes.io/hostname
         whenUnsatisfiable: DoNotSchedule
+        nodeTaintsPolicy: Honor
         labelSelector:
           matchLabels: {app: web}
-      affinity:
-        nodeAffinity:
-          preferredDuringSchedulingIgnoredDuringExecution:
-          - weight: 100
-            preference:
-              matchExpressions:
-              - {key: demo.kubectl-offload.dev/simulated, operator: DoesNotExist}
       containers:
       - name: app
         image: registry.local/offload/testapp:test
@@ -100,24 +102,27 @@ spec:
           periodSeconds: 2
 YAML
 "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo rollout status deployment/web --timeout 3m
-echo
-echo "== consumer: kubectl -n demo get pods -o wide"
+step "consumer: kubectl -n demo get pods -o wide"
 "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -o wide
 TWIN="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get namespaceoffloading offloading -o jsonpath='{.status.remoteNamespaces[0].remoteNamespace}')"
-echo
-echo "== provider: kubectl -n ${TWIN} get pods -o wide"
+require "twin namespace of demo on the provider" "${TWIN}"
+step "provider: kubectl -n ${TWIN} get pods -o wide"
 "${KUBECTL}" --kubeconfig "${PROVIDER}" -n "${TWIN}" get pods -o wide
+# Every offloaded replica runs on the node the provider chose, in a real container.
+REAL="$("${KUBECTL}" --kubeconfig "${PROVIDER}" get nodes -l offload.io/test-node=real -o jsonpath='{.items[0].metadata.name}')"
+require "real node on the provider" "${REAL}"
+remote_nodes="$("${KUBECTL}" --kubeconfig "${PROVIDER}" -n "${TWIN}" get pods -l app=web -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort -u)"
+[[ "${remote_nodes}" == "${REAL}" ]] || fail "the offloaded replicas run on ${remote_nodes//$'\n'/, }, want only the provider's real node ${REAL}"
 echo
 "${OFFLOAD}" --kubeconfig "${CONSUMER}" status
-# The logs of an offloaded pod whose container runs on the provider's real node.
-REAL="$("${KUBECTL}" --kubeconfig "${PROVIDER}" get nodes -l offload.io/test-node=real -o jsonpath='{.items[0].metadata.name}')"
-POD="$("${KUBECTL}" --kubeconfig "${PROVIDER}" -n "${TWIN}" get pods --field-selector "spec.nodeName=${REAL}" -o jsonpath='{.items[0].metadata.name}')"
-echo
-echo "== consumer: kubectl -n demo logs ${POD} --tail 5 (the container runs on the provider)"
-"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo logs "${POD}" --tail 5
+POD="$("${KUBECTL}" --kubeconfig "${PROVIDER}" -n "${TWIN}" get pods -l app=web -o jsonpath='{.items[0].metadata.name}')"
+require "offloaded replica of web" "${POD}"
+step "consumer: kubectl -n demo logs ${POD} --tail 5 (the container runs on the provider)"
+logs="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo logs "${POD}" --tail 5)"
+echo "${logs}"
+require "log line of ${POD}, read through the virtual node" "${logs}"
 
-echo
-echo "== the network: kubectl get foreignclusters; kubectl -n offload-system get tunnels"
+step "the network: kubectl get foreignclusters; kubectl -n offload-system get tunnels"
 "${KUBECTL}" --kubeconfig "${CONSUMER}" wait foreigncluster provider --for=condition=NetworkReady --timeout 2m >/dev/null
 "${KUBECTL}" --kubeconfig "${CONSUMER}" get foreignclusters
 "${KUBECTL}" --kubeconfig "${CONSUMER}" -n offload-system get tunnels
@@ -151,7 +156,6 @@ spec:
     metadata: {labels: {app: hello-remote, tier: hello}}
     spec:
       nodeSelector: {offload.io/type: virtual-node}
-      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: demo.kubectl-offload.dev/simulated, operator: DoesNotExist}]}]}}}
       containers: [{name: app, image: registry.local/offload/testapp:test, imagePullPolicy: Never, readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}}]
 ---
 apiVersion: apps/v1
@@ -168,29 +172,48 @@ YAML
 for d in hello-local hello-remote client; do
   "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo rollout status "deployment/${d}" --timeout 3m >/dev/null
 done
-echo
-echo "== consumer: kubectl -n demo get pods -l tier=hello -o wide (the offloaded pod's IP is in the consumer's view of the provider)"
+step "consumer: kubectl -n demo get pods -l tier=hello -o wide (the offloaded pod's IP is in the consumer's view of the provider)"
 "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l tier=hello -o wide
 CLIENT="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l app=client -o jsonpath='{.items[0].metadata.name}')"
+LOCAL="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l app=hello-local -o jsonpath='{.items[0].metadata.name}')"
 REMOTE="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pods -l app=hello-remote -o jsonpath='{.items[0].metadata.name}')"
-# A new pod is reachable once the provider's gateway lets it in (its
-# tenant filter follows the twin namespaces' pods within seconds).
-for _ in $(seq 1 30); do
-  "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo exec "${CLIENT}" -- /testapp get "http://$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pod "${REMOTE}" -o jsonpath='{.status.podIP}'):8080/healthz" >/dev/null 2>&1 && break
+require "client pod" "${CLIENT}"; require "local hello pod" "${LOCAL}"; require "offloaded hello pod" "${REMOTE}"
+# The offloaded pod shows an IP once its address is translated into the
+# consumer's view and the tunnel is up; it is reachable once the
+# provider's gateway lets it in (its tenant filter follows the twin
+# namespaces' pods within seconds). Poll both, for at most 60 s.
+STEP="waiting until the consumer reaches the offloaded pod ${REMOTE} by its IP"
+reached=""
+for _ in $(seq 1 60); do
+  ip="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo get pod "${REMOTE}" -o jsonpath='{.status.podIP}')"
+  if [[ -n "${ip}" ]] && "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo exec "${CLIENT}" -- /testapp get "http://${ip}:8080/healthz" >/dev/null 2>&1; then
+    reached="${ip}"; break
+  fi
   sleep 1
 done
+require "answer from ${REMOTE} at the IP the consumer shows, within 60 s" "${reached}"
+
+# from_both FROM URL calls URL from pod FROM until both LOCAL and REMOTE
+# have answered, at least 6 times and at most 40, and prints the answers
+# ("server caller-as-the-server-sees-it"); it fails when one never did.
+from_both() {
+  local from="$1" url="$2" answers="" out
+  for i in $(seq 1 40); do
+    out="$("${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo exec "${from}" -- /testapp get "${url}")"
+    echo "${out}"
+    answers+="${out}"$'\n'
+    if (( i >= 6 )) && grep -q "^${LOCAL} " <<<"${answers}" && grep -q "^${REMOTE} " <<<"${answers}"; then
+      return 0
+    fi
+  done
+  fail "Service hello answered only from $(cut -d' ' -f1 <<<"${answers}" | sort -u | tr '\n' ' ')in 40 calls while ${STEP}; want ${LOCAL} and ${REMOTE}"
+}
+step "a consumer pod calls Service hello: answers from both clusters (server, and the caller as the server sees it)"
+from_both "${CLIENT}" http://hello:8080/whoami
+step "the offloaded pod ${REMOTE}, on the provider, calls the consumer's Service hello by name"
+from_both "${REMOTE}" http://hello:8080/whoami
 echo
-echo "== a consumer pod calls Service hello: answers from both clusters (server, and the caller as the server sees it)"
-for _ in 1 2 3 4 5 6; do
-  "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo exec "${CLIENT}" -- /testapp get http://hello:8080/whoami
-  echo
-done
-echo
-echo "== the offloaded pod ${REMOTE}, on the provider, calls the consumer's Service hello by name"
-for _ in 1 2 3 4; do
-  "${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo exec "${REMOTE}" -- /testapp get http://hello:8080/whoami
-  echo
-done
+echo " ✓ the demo ran: namespace demo spans both clusters, and Service hello answers from both"
 echo
 echo "Try: ${KUBECTL} --kubeconfig ${CONSUMER} -n demo exec ${POD} -- /testapp get http://127.0.0.1:8080/hostname"
 echo "     ${OFFLOAD} --kubeconfig ${CONSUMER} status peer provider"

@@ -25,6 +25,40 @@ export CGO_ENABLED=0
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# Progress: which tool of how many, how long it has taken, and how long
+# the previous build of it took on this machine (.stamps/<tool>.seconds),
+# with a line every 30 s while one builds, so that a cold build of 20 to
+# 30 minutes is never silent.
+STEP=0
+STEPS=0
+STARTED=$(date +%s)
+elapsed() { local s=$(( $(date +%s) - $1 )); printf '%dm%02ds' $(( s / 60 )) $(( s % 60 )); }
+previous() {
+  local f="${STAMPS}/$1.seconds"
+  [[ -f "${f}" ]] && printf ', %dm%02ds the last time' $(( $(cat "${f}") / 60 )) $(( $(cat "${f}") % 60 ))
+  return 0
+}
+# building NAME CMD... runs CMD with progress lines about NAME.
+building() {
+  local name="$1"; shift
+  local start pid rc=0
+  start=$(date +%s)
+  STEP=$(( STEP + 1 ))
+  log "[${STEP}/${STEPS}] building ${name}$(previous "${name}")"
+  # The heartbeat's sleep goes with it, or it would hold the output open.
+  ( trap 'kill "${s}" 2>/dev/null; exit 0' TERM
+    while :; do
+      sleep 30 & s=$!; wait "${s}"
+      log "[${STEP}/${STEPS}] still building ${name}: $(elapsed "${start}") so far$(previous "${name}"), $(elapsed "${STARTED}") in all"
+    done ) &
+  pid=$!
+  "$@" || rc=$?
+  kill "${pid}" 2>/dev/null; wait "${pid}" 2>/dev/null || true
+  [[ ${rc} -eq 0 ]] || return "${rc}"
+  echo $(( $(date +%s) - start )) > "${STAMPS}/${name}.seconds"
+  log "[${STEP}/${STEPS}] built ${name} in $(elapsed "${start}")"
+}
+
 # up_to_date TOOL VERSION: true when TOOL is built for VERSION.
 up_to_date() {
   [[ -x "${BIN}/$1" && -f "${STAMPS}/$1" && "$(cat "${STAMPS}/$1")" == "$2" ]]
@@ -83,14 +117,20 @@ kube_ldflags() {
 
 KUBE_COMMANDS=(kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubectl kubelet)
 
+# build_kube TOOL... builds the Kubernetes commands among TOOLs that are
+# not up to date in one go build: one build graph, so the packages they
+# share compile once and the links overlap the compiles.
 build_kube() {
-  local tool="$1"
-  if up_to_date "${tool}" "${KUBE_VERSION}"; then return; fi
+  local missing=() tool
+  for tool in "$@"; do
+    up_to_date "${tool}" "${KUBE_VERSION}" || missing+=("${tool}")
+  done
+  [[ ${#missing[@]} -gt 0 ]] || return 0
   local dir
   dir="$(kube_module kubernetes "${KUBE_COMMANDS[@]/#/k8s.io/kubernetes/cmd/}")"
-  log "building ${tool} ${KUBE_VERSION}"
-  (cd "${dir}" && go build -trimpath -ldflags "$(kube_ldflags)" -o "${BIN}/${tool}" "k8s.io/kubernetes/cmd/${tool}")
-  stamp "${tool}" "${KUBE_VERSION}"
+  building "kubernetes-${KUBE_VERSION}" bash -c 'cd "$1" && shift && go build -trimpath -ldflags "$1" -o "$2/" "${@:3}"' _ \
+    "${dir}" "$(kube_ldflags)" "${BIN}" "${missing[@]/#/k8s.io/kubernetes/cmd/}"
+  for tool in "${missing[@]}"; do stamp "${tool}" "${KUBE_VERSION}"; done
 }
 
 # build_e2e TOOL builds the upstream e2e suite (e2e.test) or one of its test
@@ -100,10 +140,9 @@ build_e2e() {
   if up_to_date "${tool}" "${KUBE_VERSION}"; then return; fi
   local dir
   dir="$(kube_module kubernetes-e2e k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes/test/images/nonewprivs)"
-  log "building ${tool} ${KUBE_VERSION}"
   case "${tool}" in
-    e2e.test) (cd "${dir}" && go test -c -vet=off -trimpath -ldflags "$(kube_ldflags)" -o "${BIN}/e2e.test" k8s.io/kubernetes/test/e2e) ;;
-    *) (cd "${dir}" && go build -trimpath -ldflags "-s -w" -o "${BIN}/${tool}" "k8s.io/kubernetes/test/images/${tool}") ;;
+    e2e.test) building "${tool}" bash -c 'cd "$1" && go test -c -vet=off -trimpath -ldflags "$2" -o "$3/e2e.test" k8s.io/kubernetes/test/e2e' _ "${dir}" "$(kube_ldflags)" "${BIN}" ;;
+    *) building "${tool}" bash -c 'cd "$1" && go build -trimpath -ldflags "-s -w" -o "$2/$3" "k8s.io/kubernetes/test/images/$3"' _ "${dir}" "${BIN}" "${tool}" ;;
   esac
   stamp "${tool}" "${KUBE_VERSION}"
 }
@@ -116,34 +155,42 @@ build_wrapped() {
   if up_to_date "${tool}" "${version}"; then return; fi
   local dir="${SRC}/${tool}-${version}"
   mkdir -p "${dir}"
-  log "building ${tool} ${version}"
   if [[ ! -f "${dir}/go.mod" ]]; then
     printf 'module offload.local/%stool\n\ngo 1.26\n\nrequire %s %s\n' "${tool}" "${module}" "${version}" > "${dir}/go.mod"
     printf '//go:build tools\n\n// Package tools pins the %s this module builds.\npackage tools\n\nimport _ "%s"\n' "${tool}" "${pkg}" > "${dir}/tools.go"
-    (cd "${dir}" && go mod tidy)
   fi
-  (cd "${dir}" && go build -trimpath -ldflags "-s -w" -o "${BIN}/${tool}" "${pkg}")
+  building "${tool}-${version}" bash -c 'cd "$1" && { [[ -f go.sum ]] || go mod tidy; } && go build -trimpath -ldflags "-s -w" -o "$2/$3" "$4"' _ "${dir}" "${BIN}" "${tool}" "${pkg}"
   stamp "${tool}" "${version}"
 }
 
 build_kwok() {
   local tool="$1"
   if up_to_date "${tool}" "${KWOK_VERSION}"; then return; fi
-  log "building ${tool} ${KWOK_VERSION}"
-  GOBIN="${BIN}" GOFLAGS= go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/${tool}@${KWOK_VERSION}"
+  GOBIN="${BIN}" GOFLAGS= building "${tool}-${KWOK_VERSION}" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/${tool}@${KWOK_VERSION}"
   stamp "${tool}" "${KWOK_VERSION}"
 }
 
 build_controller_gen() {
   if up_to_date controller-gen "${CONTROLLER_TOOLS_VERSION}"; then return; fi
-  log "building controller-gen ${CONTROLLER_TOOLS_VERSION}"
-  GOBIN="${BIN}" GOFLAGS= go install -trimpath -ldflags "-s -w" "sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_TOOLS_VERSION}"
+  GOBIN="${BIN}" GOFLAGS= building "controller-gen-${CONTROLLER_TOOLS_VERSION}" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_TOOLS_VERSION}"
   stamp controller-gen "${CONTROLLER_TOOLS_VERSION}"
+}
+
+# tool_version TOOL is the version TOOL is pinned to.
+tool_version() {
+  case "$1" in
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy|e2e.test|agnhost|nonewprivs) echo "${KUBE_VERSION}" ;;
+    etcd) echo "${ETCD_VERSION}" ;;
+    kwok|kwokctl) echo "${KWOK_VERSION}" ;;
+    coredns) echo "${COREDNS_VERSION}" ;;
+    metrics-server) echo "${METRICS_SERVER_VERSION}" ;;
+    controller-gen) echo "${CONTROLLER_TOOLS_VERSION}" ;;
+  esac
 }
 
 build() {
   case "$1" in
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) build_kube "$1" ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) build_kube "${KUBE_TOOLS[@]}" ;;
     e2e.test|agnhost|nonewprivs) build_e2e "$1" ;;
     etcd) build_wrapped etcd "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
     kwok|kwokctl) build_kwok "$1" ;;
@@ -159,6 +206,22 @@ if [[ ${#tools[@]} -eq 0 ]]; then
   tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl coredns metrics-server)
 fi
 
-start=$(date +%s)
+# The Kubernetes commands asked for build together (build_kube), as one step.
+KUBE_TOOLS=()
+declare -A seen=()
+for t in "${tools[@]}"; do
+  case "$t" in
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) KUBE_TOOLS+=("$t") ;;
+  esac
+done
+for t in "${tools[@]}"; do
+  case "$t" in
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy)
+      up_to_date "$t" "${KUBE_VERSION}" || [[ -n "${seen[kube]:-}" ]] || { seen[kube]=1; STEPS=$(( STEPS + 1 )); } ;;
+    controller-gen) up_to_date "$t" "${CONTROLLER_TOOLS_VERSION}" || STEPS=$(( STEPS + 1 )) ;;
+    *) [[ -x "${BIN}/$t" && -f "${STAMPS}/$t" ]] && [[ "$(cat "${STAMPS}/$t")" == "$(tool_version "$t")" ]] || STEPS=$(( STEPS + 1 )) ;;
+  esac
+done
+[[ ${STEPS} -eq 0 ]] || log "building ${STEPS} tool step(s) into ${BIN} (a cold build takes about 30 minutes on 2 cores; later runs reuse them)"
 for t in "${tools[@]}"; do build "$t"; done
-log "tools ready in ${BIN} ($(( $(date +%s) - start ))s)"
+log "tools ready in ${BIN} ($(elapsed "${STARTED}"))"

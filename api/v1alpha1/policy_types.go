@@ -1,5 +1,7 @@
 package v1alpha1
 
+import corev1 "k8s.io/api/core/v1"
+
 // PodSecurityLevel is a level of the Kubernetes Pod Security Standards.
 // +kubebuilder:validation:Enum=privileged;baseline;restricted
 type PodSecurityLevel string
@@ -57,6 +59,26 @@ type ConsumerPolicy struct {
 	// twin namespaces are always named by TwinNamespace.
 	// +optional
 	SameNameNamespaces bool `json:"sameNameNamespaces,omitempty"`
+	// NodeSelector is the provider's choice of the nodes that run the
+	// consumer's pods: every pod in the consumer's twin namespaces must
+	// select nodes with these labels, node placement or not. The consumer's
+	// agent adds it to the pods it sends; the provider's API server refuses
+	// pods without it (PodNodesPolicyName), and the ResourceOffer counts
+	// only the nodes it selects. Empty means every node.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations are the taints of the provider's nodes the consumer's
+	// pods tolerate, so that nodes the provider taints for tenants serve
+	// them. The consumer's agent adds them to the pods it sends; the
+	// provider's API server lets its pods tolerate only these and the
+	// not-ready and unreachable NoExecute taints (unless NodePlacement),
+	// and the ResourceOffer counts only nodes whose NoSchedule and
+	// NoExecute taints they tolerate. Each has a key; operator Exists
+	// when it has no value.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 }
 
 // Level returns the policy's Pod Security level, baseline when unset.
@@ -66,6 +88,28 @@ func (p ConsumerPolicy) Level() PodSecurityLevel {
 	}
 	return p.PodSecurity
 }
+
+// Equal reports whether p and q are the same policy.
+func (p ConsumerPolicy) Equal(q ConsumerPolicy) bool {
+	if p.Level() != q.Level() || p.NodePlacement != q.NodePlacement || p.SameNameNamespaces != q.SameNameNamespaces ||
+		len(p.NodeSelector) != len(q.NodeSelector) || len(p.Tolerations) != len(q.Tolerations) {
+		return false
+	}
+	for k, v := range p.NodeSelector {
+		if w, ok := q.NodeSelector[k]; !ok || w != v {
+			return false
+		}
+	}
+	for i := range p.Tolerations {
+		if !p.Tolerations[i].MatchToleration(&q.Tolerations[i]) ||
+			!equalSeconds(p.Tolerations[i].TolerationSeconds, q.Tolerations[i].TolerationSeconds) {
+			return false
+		}
+	}
+	return true
+}
+
+func equalSeconds(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
 // PlacementLabels are the node labels a consumer's pods may always select
 // or prefer nodes by, since they say what a workload can run on, not where:
@@ -88,6 +132,22 @@ const (
 	LabelNodePlacement   = "offload.io/node-placement"
 	NodePlacementAllowed = "allowed"
 )
+
+// AnnotationNodeSelector and AnnotationTolerations, on a consumer's twin
+// namespaces, record its ConsumerPolicy's NodeSelector and Tolerations in
+// the forms the chart's admission policies read: "key=value" pairs and
+// tolerations written as TolerationString, comma-separated and sorted.
+// Only the provider's remotenamespace controller sets them, from the
+// Tenant's policy; consumers cannot write namespaces.
+const (
+	AnnotationNodeSelector = "offload.io/node-selector"
+	AnnotationTolerations  = "offload.io/tolerations"
+)
+
+// PodNodesPolicyName is the ValidatingAdmissionPolicy, and its binding,
+// that keeps the pods of twin namespaces on the nodes their provider chose
+// (AnnotationNodeSelector), node placement or not.
+const PodNodesPolicyName = "offload-tenant-pod-nodes"
 
 // AnnotationEndpointCIDRs, on a twin namespace, lists (comma-separated)
 // the CIDRs the addresses of EndpointSlices its tenant writes must fall in:

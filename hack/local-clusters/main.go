@@ -3,7 +3,7 @@
 // keep running after it exits. For each it prints a line: the name, the
 // kubeconfig and the API server URL its peers use (tab-separated).
 //
-//	go run ./hack/local-clusters up [--fake-nodes N] [--real-node=false] [--metrics-server=false] [--images A.tar,B.tar] [NAME ...]   (default: consumer provider)
+//	go run ./hack/local-clusters up [--fake-nodes N] [--taint-fake-nodes=false] [--real-node=false] [--metrics-server=false] [--images A.tar,B.tar] [NAME ...]   (default: consumer provider)
 //	go run ./hack/local-clusters down [NAME ...]                  (default: every cluster)
 package main
 
@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	workdir := fs.String("workdir", filepath.Join(cache, "clusters"), "Directory holding the clusters.")
 	fakeNodes := fs.Int("fake-nodes", 2, "Fake nodes per cluster (up only).")
+	taintFakeNodes := fs.Bool("taint-fake-nodes", true, "Taint the fake nodes "+framework.FakeNodeTaint.ToString()+", so that only pods that tolerate it go there: kwok runs no container (up only).")
 	realNode := fs.Bool("real-node", true, "Give each cluster a real node, kubelet and containerd, that runs containers (up only; needs root).")
 	metricsServer := fs.Bool("metrics-server", true, "Run metrics-server on each real node, for kubectl top (up only; needs --real-node).")
 	isolated := fs.Bool("isolated", true, "Isolate the clusters as separate machines: only node addresses and API servers reach across, not pods (up only; needs --real-node).")
@@ -62,7 +63,7 @@ func run(ctx context.Context, args []string) error {
 		if len(names) == 0 {
 			names = []string{"consumer", "provider"}
 		}
-		o := framework.ClusterOptions{FakeNodes: *fakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode, MetricsServer: *metricsServer && *realNode}
+		o := framework.ClusterOptions{FakeNodes: *fakeNodes, TaintFakeNodes: *taintFakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode, MetricsServer: *metricsServer && *realNode}
 		if *images != "" {
 			archives, err := framework.TestImages(ctx)
 			if err != nil {

@@ -30,8 +30,14 @@ system and architecture, and tolerate no taint but not-ready and
 unreachable). It also says whether the consumer may ask for twin namespaces
 named as its own namespaces (--allow-same-name-namespaces, for namespace
 mapping strategy EnforceSameName; by default this cluster names them, and it
-never gives away the names it reserves). Peering again with a new token
-applies its policy to a consumer that is already peered.
+never gives away the names it reserves), and which of this cluster's nodes
+run the consumer's pods: those with the labels of --node-selector, tolerating
+the taints of --toleration. The consumer's pods always carry that selector and
+those tolerations, node placement or not, and the resources offered to the
+consumer are counted on those nodes only. Peering again with a new token
+applies its policy to a consumer that is already peered; the policy is kept in
+the consumer's Tenant (kubectl get tenants), where you can change it later
+with kubectl edit tenant NAME.
 
 Nothing is created unless kubectl offload is installed and its auth service
 has created its CA; kubectl offload status --wait waits for that.`
@@ -49,7 +55,11 @@ const generateExample = `  # Print the command to run on the consumer
   kubectl offload peer generate --pod-security restricted
 
   # A consumer whose namespaces keep their names here (EnforceSameName)
-  kubectl offload peer generate --allow-same-name-namespaces`
+  kubectl offload peer generate --allow-same-name-namespaces
+
+  # A consumer whose pods run only on the nodes labelled pool=tenants, which
+  # are tainted dedicated=tenants:NoSchedule for everyone else
+  kubectl offload peer generate --node-selector pool=tenants --toleration dedicated=tenants:NoSchedule`
 
 const tokensLong = `List and revoke the peering tokens of this cluster.
 
@@ -161,6 +171,8 @@ func newCmdGenerate(use string, f factory.Factory, streams genericiooptions.IOSt
 	cmd.Flags().StringVar(&o.AuthURL, "auth-url", o.AuthURL, "The https URL consumers reach the auth service at, instead of the one derived from the install.")
 	cmd.Flags().StringVar(&o.PodSecurity, "pod-security", o.PodSecurity, "The Pod Security level this cluster enforces on the consumer's pods: restricted, baseline or privileged.")
 	cmd.Flags().BoolVar(&o.AllowNodePlacement, "allow-node-placement", o.AllowNodePlacement, "Let the consumer's pods choose this cluster's nodes: set a nodeName, select any node label, tolerate any taint.")
+	cmd.Flags().StringSliceVar(&o.NodeSelector, "node-selector", o.NodeSelector, "A KEY=VALUE label the nodes that run the consumer's pods must have; repeat it or separate pairs with commas.")
+	cmd.Flags().StringArrayVar(&o.Tolerations, "toleration", o.Tolerations, "A taint of this cluster's nodes the consumer's pods tolerate, as KEY[=VALUE][:EFFECT] (no VALUE: any value; no EFFECT: every effect); repeatable.")
 	cmd.Flags().BoolVar(&o.AllowSameNameNamespaces, "allow-same-name-namespaces", o.AllowSameNameNamespaces, "Let the consumer's twin namespaces have the names of its own namespaces, except the names this cluster reserves.")
 	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
 	return cmd

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -72,6 +73,12 @@ type GenerateOptions struct {
 	// AllowSameNameNamespaces lets those consumers have twin namespaces
 	// named as their own namespaces, except the names this cluster reserves.
 	AllowSameNameNamespaces bool
+	// NodeSelector are KEY=VALUE labels: the nodes of this cluster that run
+	// the consumers' pods.
+	NodeSelector []string
+	// Tolerations are KEY[=VALUE][:EFFECT]: the taints of this cluster's
+	// nodes the consumers' pods tolerate.
+	Tolerations []string
 	// AuthURL overrides the auth URL derived from the install.
 	AuthURL string
 	Output  output.Format
@@ -115,6 +122,12 @@ func (o *GenerateOptions) Validate() error {
 	}
 	if _, ok := offloadv1alpha1.ParsePodSecurityLevel(o.PodSecurity); !ok {
 		return fmt.Errorf("--pod-security %q is not a Pod Security level: use %s", o.PodSecurity, peering.PodSecurityLevelList())
+	}
+	if _, err := offloadv1alpha1.ParseNodeSelector(o.NodeSelector); err != nil {
+		return fmt.Errorf("invalid --node-selector: %w", err)
+	}
+	if _, err := o.tolerations(); err != nil {
+		return err
 	}
 	if o.AuthURL != "" {
 		if err := validateAuthURL(o.AuthURL); err != nil {
@@ -169,8 +182,30 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 // policy returns the consumer policy of the options, once validated.
 func (o *GenerateOptions) policy() offloadv1alpha1.ConsumerPolicy {
 	level, _ := offloadv1alpha1.ParsePodSecurityLevel(o.PodSecurity)
-	return offloadv1alpha1.ConsumerPolicy{PodSecurity: level, NodePlacement: o.AllowNodePlacement, SameNameNamespaces: o.AllowSameNameNamespaces}
+	selector, _ := offloadv1alpha1.ParseNodeSelector(o.NodeSelector)
+	tolerations, _ := o.tolerations()
+	return offloadv1alpha1.ConsumerPolicy{PodSecurity: level, NodePlacement: o.AllowNodePlacement, SameNameNamespaces: o.AllowSameNameNamespaces,
+		NodeSelector: selector, Tolerations: tolerations}
 }
+
+// tolerations parses --toleration.
+func (o *GenerateOptions) tolerations() ([]corev1.Toleration, error) {
+	if len(o.Tolerations) > maxTolerations {
+		return nil, fmt.Errorf("--toleration is given %d times, at most %d are allowed", len(o.Tolerations), maxTolerations)
+	}
+	var out []corev1.Toleration
+	for _, s := range o.Tolerations {
+		t, err := offloadv1alpha1.ParseToleration(s)
+		if err != nil {
+			return nil, fmt.Errorf("invalid --toleration: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// maxTolerations is the Tenant CRD's limit on a policy's tolerations.
+const maxTolerations = 16
 
 // policyNote says in two sentences what a consumer and its pods may do
 // under p.
@@ -183,7 +218,15 @@ func policyNote(p offloadv1alpha1.ConsumerPolicy) string {
 	if p.SameNameNamespaces {
 		naming = "may have the names of the consumer's own namespaces, except the names this cluster reserves (--allow-same-name-namespaces)"
 	}
-	return fmt.Sprintf("Consumer pods run here under Pod Security %s (--pod-security) and pick nodes %s. Consumer namespaces offloaded here %s.", p.Level(), placement, naming)
+	nodes := "any node of this cluster whose taints they tolerate"
+	if len(p.NodeSelector) > 0 {
+		nodes = "the nodes labelled " + offloadv1alpha1.NodeSelectorString(p.NodeSelector)
+	}
+	if len(p.Tolerations) > 0 {
+		nodes += ", tolerating " + offloadv1alpha1.TolerationsString(p.Tolerations)
+	}
+	return fmt.Sprintf("Consumer pods run here on %s (--node-selector, --toleration) under Pod Security %s (--pod-security) and pick nodes %s. Consumer namespaces offloaded here %s.",
+		nodes, p.Level(), placement, naming)
 }
 
 // providerArgs reads this cluster's identity, auth CA and auth URL.

@@ -135,7 +135,7 @@ func TestGeneratePrintsTheCommandForANewToken(t *testing.T) {
 		t.Errorf("token Secrets = %+v, want one single-use Secret for %s expiring in an hour", secrets, tok.ID)
 	}
 	stored, err := peering.ReadTokenSecret(&secrets[0])
-	if want := (offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}); err != nil || stored.Policy != want {
+	if want := (offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}); err != nil || !stored.Policy.Equal(want) {
 		t.Errorf("the token Secret grants %+v (%v), want %+v", stored.Policy, err, want)
 	}
 }
@@ -197,7 +197,7 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 				t.Fatalf("%d token Secrets, want 1", len(secrets))
 			}
 			stored, err := peering.ReadTokenSecret(&secrets[0])
-			if err != nil || stored.Policy != tt.wantPolicy {
+			if err != nil || !stored.Policy.Equal(tt.wantPolicy) {
 				t.Errorf("the token Secret grants %+v (%v), want %+v", stored.Policy, err, tt.wantPolicy)
 			}
 			for _, want := range tt.wantNote {
@@ -211,7 +211,7 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 			switch tt.output {
 			case output.JSON:
 				var pc PeerCommand
-				if err := json.Unmarshal(out.Bytes(), &pc); err != nil || pc.Policy != tt.wantPolicy {
+				if err := json.Unmarshal(out.Bytes(), &pc); err != nil || !pc.Policy.Equal(tt.wantPolicy) {
 					t.Errorf("the JSON output carries policy %+v (%v), want %+v", pc.Policy, err, tt.wantPolicy)
 				}
 				if got := strings.Contains(out.String(), `"sameNameNamespaces"`); got != tt.wantPolicy.SameNameNamespaces {

@@ -100,6 +100,11 @@ const (
 	PodSecurityKey        = "pod-security"
 	NodePlacementKey      = "node-placement"
 	SameNameNamespacesKey = "same-name-namespaces"
+	// NodeSelectorKey and TolerationsKey hold the policy's NodeSelector
+	// and Tolerations in the forms of offloadv1alpha1.NodeSelectorString
+	// and TolerationsString; absent means none.
+	NodeSelectorKey = "node-selector"
+	TolerationsKey  = "tolerations"
 	// AllowedValue is the value of NodePlacementKey and
 	// SameNameNamespacesKey that allows what they name.
 	AllowedValue = "true"
@@ -148,6 +153,12 @@ func NewTokenSecret(namespace string, tok Token, o TokenOptions) *corev1.Secret 
 	}
 	if o.Policy.SameNameNamespaces {
 		s.Data[SameNameNamespacesKey] = []byte(AllowedValue)
+	}
+	if len(o.Policy.NodeSelector) > 0 {
+		s.Data[NodeSelectorKey] = []byte(offloadv1alpha1.NodeSelectorString(o.Policy.NodeSelector))
+	}
+	if len(o.Policy.Tolerations) > 0 {
+		s.Data[TolerationsKey] = []byte(offloadv1alpha1.TolerationsString(o.Policy.Tolerations))
 	}
 	return s
 }
@@ -200,7 +211,25 @@ func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
 	if t.Policy.SameNameNamespaces, err = readAllowed(s, SameNameNamespacesKey); err != nil {
 		return StoredToken{}, err
 	}
+	if t.Policy.NodeSelector, err = offloadv1alpha1.ParseNodeSelector(splitList(s.Data[NodeSelectorKey])); err != nil {
+		return StoredToken{}, fmt.Errorf("secret %s has an invalid %s: %w: revoke the token and generate a new one with kubectl offload peer generate", s.Name, NodeSelectorKey, err)
+	}
+	for _, v := range splitList(s.Data[TolerationsKey]) {
+		tol, err := offloadv1alpha1.ParseToleration(v)
+		if err != nil {
+			return StoredToken{}, fmt.Errorf("secret %s has an invalid %s: %w: revoke the token and generate a new one with kubectl offload peer generate", s.Name, TolerationsKey, err)
+		}
+		t.Policy.Tolerations = append(t.Policy.Tolerations, tol)
+	}
 	return t, nil
+}
+
+// splitList splits a comma-separated Secret value; empty gives nothing.
+func splitList(v []byte) []string {
+	if len(v) == 0 {
+		return nil
+	}
+	return strings.Split(string(v), ",")
 }
 
 // readAllowed reads a policy key that holds AllowedValue or nothing; "false"

@@ -111,6 +111,22 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 				PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true, SameNameNamespaces: true}},
 			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true, SameNameNamespaces: true},
 		},
+		{
+			name: "a token choosing the provider's nodes reads back its selector and tolerations",
+			opts: TokenOptions{Expires: expires, Policy: offloadv1alpha1.ConsumerPolicy{
+				NodeSelector: map[string]string{"pool": "tenants", "example.com/zone": "a"},
+				Tolerations: []corev1.Toleration{
+					{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tenants", Effect: corev1.TaintEffectNoSchedule},
+					{Key: "example.com/spot", Operator: corev1.TolerationOpExists},
+				}}},
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline,
+				NodeSelector: map[string]string{"pool": "tenants", "example.com/zone": "a"},
+				// Read back in TolerationsString's order.
+				Tolerations: []corev1.Toleration{
+					{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tenants", Effect: corev1.TaintEffectNoSchedule},
+					{Key: "example.com/spot", Operator: corev1.TolerationOpExists},
+				}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,7 +147,7 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.ID != tok.ID || !got.Expires.Equal(expires) || got.Reusable != tt.opts.Reusable || got.UsedBy != "" || !got.UsedAt.IsZero() || got.Policy != tt.wantPolicy {
+			if got.ID != tok.ID || !got.Expires.Equal(expires) || got.Reusable != tt.opts.Reusable || got.UsedBy != "" || !got.UsedAt.IsZero() || !got.Policy.Equal(tt.wantPolicy) {
 				t.Errorf("round trip = %+v, want reusable=%v and policy %+v", got, tt.opts.Reusable, tt.wantPolicy)
 			}
 			if !got.Matches(tok) {
@@ -173,6 +189,15 @@ func TestReadTokenSecretReadsThePolicy(t *testing.T) {
 		{name: "same-name namespaces are read apart from node placement", secret: with(map[string]string{NodePlacementKey: "true", SameNameNamespacesKey: "true"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodePlacement: true, SameNameNamespaces: true}},
 		{name: "an unknown same-name namespaces is an error naming the Secret", secret: with(map[string]string{SameNameNamespacesKey: "yes"}), wantErr: true},
 		{name: "same-name namespaces in capitals is an error", secret: with(map[string]string{SameNameNamespacesKey: "True"}), wantErr: true},
+		{name: "a node selector is read", secret: with(map[string]string{NodeSelectorKey: "a=b,pool=tenants"}),
+			want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodeSelector: map[string]string{"a": "b", "pool": "tenants"}}},
+		{name: "tolerations are read", secret: with(map[string]string{TolerationsKey: "dedicated=tenants:NoSchedule,spot"}),
+			want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, Tolerations: []corev1.Toleration{
+				{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tenants", Effect: corev1.TaintEffectNoSchedule},
+				{Key: "spot", Operator: corev1.TolerationOpExists}}}},
+		{name: "a node selector without a value is an error naming the Secret", secret: with(map[string]string{NodeSelectorKey: "pool"}), wantErr: true},
+		{name: "a toleration with an unknown effect is an error naming the Secret", secret: with(map[string]string{TolerationsKey: "a:Sometimes"}), wantErr: true},
+		{name: "a toleration without a key is an error naming the Secret", secret: with(map[string]string{TolerationsKey: "=x:NoSchedule"}), wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,7 +211,7 @@ func TestReadTokenSecretReadsThePolicy(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got.Policy != tt.want {
+			if err != nil || !got.Policy.Equal(tt.want) {
 				t.Fatalf("ReadTokenSecret = %+v, %v; want policy %+v", got.Policy, err, tt.want)
 			}
 		})

@@ -191,6 +191,7 @@ func (p *peer) detail(env *Env) Section {
 	if pol := st.ProviderPolicy; pol != nil {
 		field("podSecurity", "Pod Security there", string(pol.Level()))
 		field("nodePlacement", "Node placement there", placementText(*pol))
+		field("nodes", "Nodes there", nodesText(*pol))
 	}
 	field("credentialExpiry", "Credential expiry", timeText(st.CredentialExpiry, func(t time.Time) string { return expiryText(now, t) }))
 	field("lastSeen", "Last seen", timeText(st.LastSeen, func(t time.Time) string { return ageText(now, t) }))
@@ -200,6 +201,7 @@ func (p *peer) detail(env *Env) Section {
 			timeText(p.tenant.Status.CredentialExpiry, func(t time.Time) string { return expiryText(now, t) }))
 		field("tenantPodSecurity", "Tenant Pod Security", string(p.tenant.Spec.Policy.Level()))
 		field("tenantNodePlacement", "Tenant node placement", placementText(p.tenant.Spec.Policy))
+		field("tenantNodes", "Tenant nodes", nodesText(p.tenant.Spec.Policy))
 	}
 
 	s.Checks = append(s.Checks, p.conditionChecks()...)

@@ -365,6 +365,18 @@ func placementText(p offloadv1alpha1.ConsumerPolicy) string {
 	return "not allowed"
 }
 
+// nodesText says which of the provider's nodes run a consumer's pods under p.
+func nodesText(p offloadv1alpha1.ConsumerPolicy) string {
+	out := "any node"
+	if len(p.NodeSelector) > 0 {
+		out = "nodes labelled " + offloadv1alpha1.NodeSelectorString(p.NodeSelector)
+	}
+	if len(p.Tolerations) > 0 {
+		out += ", tolerating " + offloadv1alpha1.TolerationsString(p.Tolerations)
+	}
+	return out
+}
+
 // policyChecks say what each side lets the other's pods do: the policy the
 // peer applies to this cluster's pods (policy), known once the virtual node
 // read the peer's offer, and the one this cluster applies to the peer's
@@ -372,13 +384,13 @@ func placementText(p offloadv1alpha1.ConsumerPolicy) string {
 func (p *peer) policyChecks() []Check {
 	var out []Check
 	if pol := p.fc.Status.ProviderPolicy; pol != nil && p.outgoing() {
-		out = append(out, ok("policy", "peer %s runs this cluster's pods at Pod Security %s; node placement %s",
-			p.fc.Name, pol.Level(), placementText(*pol)))
+		out = append(out, ok("policy", "peer %s runs this cluster's pods on %s at Pod Security %s; node placement %s",
+			p.fc.Name, nodesText(*pol), pol.Level(), placementText(*pol)))
 	}
 	if p.tenant != nil {
 		pol := p.tenant.Spec.Policy
-		c := ok("tenantPolicy", "this cluster runs the pods of consumer %s at Pod Security %s; node placement %s",
-			p.fc.Name, pol.Level(), placementText(pol))
+		c := ok("tenantPolicy", "this cluster runs the pods of consumer %s on %s at Pod Security %s; node placement %s",
+			p.fc.Name, nodesText(pol), pol.Level(), placementText(pol))
 		if pol.Level() == offloadv1alpha1.PodSecurityPrivileged {
 			c.Message += ": its pods may run privileged, as root on this cluster's nodes"
 		}

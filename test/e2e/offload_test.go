@@ -100,6 +100,10 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	// Remote: every replica runs on the virtual node, as a pod of the twin
 	// namespace on the provider's real node, and is Ready on the consumer.
 	start := time.Now()
+	// From before the pods exist, every address the consumer shows them
+	// with: none may be the provider's own before the translation is known
+	// (both clusters use 10.244.0.0/16, so it may be a consumer pod's).
+	shown := watchShownIPs(ctx, t, consumer, "work", "app=web")
 	if _, err := consumer.Kube.AppsV1().Deployments("work").Create(ctx, offloadedApp("web", 2), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +146,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		}
 		return true, ""
 	})
+	expectNoBorrowedAddress(ctx, t, consumer, shown)
 
 	// status shows the virtual node and the offloaded namespace, healthy.
 	report, code := offloadStatus(t, consumer)
@@ -290,6 +295,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	expectRemoteFailuresShown(ctx, t, consumer, provider)
 	expectSpecUpdatesReachTheRemotePod(ctx, t, consumer, provider, twin)
 	expectStrategies(ctx, t, consumer, cc)
+	expectTheProviderChoosesItsNodes(ctx, t, consumer, provider, twin, consumerID)
 	expectUnpeerEndsOneDirection(ctx, t, consumer, provider, twin, consumerID)
 
 	// unoffload removes the remote pods with the twin namespace.

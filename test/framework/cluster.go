@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +29,9 @@ type ClusterOptions struct {
 	FakeNodes int
 	// NodeCapacity is the capacity of each fake node; zero fields take DefaultCapacity's.
 	NodeCapacity Capacity
+	// TaintFakeNodes gives the fake nodes FakeNodeTaint, so that only pods
+	// that tolerate it run on them.
+	TaintFakeNodes bool
 	// DisableQPSLimits lifts the client rate limits of the control plane, for benchmarks.
 	DisableQPSLimits bool
 	// RealNode adds a real node (kubelet, kube-proxy and containerd in a
@@ -278,7 +282,11 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 		}
 	}
 	if o.FakeNodes > 0 {
-		if err := c.AddFakeNodes(ctx, o.FakeNodes, o.NodeCapacity); err != nil {
+		var taints []corev1.Taint
+		if o.TaintFakeNodes {
+			taints = append(taints, FakeNodeTaint)
+		}
+		if err := c.AddFakeNodes(ctx, o.FakeNodes, o.NodeCapacity, taints...); err != nil {
 			return nil, err
 		}
 	}

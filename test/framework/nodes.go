@@ -23,6 +23,19 @@ const (
 	FakeNodeLabelValue = "kwok"
 )
 
+// FakeNodeTaint is the taint of the fake nodes of clusters started with
+// ClusterOptions.TaintFakeNodes: kwok runs no container, so pods that
+// must really run (the demo's, a user's on clusters-up) stay off them, and
+// those meant for them (the benchmarks') tolerate it explicitly.
+var FakeNodeTaint = corev1.Taint{Key: FakeNodeAnnotation, Value: FakeNodeAnnotationValue, Effect: corev1.TaintEffectNoSchedule}
+
+// FakeNodeToleration tolerates FakeNodeTaint; FakeNodeTolerationFlag is
+// it as kubectl offload peer generate --toleration takes it.
+var (
+	FakeNodeToleration     = corev1.Toleration{Key: FakeNodeAnnotation, Operator: corev1.TolerationOpEqual, Value: FakeNodeAnnotationValue, Effect: corev1.TaintEffectNoSchedule}
+	FakeNodeTolerationFlag = FakeNodeAnnotation + "=" + FakeNodeAnnotationValue + ":" + string(corev1.TaintEffectNoSchedule)
+)
+
 // Capacity is the capacity of a fake node.
 type Capacity struct {
 	CPU    string
@@ -61,9 +74,10 @@ func (c Capacity) resources() (corev1.ResourceList, error) {
 // FakeNodeName returns the name of the i-th fake node of a cluster.
 func FakeNodeName(cluster string, i int) string { return fmt.Sprintf("%s-fake-%d", cluster, i) }
 
-// AddFakeNodes creates n more fake nodes simulated by kwok, and waits until
-// they are Ready. Names continue after the fake nodes already there.
-func (c *Cluster) AddFakeNodes(ctx context.Context, n int, capacity Capacity) error {
+// AddFakeNodes creates n more fake nodes simulated by kwok, with taints,
+// and waits until they are Ready. Names continue after the fake nodes
+// already there.
+func (c *Cluster) AddFakeNodes(ctx context.Context, n int, capacity Capacity, taints ...corev1.Taint) error {
 	res, err := capacity.withDefaults().resources()
 	if err != nil {
 		return err
@@ -87,6 +101,7 @@ func (c *Cluster) AddFakeNodes(ctx context.Context, n int, capacity Capacity) er
 					"kubernetes.io/role":     "agent",
 				},
 			},
+			Spec: corev1.NodeSpec{Taints: taints},
 			Status: corev1.NodeStatus{
 				Capacity:    res,
 				Allocatable: res,

@@ -277,7 +277,7 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		// Consumer side: one virtual node per authenticated provider.
 		func(mgr ctrlmanager.Manager) error {
-			r := &virtualnode.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, NodeIP: o.NodeIP, Providers: providers(mgr)}
+			r := &virtualnode.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, NodeIP: o.NodeIP, Network: o.Network, Providers: providers(mgr)}
 			if err := r.SetupWithManager(mgr); err != nil {
 				return err
 			}

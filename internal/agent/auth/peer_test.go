@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -49,7 +50,7 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 		ClusterID: c.id, ClusterName: c.name, TenantNamespace: ns,
 		Policy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline},
 	}
-	if tenant.Spec != want {
+	if !apiequality.Semantic.DeepEqual(tenant.Spec, want) {
 		t.Errorf("tenant spec %+v, want %+v", tenant.Spec, want)
 	}
 	if tenant.Status.CredentialExpiry == nil || !tenant.Status.CredentialExpiry.Time.Equal(cred.ExpirationTimestamp) {

@@ -90,7 +90,7 @@ func TestPeeringGivesTheTenantThePolicyOfTheToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := e.peerAndGetPolicy(t, tt.token(t), newConsumer()); got != tt.want {
+			if got := e.peerAndGetPolicy(t, tt.token(t), newConsumer()); !got.Equal(tt.want) {
 				t.Errorf("the tenant's policy is %+v, want %+v", got, tt.want)
 			}
 		})
@@ -136,7 +136,7 @@ func TestPeeringAgainWithANewTokenGivesTheTenantItsPolicy(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			if got := e.peerAndGetPolicy(t, e.policyToken(t, s.policy), c); got != s.policy {
+			if got := e.peerAndGetPolicy(t, e.policyToken(t, s.policy), c); !got.Equal(s.policy) {
 				t.Errorf("the tenant's policy is %+v, want %+v", got, s.policy)
 			}
 		})

@@ -179,7 +179,7 @@ func (p *Peering) provision(ctx context.Context, id, name string, policy offload
 
 // setPolicy gives the Tenant t policy, when it has another one.
 func (p *Peering) setPolicy(ctx context.Context, t *offloadv1alpha1.Tenant, policy offloadv1alpha1.ConsumerPolicy, log klog.Logger) error {
-	if t.Spec.Policy == policy {
+	if t.Spec.Policy.Equal(policy) {
 		return nil
 	}
 	old := t.Spec.Policy
@@ -190,6 +190,7 @@ func (p *Peering) setPolicy(ctx context.Context, t *offloadv1alpha1.Tenant, poli
 	}
 	log.Info("Changed the tenant's policy to the new peering token's", "tenant", t.Name,
 		"podSecurity", policy.Level(), "nodePlacement", policy.NodePlacement,
+		"nodeSelector", offloadv1alpha1.NodeSelectorString(policy.NodeSelector), "tolerations", offloadv1alpha1.TolerationsString(policy.Tolerations),
 		"previousPodSecurity", old.Level(), "previousNodePlacement", old.NodePlacement)
 	return nil
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/objectreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
@@ -75,9 +76,11 @@ type Options struct {
 	// fabric: pods show their provider IPs in the consumer's view. nil (or
 	// a nil func) translates nothing.
 	Addresses func() *reflection.Addresses
-	// NodePlacement says whether the provider lets this cluster's pods
-	// pick its nodes (see reflection.Origin.NodePlacement). nil means no.
-	NodePlacement func() bool
+	// Policy returns the provider's policy for this cluster's pods, as its
+	// newest ResourceOffer says (see reflection.Origin's NodePlacement,
+	// NodeSelector and Tolerations). A nil func, or nil, means the default
+	// policy: no node placement, any node.
+	Policy func() *offloadv1alpha1.ConsumerPolicy
 	// NodeIP is the virtual node's address, published as the host IP of
 	// its pods. Empty keeps the pods' host IP as it is.
 	NodeIP string
@@ -180,13 +183,18 @@ func (h *Handler) addresses() *reflection.Addresses {
 
 // origin is the reflection origin of the pods of twin namespace twin.
 func (h *Handler) origin(twin string) reflection.Origin {
-	return reflection.Origin{
+	o := reflection.Origin{
 		ClusterID:         h.opts.ConsumerClusterID,
 		TwinNamespace:     twin,
 		VirtualNodeLabels: h.opts.VirtualNodeLabels,
-		NodePlacement:     h.opts.NodePlacement != nil && h.opts.NodePlacement(),
 		HostIP:            h.opts.NodeIP,
 	}
+	if h.opts.Policy != nil {
+		if pol := h.opts.Policy(); pol != nil {
+			o.NodePlacement, o.NodeSelector, o.Tolerations = pol.NodePlacement, pol.NodeSelector, pol.Tolerations
+		}
+	}
+	return o
 }
 
 // resolve returns the Ready twin namespace of consumer namespace ns and

@@ -10,11 +10,19 @@ import (
 // when the network fabric connects them: each side sees the other's pod
 // CIDRs through its own views. A nil *Addresses translates nothing, as
 // when the peering has no networking (the clusters share a flat network).
+//
+// A peering with the fabric whose translation is not known yet, or whose
+// tunnel is down, has Addresses that withhold: its pods show no address on
+// the consumer, rather than one that means another pod there.
 type Addresses struct {
 	// Provider are the consumer's views of the provider's pod CIDRs.
 	Provider []Mapping
 	// Consumer are the provider's views of the consumer's pod CIDRs.
 	Consumer []Mapping
+	// Withhold says the peering has the network fabric but its pods are
+	// not reachable by their view yet: no tunnel, no mappings, or a tunnel
+	// that is down. ConsumerIP then gives no address.
+	Withhold bool
 }
 
 // Mapping is one real CIDR and its view.
@@ -43,10 +51,14 @@ func mappings(in []offloadv1alpha1.CIDRMapping) []Mapping {
 }
 
 // ConsumerIP is a provider pod's address as the consumer sees it. Addresses
-// the provider's pod CIDRs do not hold are returned as they are.
+// the provider's pod CIDRs do not hold are returned as they are. While a
+// withholds (Withhold), there is none: "".
 func (a *Addresses) ConsumerIP(providerIP string) string {
 	if a == nil {
 		return providerIP
+	}
+	if a.Withhold {
+		return ""
 	}
 	if out, ok := translate(providerIP, a.Provider, false); ok {
 		return out

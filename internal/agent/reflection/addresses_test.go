@@ -34,6 +34,36 @@ func TestAnOffloadedPodShowsItsProviderIPInTheConsumersView(t *testing.T) {
 	}
 }
 
+func TestAnOffloadedPodShowsNoAddressUntilItsViewIsKnown(t *testing.T) {
+	// The provider's own address is also a consumer pod's: both clusters
+	// use 10.244.0.0/16. Shown as it is, the consumer's Services would send
+	// the offloaded pod's traffic to that other pod.
+	remote := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.128.1", PodIPs: []corev1.PodIP{{IP: "10.244.128.1"}}}}
+	local := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.64.128.1", PodIPs: []corev1.PodIP{{IP: "10.64.128.1"}}}}
+	for name, addrs := range map[string]*reflection.Addresses{
+		"no tunnel or no mappings yet": {Withhold: true},
+		"a tunnel that is down":        {Provider: fabric.Provider, Consumer: fabric.Consumer, Withhold: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := reflection.ConsumerStatus(remote, local, "", addrs)
+			if st.PodIP != "" || len(st.PodIPs) != 0 {
+				t.Errorf("status IPs %q %v, want none", st.PodIP, st.PodIPs)
+			}
+			if st.Phase != corev1.PodRunning {
+				t.Errorf("phase %s, want the remote pod's Running", st.Phase)
+			}
+			if got := addrs.ConsumerIP("10.244.128.1"); got != "" {
+				t.Errorf("ConsumerIP = %q, want none", got)
+			}
+		})
+	}
+	t.Run("a consumer address is not sent to the provider untranslated", func(t *testing.T) {
+		if got, ok := (&reflection.Addresses{Withhold: true}).ProviderIP("10.244.2.7"); ok {
+			t.Errorf("ProviderIP = %q, want none without the provider's view of the consumer", got)
+		}
+	})
+}
+
 func TestAReflectedEndpointSliceHoldsWhatTheProviderReaches(t *testing.T) {
 	local := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: "web-abc", Namespace: "shop", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},

@@ -2,6 +2,7 @@ package reflection
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -73,16 +74,55 @@ func remoteNodeSelector(in map[string]string, o Origin) map[string]string {
 }
 
 // remoteTopologySpread drops spread constraints over offload.io/ topology
-// keys, which provider nodes do not carry.
-func remoteTopologySpread(in []corev1.TopologySpreadConstraint) []corev1.TopologySpreadConstraint {
+// keys, which provider nodes do not carry, and, unless the provider lets
+// the consumer place its pods, turns the others into preferences
+// (ScheduleAnyway): they were written for the consumer's hosts, where the
+// virtual node is one host, and the provider may lend a single node, on
+// which a hard spread would leave the second pod Pending for good.
+func remoteTopologySpread(in []corev1.TopologySpreadConstraint, o Origin) []corev1.TopologySpreadConstraint {
 	var out []corev1.TopologySpreadConstraint
 	for _, c := range in {
 		if isOffloadKey(c.TopologyKey) {
 			continue
 		}
+		if !o.NodePlacement && c.WhenUnsatisfiable != corev1.ScheduleAnyway {
+			c.WhenUnsatisfiable = corev1.ScheduleAnyway
+			c.MinDomains = nil // only allowed with DoNotSchedule
+		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// preferredWeight is the weight of the preferences that required pod
+// (anti-)affinity terms become (the most a preference can weigh).
+const preferredWeight = 100
+
+// relaxPodTerms turns required pod (anti-)affinity terms into preferences
+// of the greatest weight, as remoteTopologySpread does with spreading.
+func relaxPodTerms(required []corev1.PodAffinityTerm, preferred []corev1.WeightedPodAffinityTerm) []corev1.WeightedPodAffinityTerm {
+	for _, t := range required {
+		preferred = append(preferred, corev1.WeightedPodAffinityTerm{Weight: preferredWeight, PodAffinityTerm: t})
+	}
+	return preferred
+}
+
+// addProviderPlacement makes spec select the provider's nodes and tolerate
+// their taints, as the provider chose for this consumer (Origin's
+// NodeSelector and Tolerations); the provider's choice wins over a
+// selector of the consumer's on the same key.
+func addProviderPlacement(spec *corev1.PodSpec, o Origin) {
+	if len(o.NodeSelector) > 0 {
+		if spec.NodeSelector == nil {
+			spec.NodeSelector = make(map[string]string, len(o.NodeSelector))
+		}
+		maps.Copy(spec.NodeSelector, o.NodeSelector)
+	}
+	for _, t := range o.Tolerations {
+		if !slices.ContainsFunc(spec.Tolerations, func(have corev1.Toleration) bool { return have.MatchToleration(&t) }) {
+			spec.Tolerations = append(spec.Tolerations, t)
+		}
+	}
 }
 
 // virtualNode is what RemotePod knows of the node the pod is bound to.
@@ -165,6 +205,16 @@ func translateAffinity(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error 
 			return err
 		}
 		a.NodeAffinity = na
+	}
+	if !o.NodePlacement {
+		if pa := a.PodAffinity; pa != nil {
+			pa.PreferredDuringSchedulingIgnoredDuringExecution = relaxPodTerms(pa.RequiredDuringSchedulingIgnoredDuringExecution, pa.PreferredDuringSchedulingIgnoredDuringExecution)
+			pa.RequiredDuringSchedulingIgnoredDuringExecution = nil
+		}
+		if pa := a.PodAntiAffinity; pa != nil {
+			pa.PreferredDuringSchedulingIgnoredDuringExecution = relaxPodTerms(pa.RequiredDuringSchedulingIgnoredDuringExecution, pa.PreferredDuringSchedulingIgnoredDuringExecution)
+			pa.RequiredDuringSchedulingIgnoredDuringExecution = nil
+		}
 	}
 	if a.PodAffinity != nil {
 		a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = remotePodTerms(

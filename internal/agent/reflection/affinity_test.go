@@ -164,7 +164,9 @@ func TestRemotePodPodAffinity(t *testing.T) {
 			{Weight: 7, PodAffinityTerm: corev1.PodAffinityTerm{LabelSelector: sel, TopologyKey: corev1.LabelHostname, Namespaces: []string{"shop"}}},
 		},
 	}
-	remote := mustRemote(t, local, origin())
+	placing := origin()
+	placing.NodePlacement = true
+	remote := mustRemote(t, local, placing)
 
 	t.Run("own-namespace terms are kept, with the namespace mapped to the twin", func(t *testing.T) {
 		assertEqual(t, "pod affinity", &corev1.PodAffinity{
@@ -183,6 +185,19 @@ func TestRemotePodPodAffinity(t *testing.T) {
 		if r := mustRemote(t, local, origin()); r.Spec.Affinity != nil {
 			t.Errorf("affinity = %+v, want nil", r.Spec.Affinity)
 		}
+	})
+	t.Run("without node placement, the required terms kept become preferences of weight 100", func(t *testing.T) {
+		remote := mustRemote(t, local, origin())
+		assertEqual(t, "pod affinity", &corev1.PodAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{
+				{Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{LabelSelector: sel, TopologyKey: corev1.LabelTopologyZone}},
+			},
+		}, remote.Spec.Affinity.PodAffinity)
+		assertEqual(t, "pod anti-affinity", &corev1.PodAntiAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{
+				{Weight: 7, PodAffinityTerm: corev1.PodAffinityTerm{LabelSelector: sel, TopologyKey: corev1.LabelHostname, Namespaces: []string{twinNS}}},
+			},
+		}, remote.Spec.Affinity.PodAntiAffinity)
 	})
 }
 

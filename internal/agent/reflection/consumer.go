@@ -25,10 +25,16 @@ const ReasonRemotePodDeleted = "RemotePodDeleted"
 // With the network fabric, the pod's addresses are the provider's
 // translated into the consumer's view (addrs), so the consumer reaches the
 // pod by the IP it shows, and the consumer's own EndpointSlices, built
-// from it, include remote pods.
+// from it, include remote pods. While the translation is not known or the
+// tunnel is down (addrs.Withhold), the pod shows no address at all: the
+// provider's own would be another pod's address on the consumer, where the
+// consumer's Services would send its traffic.
 func ConsumerStatus(remote, local *corev1.Pod, hostIP string, addrs *Addresses) corev1.PodStatus {
 	st := LocalStatus(remote, local, hostIP)
-	if addrs != nil && st.PodIP != "" {
+	switch {
+	case addrs != nil && addrs.Withhold:
+		st.PodIP, st.PodIPs = "", nil
+	case addrs != nil && st.PodIP != "":
 		st.PodIP = addrs.ConsumerIP(st.PodIP)
 		ips := make([]corev1.PodIP, len(st.PodIPs))
 		for i, ip := range st.PodIPs {

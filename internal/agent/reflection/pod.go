@@ -166,7 +166,8 @@ func translateSpec(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error {
 	if err := translateAffinity(spec, local, o); err != nil {
 		return err
 	}
-	spec.TopologySpreadConstraints = remoteTopologySpread(spec.TopologySpreadConstraints)
+	spec.TopologySpreadConstraints = remoteTopologySpread(spec.TopologySpreadConstraints, o)
+	addProviderPlacement(spec, o)
 	translateServiceAccountVolumes(spec, o.ServiceAccountTokenSecret)
 	translateDownwardEnv(spec, local, o)
 	return nil

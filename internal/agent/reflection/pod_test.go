@@ -186,7 +186,7 @@ func TestRemotePodSpec(t *testing.T) {
 			assertEqual(t, "init mounts", l.Spec.InitContainers[0].VolumeMounts, r.Spec.InitContainers[0].VolumeMounts)
 		},
 	}, {
-		name: "topology spread over offload.io keys is dropped, over provider keys kept",
+		name: "topology spread over offload.io keys is dropped, over provider keys kept as a preference",
 		mutate: func(p *corev1.Pod) {
 			p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{
 				{MaxSkew: 1, TopologyKey: offloadv1alpha1.LabelRemoteClusterID, WhenUnsatisfiable: corev1.ScheduleAnyway},
@@ -195,7 +195,7 @@ func TestRemotePodSpec(t *testing.T) {
 		},
 		check: func(t *testing.T, _, r *corev1.Pod) {
 			assertEqual(t, "spread", []corev1.TopologySpreadConstraint{
-				{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule},
+				{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway},
 			}, r.Spec.TopologySpreadConstraints)
 		},
 	}}
@@ -294,6 +294,6 @@ func TestRemotePodLeavesItsInputAlone(t *testing.T) {
 	remote.Labels["x"] = "y"
 	remote.Spec.Containers[0].Env[0].Value = "changed"
 	remote.Spec.Volumes[0].ConfigMap.Name = "changed"
-	remote.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector.MatchLabels["app"] = "changed"
+	remote.Spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels["app"] = "changed"
 	assertEqual(t, "local pod after editing the remote", before, local)
 }

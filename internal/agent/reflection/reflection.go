@@ -14,6 +14,8 @@ import (
 	"maps"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
@@ -67,8 +69,15 @@ type Origin struct {
 	// NodePlacement says whether the provider lets the consumer pick its
 	// nodes (ConsumerPolicy.NodePlacement): when false, tolerations and node
 	// selectors and affinities on labels other than PlacementLabels are
-	// left out of remote pods.
+	// left out of remote pods, and hard topology spread constraints and
+	// required pod (anti-)affinity become preferences.
 	NodePlacement bool
+	// NodeSelector and Tolerations are the provider's choice of the nodes
+	// that run the consumer's pods (ConsumerPolicy.NodeSelector and
+	// Tolerations): every remote pod selects those labels and tolerates
+	// those taints, node placement or not.
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
 	// Addresses translates the addresses of reflected EndpointSlices into
 	// ones the provider reaches; nil when the peering has no networking.
 	Addresses *Addresses

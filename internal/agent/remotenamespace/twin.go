@@ -162,6 +162,7 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, rn *offloadv1alpha1.Re
 		return nil, err
 	}
 	want.Annotations[offloadv1alpha1.AnnotationEndpointCIDRs] = addrs.endpointCIDRs()
+	maps.Copy(want.Annotations, PolicyAnnotations(tenant.Spec.Policy))
 	ns, err := r.getNamespace(ctx, target)
 	if err != nil {
 		return nil, err
@@ -229,6 +230,17 @@ func PolicyLabels(policy offloadv1alpha1.ConsumerPolicy) map[string]string {
 		labels[offloadv1alpha1.LabelNodePlacement] = offloadv1alpha1.NodePlacementAllowed
 	}
 	return labels
+}
+
+// PolicyAnnotations are the annotations of a twin namespace that tell the
+// chart's ValidatingAdmissionPolicies which nodes the tenant's pods must
+// select and which taints they may tolerate. They are always set, empty
+// when the policy has none, so that a policy that drops them clears them.
+func PolicyAnnotations(policy offloadv1alpha1.ConsumerPolicy) map[string]string {
+	return map[string]string{
+		offloadv1alpha1.AnnotationNodeSelector: offloadv1alpha1.NodeSelectorString(policy.NodeSelector),
+		offloadv1alpha1.AnnotationTolerations:  offloadv1alpha1.TolerationsString(policy.Tolerations),
+	}
 }
 
 func hasAll(have, want map[string]string) bool {

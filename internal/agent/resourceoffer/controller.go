@@ -3,6 +3,8 @@ package resourceoffer
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,10 +75,12 @@ type Reconciler struct {
 	counts map[string]count
 }
 
-// count is a Tenant's share of the free resources, and when it was counted.
+// count is a Tenant's share of the free resources, when it was counted,
+// and under which of its policies (a new policy may lend other nodes).
 type count struct {
-	share corev1.ResourceList
-	at    time.Time
+	share  corev1.ResourceList
+	at     time.Time
+	policy offloadv1alpha1.ConsumerPolicy
 }
 
 // SetupWithManager registers the controller with mgr. It reconciles every
@@ -186,7 +190,7 @@ func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) 
 	r.mu.Lock()
 	last, ok := r.counts[tenant.Name]
 	r.mu.Unlock()
-	if age := time.Since(last.at); ok && age < MinUpdateInterval {
+	if age := time.Since(last.at); ok && age < MinUpdateInterval && last.policy.Equal(tenant.Spec.Policy) {
 		return last.share, MinUpdateInterval - age, nil
 	}
 	// Read-only lists of the whole cache: no deep copies.
@@ -198,13 +202,13 @@ func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) 
 	if err := r.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, 0, fmt.Errorf("listing pods: %w", err)
 	}
-	share := Share(Free(nodes.Items, pods.Items, tenant.Spec.ClusterID), r.SharingPercentage)
+	share := Share(Free(nodes.Items, pods.Items, tenant.Spec.ClusterID, tenant.Spec.Policy), r.SharingPercentage)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.counts == nil {
 		r.counts = map[string]count{}
 	}
-	r.counts[tenant.Name] = count{share: share, at: time.Now()}
+	r.counts[tenant.Name] = count{share: share, at: time.Now(), policy: *tenant.Spec.Policy.DeepCopy()}
 	return share, 0, nil
 }
 
@@ -280,7 +284,8 @@ func nodeChanged() predicate.Funcs {
 			if !okOld || !okNew {
 				return true
 			}
-			return old.Labels[offloadv1alpha1.LabelType] != cur.Labels[offloadv1alpha1.LabelType] ||
+			return !maps.Equal(old.Labels, cur.Labels) ||
+				!slices.EqualFunc(old.Spec.Taints, cur.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) }) ||
 				old.Spec.Unschedulable != cur.Spec.Unschedulable ||
 				ready(*old) != ready(*cur) ||
 				!sameResources(old.Status.Allocatable, cur.Status.Allocatable)

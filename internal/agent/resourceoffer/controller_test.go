@@ -79,7 +79,7 @@ func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
 		if err := c.Get(ctx, types.NamespacedName{Namespace: tenant.Spec.TenantNamespace, Name: providerName}, got); err != nil {
 			return false, nil
 		}
-		return got.Spec.Policy == tenant.Spec.Policy, nil
+		return got.Spec.Policy.Equal(tenant.Spec.Policy), nil
 	})
 	if err != nil {
 		t.Errorf("the offer does not publish the tenant's new policy %+v: %v", tenant.Spec.Policy, err)

@@ -4,28 +4,34 @@
 package resourceoffer
 
 import (
+	"slices"
+
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helper "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
 )
 
 // offered are the resources a ResourceOffer carries.
 var offered = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods}
 
 // Free returns the allocatable cpu, memory and pods of the schedulable,
-// Ready, non-virtual nodes, minus what the pods bound to them request,
-// but the pods of the consumer whose cluster ID is tenant ("" for none):
-// what a tenant is offered does not shrink as it uses it, or a consumer's
-// virtual node would have less room than the pods already bound to it.
-func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string) corev1.ResourceList {
+// Ready, non-virtual nodes that serve the tenant's pods (Serves), minus
+// what the pods bound to them request, but the pods of the consumer whose
+// cluster ID is tenant ("" for none): what a tenant is offered does not
+// shrink as it uses it, or a consumer's virtual node would have less room
+// than the pods already bound to it.
+func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string, policy offloadv1alpha1.ConsumerPolicy) corev1.ResourceList {
 	usable := map[string]bool{}
 	total := map[corev1.ResourceName]*resource.Quantity{}
 	for _, r := range offered {
 		total[r] = resource.NewQuantity(0, resource.DecimalSI)
 	}
 	for _, n := range nodes {
-		if n.Labels[offloadv1alpha1.LabelType] == offloadv1alpha1.TypeVirtualNode || n.Spec.Unschedulable || !ready(n) {
+		if n.Labels[offloadv1alpha1.LabelType] == offloadv1alpha1.TypeVirtualNode || n.Spec.Unschedulable || !ready(n) || !Serves(&n, policy) {
 			continue
 		}
 		usable[n.Name] = true
@@ -55,6 +61,32 @@ func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string) corev1.Resource
 		out[r] = *q
 	}
 	return out
+}
+
+// Serves reports whether node n runs the pods of a tenant with policy: it
+// has the labels of the policy's NodeSelector, and the policy's
+// Tolerations tolerate its NoSchedule and NoExecute taints. A consumer
+// allowed node placement may tolerate more, but the nodes a provider
+// taints are not lent unless its policy says so.
+func Serves(n *corev1.Node, policy offloadv1alpha1.ConsumerPolicy) bool {
+	if len(policy.NodeSelector) > 0 && !labels.SelectorFromSet(policy.NodeSelector).Matches(labels.Set(n.Labels)) {
+		return false
+	}
+	blocking := func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}
+	tolerations := append(slices.Clip(policy.Tolerations), readinessTolerations...)
+	_, untolerated := corev1helper.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, tolerations, blocking, false)
+	return !untolerated
+}
+
+// readinessTolerations tolerate the taints that follow a node's Ready
+// condition, which Free judges by the condition itself: the API server
+// puts the not-ready taint on every new node, and the node lifecycle
+// controller takes it off later.
+var readinessTolerations = []corev1.Toleration{
+	{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists},
+	{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists},
 }
 
 // Share returns percent of free, rounded down: whole milli-cpus, bytes, pods.

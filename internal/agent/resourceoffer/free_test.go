@@ -34,6 +34,12 @@ func pod(nodeName, cpu, mem string, phase corev1.PodPhase) corev1.Pod {
 	}
 }
 
+// tainted gives n a taint.
+func tainted(n corev1.Node, key, value string, effect corev1.TaintEffect) corev1.Node {
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: effect})
+	return n
+}
+
 // fromConsumer labels p as a remote pod of consumer clusterID.
 func fromConsumer(p corev1.Pod, clusterID string) corev1.Pod {
 	p.Labels = map[string]string{offloadv1alpha1.LabelOriginClusterID: clusterID}
@@ -63,6 +69,8 @@ func TestFreeAndShare(t *testing.T) {
 		cpu, mem, count string
 		// tenant is the cluster ID of the consumer the offer is for.
 		tenant string
+		// policy is the tenant's.
+		policy offloadv1alpha1.ConsumerPolicy
 	}{
 		{
 			name:    "two ready nodes with nothing running lend half of everything",
@@ -110,6 +118,28 @@ func TestFreeAndShare(t *testing.T) {
 			percent: 100, cpu: "2", mem: "6Gi", count: "8",
 		},
 		{
+			name: "only the nodes the provider chose for the tenant lend: its selector's, whose taints it tolerates",
+			nodes: []corev1.Node{
+				node("chosen", "4", "8Gi", "10", true, map[string]string{"pool": "tenants"}),
+				node("other-pool", "8", "8Gi", "10", true, map[string]string{"pool": "batch"}),
+				tainted(node("chosen-tainted", "2", "2Gi", "10", true, map[string]string{"pool": "tenants"}), "dedicated", "tenants", corev1.TaintEffectNoSchedule),
+				tainted(node("chosen-reserved", "16", "16Gi", "10", true, map[string]string{"pool": "tenants"}), "reserved", "", corev1.TaintEffectNoExecute),
+				tainted(node("chosen-soft", "1", "1Gi", "10", true, map[string]string{"pool": "tenants"}), "soft", "", corev1.TaintEffectPreferNoSchedule),
+			},
+			pods: []corev1.Pod{pod("other-pool", "1", "1Gi", corev1.PodRunning), pod("chosen", "1", "1Gi", corev1.PodRunning)},
+			policy: offloadv1alpha1.ConsumerPolicy{NodeSelector: map[string]string{"pool": "tenants"},
+				Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tenants", Effect: corev1.TaintEffectNoSchedule}}},
+			percent: 100, cpu: "6", mem: "10Gi", count: "29",
+		},
+		{
+			name: "without a choice, every node whose blocking taints are tolerated lends: a tainted control plane does not",
+			nodes: []corev1.Node{
+				node("worker", "4", "8Gi", "10", true, nil),
+				tainted(node("control-plane", "4", "8Gi", "10", true, nil), "node-role.kubernetes.io/control-plane", "", corev1.TaintEffectNoSchedule),
+			},
+			percent: 100, cpu: "4", mem: "8Gi", count: "10",
+		},
+		{
 			name:    "shares round down to whole milli-cpus, bytes and pods",
 			nodes:   []corev1.Node{node("a", "1", "1001", "3", true, nil)},
 			percent: 50, cpu: "500m", mem: "500", count: "1",
@@ -117,7 +147,7 @@ func TestFreeAndShare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Share(Free(tt.nodes, tt.pods, tt.tenant), tt.percent)
+			got := Share(Free(tt.nodes, tt.pods, tt.tenant, tt.policy), tt.percent)
 			for r, want := range map[corev1.ResourceName]string{corev1.ResourceCPU: tt.cpu, corev1.ResourceMemory: tt.mem, corev1.ResourcePods: tt.count} {
 				q := got[r]
 				if q.Cmp(resource.MustParse(want)) != 0 {

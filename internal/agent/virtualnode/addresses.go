@@ -15,13 +15,18 @@ import (
 const addressesTTL = 5 * time.Second
 
 // tunnelAddresses reads the address translation of the peering with
-// provider from its client Tunnel out-PROVIDER, at most every addressesTTL:
-// nil while the peering has no Tunnel (networking off, or not set up yet).
-// It reads uncached, as the Tunnel type is watched only where the network
-// controllers run.
-func tunnelAddresses(reader client.Reader, namespace, provider string) func() *reflection.Addresses {
+// provider from its client Tunnel out-PROVIDER, at most every addressesTTL.
+// Without the network fabric (networked false) it is nil: nothing is
+// translated. With it, until the Tunnel has its mappings and its gateway
+// reports the peer connected, the translation withholds pod addresses
+// (reflection.Addresses.Withhold). It reads uncached, as the Tunnel type is
+// watched only where the network controllers run.
+func tunnelAddresses(reader client.Reader, namespace, provider string, networked bool) func() *reflection.Addresses {
+	if !networked {
+		return func() *reflection.Addresses { return nil }
+	}
 	var mu sync.Mutex
-	var cached *reflection.Addresses
+	cached := &reflection.Addresses{Withhold: true}
 	var at time.Time
 	key := client.ObjectKey{Namespace: namespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider)}
 	return func() *reflection.Addresses {
@@ -35,10 +40,11 @@ func tunnelAddresses(reader client.Reader, namespace, provider string) func() *r
 		var t offloadv1alpha1.Tunnel
 		err := reader.Get(ctx, key, &t)
 		switch {
-		case err == nil && len(t.Spec.Mappings) > 0:
+		case err == nil:
 			cached = reflection.AddressesOf(&t)
-		case err == nil || client.IgnoreNotFound(err) == nil:
-			cached = nil
+			cached.Withhold = len(t.Spec.Mappings) == 0 || !t.Status.Connected
+		case client.IgnoreNotFound(err) == nil:
+			cached = &reflection.Addresses{Withhold: true}
 		default:
 			return cached // keep the last answer through an API hiccup
 		}

@@ -86,6 +86,12 @@ type Reconciler struct {
 	// Reader and Namespace.
 	Providers *providerclient.Set
 
+	// Network says this cluster runs the network fabric: the pods of each
+	// peer whose ForeignCluster does not disable networking show their
+	// addresses in this cluster's view of the peer, and none until the
+	// tunnel is up.
+	Network bool
+
 	// TokenRenewInterval is how often the service-account tokens of
 	// offloaded pods are checked for renewal; zero means
 	// podreflection.DefaultTokenRenewInterval.
@@ -194,12 +200,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	key := fc.Spec.ClusterID + "/" + fc.Spec.ClusterName + "/" + creds.Key()
+	networked := r.Network && !fc.Spec.Networking.Disabled
+	if networked {
+		key += "/network"
+	}
 	if r.running(fc.Name) == key {
 		// Renewed credentials: the Set swapped the token in place, and the
 		// running clients use it from their next request on.
 		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
 	}
-	rt, err := newRuntime(&fc, creds, key, tunnelAddresses(r.Reader, r.Namespace, fc.Name))
+	rt, err := newRuntime(&fc, creds, key, tunnelAddresses(r.Reader, r.Namespace, fc.Name, networked))
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -96,7 +96,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 		VirtualNodeLabels:  newNode(p.fc, endpoint{}, nil).Labels,
 		NodeIP:             r.NodeIP,
 		Addresses:          p.addresses,
-		NodePlacement:      p.nodePlacement,
+		Policy:             p.providerPolicy,
 		TokenRenewInterval: r.TokenRenewInterval,
 		// The provider's events of a remote pod, on its consumer pod, from
 		// "provider/NAME": correlated and rate-limited per pod.

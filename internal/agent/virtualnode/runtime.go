@@ -52,12 +52,9 @@ type peer struct {
 	policy atomic.Pointer[offloadv1alpha1.ConsumerPolicy]
 }
 
-// nodePlacement says whether the provider lets this cluster's pods pick
-// its nodes; false until the provider said so.
-func (p *peer) nodePlacement() bool {
-	pol := p.policy.Load()
-	return pol != nil && pol.NodePlacement
-}
+// providerPolicy is the provider's policy for this cluster's pods; nil
+// until the provider said it.
+func (p *peer) providerPolicy() *offloadv1alpha1.ConsumerPolicy { return p.policy.Load() }
 
 // node is the name of the peer's virtual node.
 func (p *peer) node() string { return offloadv1alpha1.VirtualNodeName(p.fc.Name) }

@@ -80,7 +80,7 @@ func (r *Reconciler) setProviderPolicy(ctx context.Context, name string, policy 
 			return client.IgnoreNotFound(err)
 		}
 		policy.PodSecurity = policy.Level()
-		if fc.Status.ProviderPolicy != nil && *fc.Status.ProviderPolicy == policy {
+		if fc.Status.ProviderPolicy != nil && fc.Status.ProviderPolicy.Equal(policy) {
 			return nil
 		}
 		fc.Status.ProviderPolicy = &policy
