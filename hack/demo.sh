@@ -71,6 +71,7 @@ step "offloading namespace demo, and a Deployment of 6 replicas spread over the 
 # tainted fake nodes out). The virtual node is one host to the consumer's
 # scheduler and gets three replicas; the provider lends one node, where the
 # spread becomes a preference, so all three run there.
+"${KUBECTL}" --kubeconfig "${CONSUMER}" -n demo apply -f - <<'YAML'
 apiVersion: apps/v1
 kind: Deployment
 metadata:
