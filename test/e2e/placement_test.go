@@ -106,7 +106,7 @@ func expectNoBorrowedAddress(ctx context.Context, t *testing.T, consumer *framew
 // cannot create a pod in its twin namespace that does not select it.
 func expectTheProviderChoosesItsNodes(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, consumerID string) {
 	t.Helper()
-	const chosenCPU, otherCPU = "8", "64"
+	const chosenCPU, otherCPU = "8", "64" // the real node has 2
 	taint := corev1.Taint{Key: "dedicated", Value: "tenants", Effect: corev1.TaintEffectNoSchedule}
 	if err := provider.AddFakeNodes(ctx, 1, framework.Capacity{CPU: chosenCPU, Memory: "16Gi", Pods: "20"}, taint); err != nil {
 		t.Fatal(err)
@@ -172,18 +172,18 @@ func expectTheProviderChoosesItsNodes(ctx context.Context, t *testing.T, consume
 		})
 	}()
 
-	// The offer counts the chosen node only (the chart lends 50%), not the
-	// other fake node nor the real node, and the consumer's agent and both
-	// sides' status learn the choice.
-	wantCPU := resource.MustParse(chosenCPU)
-	wantCPU.SetMilli(wantCPU.MilliValue() / 2)
+	// The offer counts the chosen node only (the chart lends 50% of what is
+	// free: at most 4 cpu, a little less for the DaemonSet pods there), not
+	// the other fake node (64 cpu) nor the real node, and the consumer's
+	// agent and both sides' status learn the choice.
+	most, least := resource.MustParse("4"), resource.MustParse("3")
 	waitFor(ctx, t, time.Minute, "the offer to count the chosen node only, and the consumer to know the choice", func(ctx context.Context) (bool, string) {
 		var offers offloadv1alpha1.ResourceOfferList
 		if err := pc.List(ctx, &offers, client.InNamespace(tenant.Spec.TenantNamespace)); err != nil || len(offers.Items) != 1 {
 			return false, fmt.Sprintf("offers %d, %v", len(offers.Items), err)
 		}
-		if got := offers.Items[0].Spec.Resources[corev1.ResourceCPU]; got.Cmp(wantCPU) != 0 {
-			return false, "offer cpu " + got.String() + ", want " + wantCPU.String()
+		if got := offers.Items[0].Spec.Resources[corev1.ResourceCPU]; got.Cmp(most) > 0 || got.Cmp(least) < 0 {
+			return false, "offer cpu " + got.String() + ", want half the chosen node's free cpu, 3 to 4"
 		}
 		var fc offloadv1alpha1.ForeignCluster
 		if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: "provider"}, &fc); err != nil {
