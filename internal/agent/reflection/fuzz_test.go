@@ -30,6 +30,7 @@ func FuzzRemotePod(f *testing.F) {
 		`{"spec":{"hostNetwork":true,"volumes":[{"name":"r","hostPath":{"path":"/"}}]}}`,
 		`{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"disk","operator":"In","values":["ssd"]},{"key":"kubernetes.io/arch","operator":"In","values":["amd64"]}]}]}}}}}`,
 		`{"spec":{"affinity":{"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"topologyKey":"k","namespaceSelector":{}}]}}}}`,
+		`{"spec":{"affinity":{"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"topologyKey":"kubernetes.io/hostname"}]}},"topologySpreadConstraints":[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"DoNotSchedule","minDomains":2}],"nodeSelector":{"pool":"mine"}}}`,
 		`{"spec":{"containers":[{"name":"c","volumeMounts":[{"name":"kube-api-access-x","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount"}]}],"volumes":[{"name":"kube-api-access-x","projected":{"sources":[{"serviceAccountToken":{"path":"token"}}]}}]}}`,
 	} {
 		f.Add([]byte(s), false)
@@ -42,6 +43,8 @@ func FuzzRemotePod(f *testing.F) {
 		before := local.DeepCopy()
 		o := origin()
 		o.NodePlacement = placement
+		o.NodeSelector = tenantNodes
+		o.Tolerations = []corev1.Toleration{tenantToleration}
 		remote, err := reflection.RemotePod(&local, o)
 		if !equality.Semantic.DeepEqual(before, &local) {
 			t.Fatal("RemotePod changed its input")
@@ -61,17 +64,36 @@ func FuzzRemotePod(f *testing.F) {
 		if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
 			t.Fatal("the remote pod may mount a provider token")
 		}
+		for k, v := range tenantNodes {
+			if s.NodeSelector[k] != v {
+				t.Fatalf("the remote pod selects %v, not the nodes the provider chose %v", s.NodeSelector, tenantNodes)
+			}
+		}
+		if !hasToleration(s.Tolerations, tenantToleration) {
+			t.Fatalf("the remote pod tolerates %v, not the taint the provider chose", s.Tolerations)
+		}
 		if placement {
 			return
 		}
-		if len(s.Tolerations) != 0 {
-			t.Fatalf("without node placement the remote pod tolerates %v", s.Tolerations)
+		for _, tol := range s.Tolerations {
+			if !tol.MatchToleration(&tenantToleration) {
+				t.Fatalf("without node placement the remote pod tolerates %v", tol)
+			}
 		}
 		placed := func(k string) bool { return slices.Contains(offloadv1alpha1.PlacementLabels, k) }
 		for k := range s.NodeSelector {
-			if !placed(k) {
+			if !placed(k) && tenantNodes[k] == "" {
 				t.Fatalf("without node placement the remote pod selects nodes by %q", k)
 			}
+		}
+		for _, c := range s.TopologySpreadConstraints {
+			if c.WhenUnsatisfiable != corev1.ScheduleAnyway {
+				t.Fatalf("without node placement the remote pod spreads with %q", c.WhenUnsatisfiable)
+			}
+		}
+		if a := s.Affinity; a != nil && ((a.PodAffinity != nil && len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0) ||
+			(a.PodAntiAffinity != nil && len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0)) {
+			t.Fatal("without node placement the remote pod has required pod (anti-)affinity")
 		}
 		if a := s.Affinity; a != nil && a.NodeAffinity != nil {
 			var terms []corev1.NodeSelectorTerm
