@@ -199,8 +199,11 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 		name := offloadv1alpha1.GatewayName(tunnel)
 		var d appsv1.Deployment
 		var r rbacv1.Role
-		must(t, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d))
-		must(t, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r))
+		// The controller renders the gateway after it writes the Tunnel.
+		framework.Eventually(t, 20*time.Second, "the gateway "+ns+"/"+name+" is rendered", func(ctx context.Context) bool {
+			return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d) == nil &&
+				admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r) == nil
+		})
 		args := strings.Join(d.Spec.Template.Spec.Containers[0].Args, " ")
 		if d.Spec.Template.Spec.ServiceAccountName != name || !strings.Contains(args, "--tunnel="+tunnel) || *d.Spec.Replicas != 1 {
 			t.Errorf("Deployment %s/%s: sa %s, args %q", ns, name, d.Spec.Template.Spec.ServiceAccountName, args)
