@@ -176,6 +176,9 @@ build_controller_gen() {
   stamp controller-gen "${CONTROLLER_TOOLS_VERSION}"
 }
 
+# is_kube TOOL: true when TOOL is one of KUBE_COMMANDS.
+is_kube() { [[ " ${KUBE_COMMANDS[*]} " == *" $1 "* ]]; }
+
 # tool_version TOOL is the version TOOL is pinned to.
 tool_version() {
   case "$1" in
@@ -189,8 +192,11 @@ tool_version() {
 }
 
 build() {
+  if is_kube "$1"; then
+    build_kube "${KUBE_TOOLS[@]}"
+    return
+  fi
   case "$1" in
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) build_kube "${KUBE_TOOLS[@]}" ;;
     e2e.test|agnhost|nonewprivs) build_e2e "$1" ;;
     etcd) build_wrapped etcd "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
     kwok|kwokctl) build_kwok "$1" ;;
@@ -206,22 +212,20 @@ if [[ ${#tools[@]} -eq 0 ]]; then
   tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl coredns metrics-server)
 fi
 
-# The Kubernetes commands asked for build together (build_kube), as one step.
+# The Kubernetes commands asked for build together (build_kube), as one
+# step; every other tool not up to date is a step of its own.
 KUBE_TOOLS=()
-declare -A seen=()
+kube_step=0
 for t in "${tools[@]}"; do
-  case "$t" in
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) KUBE_TOOLS+=("$t") ;;
-  esac
+  is_kube "$t" && KUBE_TOOLS+=("$t")
+  up_to_date "$t" "$(tool_version "$t")" && continue
+  if is_kube "$t"; then
+    kube_step=1
+  else
+    STEPS=$(( STEPS + 1 ))
+  fi
 done
-for t in "${tools[@]}"; do
-  case "$t" in
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy)
-      up_to_date "$t" "${KUBE_VERSION}" || [[ -n "${seen[kube]:-}" ]] || { seen[kube]=1; STEPS=$(( STEPS + 1 )); } ;;
-    controller-gen) up_to_date "$t" "${CONTROLLER_TOOLS_VERSION}" || STEPS=$(( STEPS + 1 )) ;;
-    *) [[ -x "${BIN}/$t" && -f "${STAMPS}/$t" ]] && [[ "$(cat "${STAMPS}/$t")" == "$(tool_version "$t")" ]] || STEPS=$(( STEPS + 1 )) ;;
-  esac
-done
+STEPS=$(( STEPS + kube_step ))
 [[ ${STEPS} -eq 0 ]] || log "building ${STEPS} tool step(s) into ${BIN} (a cold build takes about 30 minutes on 2 cores; later runs reuse them)"
 for t in "${tools[@]}"; do build "$t"; done
 log "tools ready in ${BIN} ($(elapsed "${STARTED}"))"
