@@ -1,6 +1,12 @@
 package v1alpha1
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
 
 // PodSecurityLevel is a level of the Kubernetes Pod Security Standards.
 // +kubebuilder:validation:Enum=privileged;baseline;restricted
@@ -91,25 +97,12 @@ func (p ConsumerPolicy) Level() PodSecurityLevel {
 
 // Equal reports whether p and q are the same policy.
 func (p ConsumerPolicy) Equal(q ConsumerPolicy) bool {
-	if p.Level() != q.Level() || p.NodePlacement != q.NodePlacement || p.SameNameNamespaces != q.SameNameNamespaces ||
-		len(p.NodeSelector) != len(q.NodeSelector) || len(p.Tolerations) != len(q.Tolerations) {
-		return false
-	}
-	for k, v := range p.NodeSelector {
-		if w, ok := q.NodeSelector[k]; !ok || w != v {
-			return false
-		}
-	}
-	for i := range p.Tolerations {
-		if !p.Tolerations[i].MatchToleration(&q.Tolerations[i]) ||
-			!equalSeconds(p.Tolerations[i].TolerationSeconds, q.Tolerations[i].TolerationSeconds) {
-			return false
-		}
-	}
-	return true
+	return p.Level() == q.Level() && p.NodePlacement == q.NodePlacement && p.SameNameNamespaces == q.SameNameNamespaces &&
+		maps.Equal(p.NodeSelector, q.NodeSelector) &&
+		slices.EqualFunc(p.Tolerations, q.Tolerations, func(a, b corev1.Toleration) bool {
+			return a.MatchToleration(&b) && ptr.Equal(a.TolerationSeconds, b.TolerationSeconds)
+		})
 }
-
-func equalSeconds(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
 // PlacementLabels are the node labels a consumer's pods may always select
 // or prefer nodes by, since they say what a workload can run on, not where:

@@ -30,8 +30,9 @@ func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string, policy offloadv
 	for _, r := range offered {
 		total[r] = resource.NewQuantity(0, resource.DecimalSI)
 	}
+	serves := servedBy(policy)
 	for _, n := range nodes {
-		if n.Labels[offloadv1alpha1.LabelType] == offloadv1alpha1.TypeVirtualNode || n.Spec.Unschedulable || !ready(n) || !Serves(&n, policy) {
+		if n.Labels[offloadv1alpha1.LabelType] == offloadv1alpha1.TypeVirtualNode || n.Spec.Unschedulable || !ready(n) || !serves(&n) {
 			continue
 		}
 		usable[n.Name] = true
@@ -63,21 +64,24 @@ func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string, policy offloadv
 	return out
 }
 
-// Serves reports whether node n runs the pods of a tenant with policy: it
-// has the labels of the policy's NodeSelector, and the policy's
+// servedBy returns whether a node runs the pods of a tenant with policy:
+// it has the labels of the policy's NodeSelector, and the policy's
 // Tolerations tolerate its NoSchedule and NoExecute taints. A consumer
 // allowed node placement may tolerate more, but the nodes a provider
 // taints are not lent unless its policy says so.
-func Serves(n *corev1.Node, policy offloadv1alpha1.ConsumerPolicy) bool {
-	if len(policy.NodeSelector) > 0 && !labels.SelectorFromSet(policy.NodeSelector).Matches(labels.Set(n.Labels)) {
-		return false
-	}
+func servedBy(policy offloadv1alpha1.ConsumerPolicy) func(*corev1.Node) bool {
+	selector := labels.SelectorFromSet(policy.NodeSelector) // empty: every node
+	tolerations := append(slices.Clip(policy.Tolerations), readinessTolerations...)
 	blocking := func(t *corev1.Taint) bool {
 		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
 	}
-	tolerations := append(slices.Clip(policy.Tolerations), readinessTolerations...)
-	_, untolerated := corev1helper.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, tolerations, blocking, false)
-	return !untolerated
+	return func(n *corev1.Node) bool {
+		if !selector.Matches(labels.Set(n.Labels)) {
+			return false
+		}
+		_, untolerated := corev1helper.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, tolerations, blocking, false)
+		return !untolerated
+	}
 }
 
 // readinessTolerations tolerate the taints that follow a node's Ready
