@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -115,12 +116,10 @@ func expectTheProviderChoosesItsNodes(ctx context.Context, t *testing.T, consume
 		t.Fatal(err)
 	}
 	chosen, other := framework.FakeNodeName(provider.Name, 0), framework.FakeNodeName(provider.Name, 1)
-	node, err := provider.Kube.CoreV1().Nodes().Get(ctx, chosen, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Labels["pool"] = "tenants"
-	if _, err := provider.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// A merge patch, not Get and Update: kwok writes the new node's status
+	// at the same time, and an Update would conflict with it.
+	label := []byte(`{"metadata":{"labels":{"pool":"tenants"}}}`)
+	if _, err := provider.Kube.CoreV1().Nodes().Patch(ctx, chosen, types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -156,15 +157,23 @@ current-context: local
 func (n *RealNode) drain(ctx context.Context, c *Cluster) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	node, err := c.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-	if err != nil {
+	if _, err := c.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
 		return nil // not registered: nothing runs there
 	}
 	// NoExecute, not NoSchedule: DaemonSets that tolerate every NoSchedule
 	// taint (node agents such as the network fabric) would put their pods
-	// back at once, and the node would never be empty.
-	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "offload.io/teardown", Effect: corev1.TaintEffectNoExecute})
-	if _, err := c.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// back at once, and the node would never be empty. Retried on conflict:
+	// the kubelet writes the node's status meanwhile.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := c.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "offload.io/teardown", Effect: corev1.TaintEffectNoExecute})
+		_, err = c.Kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("tainting node %s for teardown: %w", n.Name, err)
 	}
 	pods, err := c.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})
