@@ -34,10 +34,15 @@ never gives away the names it reserves), and which of this cluster's nodes
 run the consumer's pods: those with the labels of --node-selector, tolerating
 the taints of --toleration. The consumer's pods always carry that selector and
 those tolerations, node placement or not, and the resources offered to the
-consumer are counted on those nodes only. Peering again with a new token
-applies its policy to a consumer that is already peered; the policy is kept in
-the consumer's Tenant (kubectl get tenants), where you can change it later
-with kubectl edit tenant NAME.
+consumer are counted on those nodes only. The policy is kept in the
+consumer's Tenant (kubectl get tenants), where you can change it later with
+kubectl edit tenant NAME.
+
+A tenant belongs to the cluster that first peered with it: a consumer that is
+already peered here can peer again only with a token bound to its name
+(--consumer NAME, for example after it lost its credentials, or after a
+replayed credential revoked them all), which also applies that token's policy.
+A bound token peers no other consumer.
 
 Nothing is created unless kubectl offload is installed and its auth service
 has created its CA; kubectl offload status --wait waits for that.`
@@ -59,7 +64,10 @@ const generateExample = `  # Print the command to run on the consumer
 
   # A consumer whose pods run only on the nodes labelled pool=tenants, which
   # are tainted dedicated=tenants:NoSchedule for everyone else
-  kubectl offload peer generate --node-selector pool=tenants --toleration dedicated=tenants:NoSchedule`
+  kubectl offload peer generate --node-selector pool=tenants --toleration dedicated=tenants:NoSchedule
+
+  # Let consumer edge-1, already peered here, peer again (and no one else)
+  kubectl offload peer generate --consumer edge-1`
 
 const tokensLong = `List and revoke the peering tokens of this cluster.
 
@@ -173,6 +181,7 @@ func newCmdGenerate(use string, f factory.Factory, streams genericiooptions.IOSt
 	cmd.Flags().BoolVar(&o.AllowNodePlacement, "allow-node-placement", o.AllowNodePlacement, "Let the consumer's pods choose this cluster's nodes: set a nodeName, select any node label, tolerate any taint.")
 	cmd.Flags().StringSliceVar(&o.NodeSelector, "node-selector", o.NodeSelector, "A KEY=VALUE label the nodes that run the consumer's pods must have; repeat it or separate pairs with commas.")
 	cmd.Flags().StringArrayVar(&o.Tolerations, "toleration", o.Tolerations, "A taint of this cluster's nodes the consumer's pods tolerate, as KEY[=VALUE][:EFFECT] (no VALUE: any value; no EFFECT: every effect); repeatable.")
+	cmd.Flags().StringVar(&o.Consumer, "consumer", o.Consumer, "Bind the token to the consumer cluster of this name: no other consumer may peer with it, and that consumer may peer again while it is peered here (kubectl get tenants).")
 	cmd.Flags().BoolVar(&o.AllowSameNameNamespaces, "allow-same-name-namespaces", o.AllowSameNameNamespaces, "Let the consumer's twin namespaces have the names of its own namespaces, except the names this cluster reserves.")
 	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
 	return cmd

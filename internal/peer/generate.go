@@ -53,6 +53,8 @@ type PeerCommand struct {
 	// Policy is what the consumers that peer with the token, and their
 	// pods, may do on this cluster.
 	Policy offloadv1alpha1.ConsumerPolicy `json:"policy"`
+	// Consumer is the one consumer name the token peers, when bound.
+	Consumer string `json:"consumer,omitempty"`
 	// Command is the command to run on the consumer.
 	Command string `json:"command"`
 }
@@ -79,6 +81,8 @@ type GenerateOptions struct {
 	// Tolerations are KEY[=VALUE][:EFFECT]: the taints of this cluster's
 	// nodes the consumers' pods tolerate.
 	Tolerations []string
+	// Consumer, when set, binds the token to that consumer name.
+	Consumer string
 	// AuthURL overrides the auth URL derived from the install.
 	AuthURL string
 	Output  output.Format
@@ -129,6 +133,11 @@ func (o *GenerateOptions) Validate() error {
 	if _, err := o.tolerations(); err != nil {
 		return err
 	}
+	if o.Consumer != "" {
+		if err := peering.ValidateConsumerName(o.Consumer); err != nil {
+			return fmt.Errorf("invalid --consumer: the consumer's cluster name %w", err)
+		}
+	}
 	if o.AuthURL != "" {
 		if err := validateAuthURL(o.AuthURL); err != nil {
 			return fmt.Errorf("invalid --auth-url: %w", err)
@@ -154,14 +163,14 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 	}
 	expires := o.now().Add(o.TTL).UTC().Truncate(time.Second)
 	policy := o.policy()
-	secret := peering.NewTokenSecret(o.namespace, tok, peering.TokenOptions{Expires: expires, Reusable: o.Reusable, Policy: policy})
+	secret := peering.NewTokenSecret(o.namespace, tok, peering.TokenOptions{Expires: expires, Reusable: o.Reusable, Policy: policy, Consumer: o.Consumer})
 	if _, err := o.kube.CoreV1().Secrets(o.namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the token secret %s: %w", secret.Name, err)
 	}
 	pc := PeerCommand{
 		TypeMeta: peerCommandType, Name: args.Name, AuthURL: args.AuthURL, ClusterID: args.ClusterID,
 		AuthToken: args.AuthToken, CACertHash: args.CACertHash, ExpiresAt: expires, Reusable: o.Reusable,
-		Policy: policy, Command: args.Command(),
+		Policy: policy, Consumer: o.Consumer, Command: args.Command(),
 	}
 	if policy.Level() == offloadv1alpha1.PodSecurityPrivileged {
 		output.NewSteps(o.ErrOut).Warn("--pod-security privileged: the pods of the consumers that peer with token %s can become root on this cluster's nodes; "+
@@ -171,6 +180,9 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 		usage := "It can be used once"
 		if o.Reusable {
 			usage = "It can be used by any number of consumers"
+		}
+		if o.Consumer != "" {
+			usage += ", by consumer " + o.Consumer + " only, which may peer again with it"
 		}
 		fmt.Fprintf(o.ErrOut, "Run this command on the consumer cluster to peer it with %s. The token %s expires at %s (in %s). %s; revoke it with kubectl offload peer tokens revoke %s. %s\n",
 			pc.Name, tok.ID, expires.Format(time.RFC3339), o.TTL, usage, tok.ID, policyNote(policy))

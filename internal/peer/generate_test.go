@@ -246,6 +246,9 @@ func TestGenerateValidatesItsFlags(t *testing.T) {
 		}, ok: true},
 		{name: "an unknown pod security is refused", modify: func(o *GenerateOptions) { o.PodSecurity = "root" }},
 		{name: "a pod security in capitals is refused", modify: func(o *GenerateOptions) { o.PodSecurity = "Baseline" }},
+		{name: "a consumer name is valid", modify: func(o *GenerateOptions) { o.Consumer = "edge-1" }, ok: true},
+		{name: "a consumer name that is no DNS label is refused", modify: func(o *GenerateOptions) { o.Consumer = "Edge_1" }},
+		{name: "a consumer name too long for its tenant namespace is refused", modify: func(o *GenerateOptions) { o.Consumer = strings.Repeat("a", 60) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -283,7 +286,7 @@ func TestAnUnknownPodSecurityErrorListsTheLevels(t *testing.T) {
 
 func TestTokensListAndRevoke(t *testing.T) {
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	valid := peering.NewTokenSecret(testNS, peering.Token{ID: "aaaaaa", Secret: "secretsecret0001"}, peering.TokenOptions{Expires: now.Add(time.Hour)})
+	valid := peering.NewTokenSecret(testNS, peering.Token{ID: "aaaaaa", Secret: "secretsecret0001"}, peering.TokenOptions{Expires: now.Add(time.Hour), Consumer: "edge-1"})
 	expired := peering.NewTokenSecret(testNS, peering.Token{ID: "bbbbbb", Secret: "secretsecret0002"}, peering.TokenOptions{Expires: now.Add(-time.Hour), Reusable: true})
 	used := peering.NewTokenSecret(testNS, peering.Token{ID: "cccccc", Secret: "secretsecret0003"}, peering.TokenOptions{Expires: now.Add(2 * time.Hour)})
 	used.Data[peering.UsedByKey], used.Data[peering.UsedAtKey] = []byte(testID), []byte(now.Format(time.RFC3339))
@@ -295,10 +298,10 @@ func TestTokensListAndRevoke(t *testing.T) {
 	if err := l.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	want := "ID       EXPIRES                USAGE        STATUS    USED BY\n" +
-		"bbbbbb   2030-01-01T11:00:00Z   reusable     expired   -\n" +
-		"aaaaaa   2030-01-01T13:00:00Z   single-use   valid     -\n" +
-		"cccccc   2030-01-01T14:00:00Z   single-use   used      " + testID + "\n"
+	want := "ID       EXPIRES                USAGE        CONSUMER   STATUS    USED BY\n" +
+		"bbbbbb   2030-01-01T11:00:00Z   reusable     -          expired   -\n" +
+		"aaaaaa   2030-01-01T13:00:00Z   single-use   edge-1     valid     -\n" +
+		"cccccc   2030-01-01T14:00:00Z   single-use   -          used      " + testID + "\n"
 	if out.String() != want {
 		t.Errorf("tokens list =\n%s\nwant\n%s", out, want)
 	}
@@ -349,5 +352,26 @@ func TestTokensListShowsExpiredAndSpentTokens(t *testing.T) {
 				t.Errorf("listed status = %q, want %q", got, tt.wantListedStatus)
 			}
 		})
+	}
+}
+
+func TestGenerateBindsTheTokenToAConsumer(t *testing.T) {
+	certPEM, _ := testCA(t)
+	kube := fake.NewClientset(identityCM(), caSecret(certPEM))
+	o, _, errOut := newGenerate(kube)
+	o.Consumer = "edge-1"
+	if err := o.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	secrets := tokenSecrets(t, kube)
+	if len(secrets) != 1 {
+		t.Fatalf("%d token Secrets, want 1", len(secrets))
+	}
+	stored, err := peering.ReadTokenSecret(&secrets[0])
+	if err != nil || stored.Consumer != "edge-1" {
+		t.Errorf("the token Secret is bound to %q (%v), want edge-1", stored.Consumer, err)
+	}
+	if !strings.Contains(errOut.String(), "by consumer edge-1 only") {
+		t.Errorf("the note does not say whom the token is for: %q", errOut)
 	}
 }

@@ -55,11 +55,13 @@ type TokenInfo struct {
 	UsedBy string `json:"usedBy,omitempty"`
 	// UsedAt is when the token was used, if it was.
 	UsedAt *time.Time `json:"usedAt,omitempty"`
+	// Consumer is the one consumer name the token peers, when bound.
+	Consumer string `json:"consumer,omitempty"`
 }
 
 // tokenInfo describes t at now.
 func tokenInfo(t peering.StoredToken, now time.Time) TokenInfo {
-	info := TokenInfo{ID: t.ID, ExpiresAt: t.Expires, Usage: peering.UsageSingle, Status: TokenValid, UsedBy: t.UsedBy}
+	info := TokenInfo{ID: t.ID, ExpiresAt: t.Expires, Usage: peering.UsageSingle, Status: TokenValid, UsedBy: t.UsedBy, Consumer: t.Consumer}
 	if t.Reusable {
 		info.Usage = peering.UsageReusable
 	}
@@ -82,13 +84,15 @@ func (l TokenList) table(w io.Writer) error {
 		_, err := fmt.Fprintln(w, "No peering tokens. Create one with kubectl offload peer generate.")
 		return err
 	}
-	table := output.Columns{Header: []string{"ID", "EXPIRES", "USAGE", "STATUS", "USED BY"}}
-	for _, t := range l.Items {
-		usedBy := t.UsedBy
-		if usedBy == "" {
-			usedBy = "-"
+	table := output.Columns{Header: []string{"ID", "EXPIRES", "USAGE", "CONSUMER", "STATUS", "USED BY"}}
+	orDash := func(s string) string {
+		if s == "" {
+			return "-"
 		}
-		table.Rows = append(table.Rows, []string{t.ID, t.ExpiresAt.Format(time.RFC3339), t.Usage, t.Status, usedBy})
+		return s
+	}
+	for _, t := range l.Items {
+		table.Rows = append(table.Rows, []string{t.ID, t.ExpiresAt.Format(time.RFC3339), t.Usage, orDash(t.Consumer), t.Status, orDash(t.UsedBy)})
 	}
 	return table.Write(w)
 }

@@ -67,6 +67,13 @@ const (
 	// ReasonTenantConflict means the consumer's name is taken on the
 	// provider by another cluster, or its tenant is being removed.
 	ReasonTenantConflict = "TenantConflict"
+	// ReasonTenantExists means the consumer already has a tenant on the
+	// provider, and the token is not one the provider's admin bound to it:
+	// a tenant belongs to the cluster that first peered with it.
+	ReasonTenantExists = "TenantExists"
+	// ReasonTokenForAnotherConsumer means the token is bound to another
+	// consumer name (peer generate --consumer).
+	ReasonTokenForAnotherConsumer = "TokenForAnotherConsumer"
 	// ReasonNotFound means the request's path is not an endpoint.
 	ReasonNotFound = "NotFound"
 	// ReasonMethodNotAllowed means the endpoint exists but not for the request's method.

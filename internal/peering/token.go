@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
@@ -105,6 +106,11 @@ const (
 	// and TolerationsString; absent means none.
 	NodeSelectorKey = "node-selector"
 	TolerationsKey  = "tolerations"
+	// ConsumerKey binds the token to one consumer name: only that consumer
+	// may peer with it, and it is the provider admin's consent for that
+	// consumer to peer again while its tenant exists. Absent means any
+	// consumer, for a first peering only.
+	ConsumerKey = "consumer"
 	// AllowedValue is the value of NodePlacementKey and
 	// SameNameNamespacesKey that allows what they name.
 	AllowedValue = "true"
@@ -124,6 +130,9 @@ type TokenOptions struct {
 	// provider; the zero value is baseline without node placement or
 	// same-name namespaces.
 	Policy offloadv1alpha1.ConsumerPolicy
+	// Consumer, when set, is the one consumer name that may peer with the
+	// token, and lets that consumer peer again while its tenant exists.
+	Consumer string
 }
 
 // NewTokenSecret returns the Secret that stores tok in namespace, with the
@@ -160,6 +169,9 @@ func NewTokenSecret(namespace string, tok Token, o TokenOptions) *corev1.Secret 
 	if len(o.Policy.Tolerations) > 0 {
 		s.Data[TolerationsKey] = []byte(offloadv1alpha1.TolerationsString(o.Policy.Tolerations))
 	}
+	if o.Consumer != "" {
+		s.Data[ConsumerKey] = []byte(o.Consumer)
+	}
 	return s
 }
 
@@ -173,7 +185,9 @@ type StoredToken struct {
 	// Policy is the consumer policy the token grants; its PodSecurity is
 	// always set, baseline for a Secret that does not say.
 	Policy offloadv1alpha1.ConsumerPolicy
-	secret string
+	// Consumer is the consumer name the token is bound to; empty for any.
+	Consumer string
+	secret   string
 }
 
 // ReadTokenSecret decodes a token Secret. A Secret without the policy keys,
@@ -187,7 +201,11 @@ func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
 		ID:       string(s.Data[TokenIDKey]),
 		Reusable: string(s.Data[UsageKey]) == UsageReusable,
 		UsedBy:   string(s.Data[UsedByKey]),
+		Consumer: string(s.Data[ConsumerKey]),
 		secret:   string(s.Data[TokenSecretKey]),
+	}
+	if err := ValidateConsumerName(t.Consumer); t.Consumer != "" && err != nil {
+		return StoredToken{}, fmt.Errorf("secret %s has an invalid %s: %w: revoke the token and generate a new one with kubectl offload peer generate", s.Name, ConsumerKey, err)
 	}
 	exp, err := time.Parse(time.RFC3339, string(s.Data[ExpirationKey]))
 	if err != nil {
@@ -222,6 +240,18 @@ func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
 		t.Policy.Tolerations = append(t.Policy.Tolerations, tol)
 	}
 	return t, nil
+}
+
+// ValidateConsumerName checks a consumer cluster name: a DNS-1123 label
+// short enough for its tenant namespace.
+func ValidateConsumerName(name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("%q is not a DNS-1123 label: %s", name, errs[0])
+	}
+	if ns := offloadv1alpha1.TenantNamespace(name); len(ns) > validation.DNS1123LabelMaxLength {
+		return fmt.Errorf("%q is too long: at most %d characters", name, validation.DNS1123LabelMaxLength-len(offloadv1alpha1.TenantNamespacePrefix))
+	}
+	return nil
 }
 
 // splitList splits a comma-separated Secret value; empty gives nothing.

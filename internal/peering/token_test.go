@@ -90,6 +90,7 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 	}{
 		{name: "a single-use token with the zero policy reads back as baseline", opts: TokenOptions{Expires: expires}, wantPolicy: baseline},
 		{name: "a reusable token reads back reusable", opts: TokenOptions{Expires: expires, Reusable: true}, wantPolicy: baseline},
+		{name: "a token bound to a consumer reads back bound", opts: TokenOptions{Expires: expires, Consumer: "edge-1"}, wantPolicy: baseline},
 		{
 			name:       "a restricted token reads back restricted",
 			opts:       TokenOptions{Expires: expires, Policy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted}},
@@ -147,7 +148,7 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.ID != tok.ID || !got.Expires.Equal(expires) || got.Reusable != tt.opts.Reusable || got.UsedBy != "" || !got.UsedAt.IsZero() || !got.Policy.Equal(tt.wantPolicy) {
+			if got.ID != tok.ID || !got.Expires.Equal(expires) || got.Reusable != tt.opts.Reusable || got.UsedBy != "" || !got.UsedAt.IsZero() || !got.Policy.Equal(tt.wantPolicy) || got.Consumer != tt.opts.Consumer {
 				t.Errorf("round trip = %+v, want reusable=%v and policy %+v", got, tt.opts.Reusable, tt.wantPolicy)
 			}
 			if !got.Matches(tok) {
@@ -232,7 +233,9 @@ func TestReadTokenSecretRefusesOtherSecrets(t *testing.T) {
 	delete(noExpiry.Data, ExpirationKey)
 	badUsedAt := good.DeepCopy()
 	badUsedAt.Data[UsedAtKey] = []byte("yesterday")
-	for name, s := range map[string]*corev1.Secret{"another type": otherType, "no expiry": noExpiry, "a bad used-at": badUsedAt} {
+	badConsumer := good.DeepCopy()
+	badConsumer.Data[ConsumerKey] = []byte("Not_A_Label")
+	for name, s := range map[string]*corev1.Secret{"another type": otherType, "no expiry": noExpiry, "a bad used-at": badUsedAt, "a bad consumer": badConsumer} {
 		if _, err := ReadTokenSecret(s); err == nil {
 			t.Errorf("a Secret with %s was read as a token", name)
 		} else if strings.Contains(err.Error(), "0123456789abcdef") {

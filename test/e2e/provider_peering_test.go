@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -171,6 +172,40 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 				t.Errorf("%s %s.%s in %q: allowed=%t, want %t", a.verb, a.resource, a.group, a.namespace, got.Status.Allowed, a.allowed)
 			}
 		}
+	})
+
+	t.Run("a second token holder naming the tenant cannot take its place", func(t *testing.T) {
+		// The consumer's name and cluster ID are no secret; any token
+		// holder can send them. The tenant and its credential stay, and
+		// the refused token is not spent.
+		var second peer.PeerCommand
+		if err := json.Unmarshal([]byte(mustOffload(t, c, "peer", "generate", "-o", "json")), &second); err != nil {
+			t.Fatal(err)
+		}
+		var before offloadv1alpha1.Tenant
+		if err := ctrlClient(t, c).Get(ctx, client.ObjectKey{Name: "consumer"}, &before); err != nil {
+			t.Fatal(err)
+		}
+		takeover := peering.PeerRequest{Token: second.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: second.ClusterID}
+		var refusal map[string]string
+		if code := post(t, hc, second.AuthURL+peering.PeerPath, "", takeover, &refusal); code != http.StatusConflict || refusal["reason"] != peering.ReasonTenantExists {
+			t.Errorf("a takeover with a second token: %d %v, want 409 %s", code, refusal, peering.ReasonTenantExists)
+		}
+		var after offloadv1alpha1.Tenant
+		if err := ctrlClient(t, c).Get(ctx, client.ObjectKey{Name: "consumer"}, &after); err != nil {
+			t.Fatal(err)
+		}
+		if after.ResourceVersion != before.ResourceVersion {
+			t.Errorf("the refused takeover changed the Tenant: %+v", after.Status)
+		}
+		if err := tenantClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "provider"}, &offer); err != nil {
+			t.Errorf("the tenant's credential stopped working after a refused takeover: %v", err)
+		}
+		id, _, _ := strings.Cut(second.AuthToken, ".")
+		if tokens := mustOffload(t, c, "peer", "tokens", "list"); !regexp.MustCompile(`(?m)^` + id + `\s.*\svalid\s`).MatchString(tokens) {
+			t.Errorf("the refused token %s is not listed valid:\n%s", id, tokens)
+		}
+		mustOffload(t, c, "peer", "tokens", "revoke", id)
 	})
 
 	// unpeer: the tenant goes, and the old credentials stop working.

@@ -131,10 +131,25 @@ func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.L
 	if err != nil {
 		return nil, err
 	}
-	// A consumer name taken by another cluster is refused before the token is spent.
-	if err := p.checkTenantFree(ctx, req.ClusterID, req.ClusterName); err != nil {
+	// Every refusal comes before the token is spent.
+	if stored.Consumer != "" && stored.Consumer != req.ClusterName {
+		return nil, &peering.Error{Reason: peering.ReasonTokenForAnotherConsumer, Status: http.StatusForbidden, Message: fmt.Sprintf(
+			"this peering token is for consumer %s, not %s: ask the provider's admin for a token for this cluster (kubectl offload peer generate --consumer %s)",
+			stored.Consumer, req.ClusterName, req.ClusterName)}
+	}
+	if err := p.checkTenantFree(ctx, req.ClusterID, req.ClusterName, stored.Consumer == req.ClusterName); err != nil {
 		return nil, err
 	}
+	release, err := p.claimClusterID(ctx, req.ClusterID, req.ClusterName)
+	if err != nil {
+		return nil, err
+	}
+	peered := false
+	defer func() {
+		if !peered {
+			release()
+		}
+	}()
 	if !stored.Reusable {
 		if err := p.spend(ctx, secret, req.ClusterID); err != nil {
 			return nil, err
@@ -144,11 +159,16 @@ func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.L
 	if err != nil {
 		return nil, err
 	}
+	if err := p.ownClaim(ctx, t); err != nil {
+		undo()
+		return nil, err
+	}
 	resp, err := p.issue(ctx, t, self, true)
 	if err != nil {
 		undo()
 		return nil, err
 	}
+	peered = true
 	return resp, nil
 }
 

@@ -8,13 +8,16 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -233,38 +236,147 @@ func TestAFailedPeeringDeletesTheTenantItCreated(t *testing.T) {
 	}
 }
 
-func TestAReusableTokenPeersTheSameConsumerTwiceIdempotently(t *testing.T) {
+// A consumer's name and cluster ID are no secret: a token holder naming an
+// existing tenant must not get its credentials. Only a token the provider's
+// admin bound to that consumer peers it again, and refusals spend nothing.
+func TestAnExistingTenantIsPeeredAgainOnlyWithATokenBoundToIt(t *testing.T) {
 	e := newPeeringEnv(t)
-	tok := e.newToken(t, time.Now().Add(time.Hour), true)
+	ctx := context.Background()
+	reusable := e.newToken(t, time.Now().Add(time.Hour), true)
 	c := newConsumer()
-	var tokens []string
-	for i := 0; i < 2; i++ {
-		r := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), c), "")
-		if r.status != http.StatusOK {
-			t.Fatalf("peering #%d: %d %s", i+1, r.status, r.body)
-		}
-		tokens = append(tokens, r.response(t).Credentials.Token)
+	r := e.post(t, peering.PeerPath, e.peerRequest(reusable.String(), c), "")
+	if r.status != http.StatusOK {
+		t.Fatalf("first peering: %d %s", r.status, r.body)
 	}
-	for i, tk := range tokens {
-		if e.reviewToken(t, tk) == "" {
-			t.Errorf("the token of peering #%d does not authenticate", i+1)
+	first := r.response(t).Credentials
+	var before offloadv1alpha1.Tenant
+	if err := e.admin.Get(ctx, client.ObjectKey{Name: c.name}, &before); err != nil {
+		t.Fatal(err)
+	}
+
+	singleUse := e.newToken(t, time.Now().Add(time.Hour), false)
+	boundToOther := e.boundToken(t, "someone-else")
+	for name, tc := range map[string]struct {
+		token  peering.Token
+		status int
+		reason string
+	}{
+		"the reusable token that peered it": {token: reusable, status: http.StatusConflict, reason: peering.ReasonTenantExists},
+		"an unbound single-use token":       {token: singleUse, status: http.StatusConflict, reason: peering.ReasonTenantExists},
+		"a token bound to another consumer": {token: boundToOther, status: http.StatusForbidden, reason: peering.ReasonTokenForAnotherConsumer},
+	} {
+		t.Run(name+" is refused and changes nothing", func(t *testing.T) {
+			msg := e.post(t, peering.PeerPath, e.peerRequest(tc.token.String(), c), "").wantError(t, tc.status, tc.reason)
+			if !strings.Contains(msg.Message, "--consumer "+c.name) {
+				t.Errorf("the refusal does not say how to peer again: %q", msg.Message)
+			}
+			var after offloadv1alpha1.Tenant
+			if err := e.admin.Get(ctx, client.ObjectKey{Name: c.name}, &after); err != nil {
+				t.Fatal(err)
+			}
+			if after.ResourceVersion != before.ResourceVersion {
+				t.Errorf("the refused request changed the tenant: %+v", after.Status)
+			}
+			if e.reviewToken(t, first.Token) == "" {
+				t.Error("the tenant's credential stopped working")
+			}
+		})
+	}
+	// The refused single-use token was not spent, nor the bound one.
+	if r := e.post(t, peering.PeerPath, e.peerRequest(singleUse.String(), newConsumer()), ""); r.status != http.StatusOK {
+		t.Errorf("the refused single-use token was spent: %d %s", r.status, r.body)
+	}
+	if r := e.post(t, peering.PeerPath, e.peerRequest(boundToOther.String(), consumer{id: newConsumer().id, name: "someone-else"}), ""); r.status != http.StatusOK {
+		t.Errorf("the refused bound token was spent: %d %s", r.status, r.body)
+	}
+
+	// The provider's admin binds a token to the consumer: it peers again.
+	again := e.post(t, peering.PeerPath, e.peerRequest(e.boundToken(t, c.name).String(), c), "")
+	if again.status != http.StatusOK {
+		t.Fatalf("peering again with a bound token: %d %s", again.status, again.body)
+	}
+	if e.reviewToken(t, again.response(t).Credentials.Token) == "" {
+		t.Error("the credential of the new peering does not authenticate")
+	}
+	var list offloadv1alpha1.TenantList
+	if err := e.admin.List(ctx, &list, client.MatchingLabels{offloadv1alpha1.LabelTenant: c.id}); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].UID != before.UID {
+		t.Errorf("%d tenants for the consumer after peering again, want the same one", len(list.Items))
+	}
+}
+
+// Two first peerings naming one cluster ID under two names, at once, each
+// with a token of its own, yield one tenant: a cluster ID is one consumer's.
+func TestConcurrentFirstPeeringsOfOneClusterIDMakeOneTenant(t *testing.T) {
+	e := newPeeringEnv(t)
+	id := newConsumer().id
+	const n = 8
+	consumers := make([]consumer, n)
+	tokens := make([]peering.Token, n)
+	for i := range consumers {
+		consumers[i] = consumer{id: id, name: newConsumer().name}
+		tokens[i] = e.newToken(t, time.Now().Add(time.Hour), false)
+	}
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = e.post(t, peering.PeerPath, e.peerRequest(tokens[i].String(), consumers[i]), "")
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for i, r := range replies {
+		if r.status == http.StatusOK {
+			ok++
+			continue
+		}
+		r.wantError(t, http.StatusConflict, peering.ReasonTenantConflict)
+		e.assertNothingFor(t, consumers[i])
+		// Refused, so not spent.
+		if r := e.post(t, peering.PeerPath, e.peerRequest(tokens[i].String(), newConsumer()), ""); r.status != http.StatusOK {
+			t.Errorf("the token of a refused peering was spent: %d %s", r.status, r.body)
 		}
 	}
 	var list offloadv1alpha1.TenantList
-	if err := e.admin.List(context.Background(), &list); err != nil {
+	if err := e.admin.List(context.Background(), &list, client.MatchingLabels{offloadv1alpha1.LabelTenant: id}); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, tn := range list.Items {
-		if tn.Spec.ClusterID == c.id {
-			n++
-		}
+	if ok != 1 || len(list.Items) != 1 {
+		t.Errorf("%d peerings succeeded and %d tenants hold the cluster ID, want 1 and 1", ok, len(list.Items))
 	}
-	if n != 1 {
-		t.Errorf("%d tenants for the consumer, want 1", n)
+}
+
+// Once a tenant is gone, its cluster ID may peer again, under another name
+// too: the claim its Tenant owned no longer stands.
+func TestAClusterIDIsFreeAgainOnceItsTenantIsGone(t *testing.T) {
+	e := newPeeringEnv(t)
+	ctx := context.Background()
+	c, _ := e.peered(t)
+	tn := &offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: c.name}}
+	if err := e.admin.Delete(ctx, tn); err != nil {
+		t.Fatal(err)
 	}
-	if r := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), newConsumer()), ""); r.status != http.StatusOK {
-		t.Errorf("a reusable token peers another consumer: %d %s", r.status, r.body)
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(e.admin.Get(ctx, client.ObjectKeyFromObject(tn), tn)), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the tenant controller to remove the Tenant: %v", err)
+	}
+	renamed := consumer{id: c.id, name: newConsumer().name}
+	if r := e.post(t, peering.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), renamed), ""); r.status != http.StatusOK {
+		t.Fatalf("peering the cluster ID again under another name: %d %s", r.status, r.body)
+	}
+	var claim coordinationv1.Lease
+	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: claimName(c.id)}, &claim); err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(claim.Spec.HolderIdentity, "") != renamed.name || len(claim.OwnerReferences) != 1 || claim.OwnerReferences[0].Name != renamed.name {
+		t.Errorf("the claim names %v, owned by %+v; want %s", claim.Spec.HolderIdentity, claim.OwnerReferences, renamed.name)
 	}
 }
 

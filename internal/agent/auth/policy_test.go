@@ -24,9 +24,7 @@ var (
 // policyToken stores a single-use token that grants policy.
 func (e *peeringEnv) policyToken(t *testing.T, policy offloadv1alpha1.ConsumerPolicy) peering.Token {
 	t.Helper()
-	return e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
-		return peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: policy})
-	})
+	return e.tokenWith(t, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: policy})
 }
 
 // peerAndGetPolicy peers c with tok and returns its Tenant's policy.
@@ -121,7 +119,7 @@ func TestATokenWithAnInvalidSameNameNamespacesPeersNobody(t *testing.T) {
 	e.assertNothingFor(t, c)
 }
 
-func TestPeeringAgainWithANewTokenGivesTheTenantItsPolicy(t *testing.T) {
+func TestPeeringAgainWithATokenBoundToTheTenantGivesItThatTokensPolicy(t *testing.T) {
 	e := newPeeringEnv(t)
 	c := newConsumer()
 	steps := []struct {
@@ -136,7 +134,8 @@ func TestPeeringAgainWithANewTokenGivesTheTenantItsPolicy(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			if got := e.peerAndGetPolicy(t, e.policyToken(t, s.policy), c); !got.Equal(s.policy) {
+			tok := e.tokenWith(t, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: s.policy, Consumer: c.name})
+			if got := e.peerAndGetPolicy(t, tok, c); !got.Equal(s.policy) {
 				t.Errorf("the tenant's policy is %+v, want %+v", got, s.policy)
 			}
 		})

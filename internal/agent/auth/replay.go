@@ -84,7 +84,8 @@ func (p *Peering) detectReplay(ctx context.Context, token string) {
 		Type: offloadv1alpha1.ConditionCredentialReplayed, Status: metav1.ConditionTrue,
 		Reason: offloadv1alpha1.ReasonRetiredCredentialUsed, ObservedGeneration: t.Generation,
 		Message: fmt.Sprintf("a replaced credential of consumer %s was presented to the auth service: someone kept a copy of it; "+
-			"every credential of the consumer is revoked: check who can read its kubeconfig Secret, then peer it again", t.Spec.ClusterName),
+			"every credential of the consumer is revoked: check who can read its kubeconfig Secret, then peer it again with a token bound to it (kubectl offload peer generate --consumer %s)",
+			t.Spec.ClusterName, t.Spec.ClusterName),
 	})
 	if err := p.client.Status().Patch(ctx, &t, patch); err != nil {
 		p.opts.Logger.Error(err, "Recording a replayed credential", "tenant", klog.KObj(&t))

@@ -86,8 +86,19 @@ func TestARefreshRevokesThePreviousCredentialAndAReplayRevokesThemAll(t *testing
 	e.waitRefused(t, second.Token, "the current credential after a replay")
 	e.post(t, peering.RefreshPath, peering.RefreshRequest{ClusterID: c.id}, second.Token).wantError(t, http.StatusUnauthorized, peering.ReasonUnauthorized)
 
-	// Peering again with a new token starts afresh.
-	again := e.post(t, peering.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), c), "")
+	// A token anyone could hold does not clear the replay: the tenant is
+	// the consumer's, and only its provider's admin can let it peer again.
+	e.post(t, peering.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), true).String(), c), "").
+		wantError(t, http.StatusConflict, peering.ReasonTenantExists)
+	if err := e.admin.Get(context.Background(), client.ObjectKey{Name: c.name}, &tn); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(tn.Status.Conditions, offloadv1alpha1.ConditionCredentialReplayed) {
+		t.Fatalf("an unbound token cleared CredentialReplayed: %+v", tn.Status.Conditions)
+	}
+
+	// Peering again with a token bound to the consumer starts afresh.
+	again := e.post(t, peering.PeerPath, e.peerRequest(e.boundToken(t, c.name).String(), c), "")
 	if again.status != http.StatusOK {
 		t.Fatalf("peering again: %d %s", again.status, again.body)
 	}

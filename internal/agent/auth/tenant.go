@@ -38,12 +38,8 @@ func validateConsumer(id, name, selfID string) error {
 	if errs := validation.IsValidLabelValue(id); len(errs) > 0 {
 		return bad("the consumer clusterID is invalid: %s", errs[0])
 	}
-	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return bad("the consumer clusterName %q is not a DNS-1123 label: %s", name, errs[0])
-	}
-	if ns := offloadv1alpha1.TenantNamespace(name); len(ns) > validation.DNS1123LabelMaxLength {
-		return bad("the consumer clusterName %q is too long: at most %d characters", name,
-			validation.DNS1123LabelMaxLength-len(offloadv1alpha1.TenantNamespacePrefix))
+	if err := peering.ValidateConsumerName(name); err != nil {
+		return bad("the consumer clusterName %v", err)
 	}
 	if id == selfID {
 		return bad("a cluster cannot peer with itself: run the peer command on another cluster")
@@ -58,8 +54,11 @@ func tenantConflict(format string, args ...any) error {
 // checkTenantFree refuses, before the token is spent, a consumer name that
 // another cluster already uses, and a cluster ID that another tenant holds:
 // a cluster ID belongs to the tenant that first peered with it, so a second
-// consumer claiming it cannot reach the first one's twin namespaces.
-func (p *Peering) checkTenantFree(ctx context.Context, id, name string) error {
+// consumer claiming it cannot reach the first one's twin namespaces. A
+// tenant that exists is peered again only with a token its provider's
+// admin bound to it: its name and cluster ID are no secret, so anyone with
+// another token could otherwise take its place, its credentials and pods.
+func (p *Peering) checkTenantFree(ctx context.Context, id, name string, bound bool) error {
 	var same offloadv1alpha1.TenantList
 	if err := p.client.List(ctx, &same, client.MatchingLabels{offloadv1alpha1.LabelTenant: id}); err != nil {
 		return fmt.Errorf("listing the tenants of cluster ID %s: %w", id, err)
@@ -77,7 +76,16 @@ func (p *Peering) checkTenantFree(ctx context.Context, id, name string) error {
 	if err != nil {
 		return fmt.Errorf("reading tenant %s: %w", name, err)
 	}
-	return verifyTenant(&t, id, name)
+	if err := verifyTenant(&t, id, name); err != nil {
+		return err
+	}
+	if !bound {
+		return &peering.Error{Reason: peering.ReasonTenantExists, Status: http.StatusConflict, Message: fmt.Sprintf(
+			"consumer %s is already peered with this provider, and a tenant belongs to the cluster that first peered with it: "+
+				"to peer it again, ask the provider's admin for a token bound to it (kubectl offload peer generate --consumer %s), or to unpeer it there first",
+			name, name)}
+	}
+	return nil
 }
 
 func verifyTenant(t *offloadv1alpha1.Tenant, id, name string) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -182,6 +184,7 @@ func (e *peeringEnv) authSAConfig(t *testing.T) *rest.Config {
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete"}},
 		},
 	})
 	mustCreate(t, e.admin, &rbacv1.RoleBinding{
@@ -211,9 +214,22 @@ func mustCreate(t *testing.T, c client.Client, o client.Object) {
 // namespace.
 func (e *peeringEnv) newToken(t *testing.T, expires time.Time, reusable bool) peering.Token {
 	t.Helper()
+	return e.tokenWith(t, peering.TokenOptions{Expires: expires, Reusable: reusable})
+}
+
+// tokenWith stores a peering token made with o in the install namespace.
+func (e *peeringEnv) tokenWith(t *testing.T, o peering.TokenOptions) peering.Token {
+	t.Helper()
 	return e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
-		return peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: expires, Reusable: reusable})
+		return peering.NewTokenSecret(e.namespace, tok, o)
 	})
+}
+
+// boundToken stores a single-use token, valid for an hour, bound to
+// consumer name.
+func (e *peeringEnv) boundToken(t *testing.T, name string) peering.Token {
+	t.Helper()
+	return e.tokenWith(t, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Consumer: name})
 }
 
 // newTokenSecret stores in the install namespace the token Secret that
@@ -359,6 +375,13 @@ func (e *peeringEnv) assertNothingFor(t *testing.T, c consumer) {
 		} else if err != nil && !apierrors.IsNotFound(err) {
 			t.Error(err)
 		}
+	}
+	var claim coordinationv1.Lease
+	err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: claimName(c.id)}, &claim)
+	if err == nil && ptr.Deref(claim.Spec.HolderIdentity, "") == c.name {
+		t.Errorf("the claim of cluster ID %s names %s after a failed peering", c.id, c.name)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Error(err)
 	}
 }
 
