@@ -260,6 +260,9 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 		t.Logf("traffic recovered %s after the %s gateway pod was deleted", time.Since(start).Round(time.Millisecond), side.c.Name)
 	}
 
+	// A consumer announcing what it must not: nothing moves on the provider.
+	expectAConsumerCannotSteerTheProvidersRoutes(ctx, t, consumer, provider)
+
 	// unpeer leaves no gateway, object, route or rule behind.
 	mustOffload(t, consumer, "unoffload", "namespace", "net", "--timeout", "2m")
 	mustOffload(t, consumer, "unpeer", "provider", "--timeout", "2m")

@@ -69,6 +69,9 @@ type controllerManagerOptions struct {
 	// PodCIDRs, ServiceCIDRs, RemapPools and ReservedCIDRs are this
 	// cluster's network settings, as the install detected or was told.
 	PodCIDRs, ServiceCIDRs, RemapPools, ReservedCIDRs []string
+	// PeerRanges are the ranges a peer's pod CIDRs must lie within; empty
+	// means ipam.DefaultPeerRanges.
+	PeerRanges []string
 	// GatewayServiceType and GatewayAddress publish this cluster's gateways
 	// to its consumers.
 	GatewayServiceType, GatewayAddress string
@@ -121,6 +124,7 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.StringSliceVar(&o.PodCIDRs, "pod-cidr", o.PodCIDRs, "This cluster's pod CIDR (repeatable); needed with --network.")
 	fs.StringSliceVar(&o.ServiceCIDRs, "service-cidr", o.ServiceCIDRs, "This cluster's service CIDR (repeatable); never used by a peer's view.")
 	fs.StringSliceVar(&o.RemapPools, "remap-pool", o.RemapPools, "CIDR from which overlapping peer pod CIDRs get their view here (repeatable).")
+	fs.StringSliceVar(&o.PeerRanges, "peer-range", o.PeerRanges, "CIDR a peer's pod CIDRs must lie within (repeatable); by default the private ranges 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 and 100.64.0.0/10.")
 	fs.StringSliceVar(&o.ReservedCIDRs, "reserved-cidr", o.ReservedCIDRs, "CIDR no peer's view may use, such as the node network (repeatable).")
 	fs.StringVar(&o.GatewayServiceType, "gateway-service-type", o.GatewayServiceType, "Service type that publishes this cluster's gateways to consumers: NodePort or LoadBalancer.")
 	fs.DurationVar(&o.CredentialGrace, "credential-grace", o.CredentialGrace,
@@ -183,6 +187,9 @@ func (o *controllerManagerOptions) networkSettings() (network.Settings, error) {
 		return s, err
 	}
 	if s.Reserved, err = ipam.ParsePrefixes("--reserved-cidr", o.ReservedCIDRs); err != nil {
+		return s, err
+	}
+	if s.PeerRanges.Allowed, err = ipam.ParsePrefixes("--peer-range", o.PeerRanges); err != nil {
 		return s, err
 	}
 	if err := (ipam.Space{Pools: s.Pools, Reserved: s.Reserved}).Validate(); err != nil {

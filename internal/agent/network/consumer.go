@@ -143,6 +143,13 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 		}
 		return offloadv1alpha1.PhasePending, metav1.Condition{Status: metav1.ConditionFalse, Reason: "WaitingForProvider", Message: msg}, nil
 	}
+	bad := r.Settings.checkPeerCIDRs(tunnel, np.Status.PodCIDRs, "provider "+fc.Name)
+	if bad == nil {
+		bad = r.Settings.checkPeerViews(np.Status.ConsumerViews)
+	}
+	if bad != nil {
+		return offloadv1alpha1.PhaseFailed, metav1.Condition{Status: metav1.ConditionFalse, Reason: bad.reason, Message: bad.message}, nil
+	}
 	mappings, allocated, err := views(ctx, r.Reader, r.Settings, tunnel, np.Status.PodCIDRs)
 	if err != nil {
 		return offloadv1alpha1.PhaseFailed, metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoFreeView", Message: err.Error()}, nil

@@ -71,6 +71,13 @@ type world struct {
 // gateway without waiting for a node.
 func newWorld(t *testing.T, consumerPool, providerPool, gatewayAddress string) *world {
 	t.Helper()
+	return newWorldOf(t, consumerPool, providerPool, gatewayAddress, true)
+}
+
+// newWorldOf is newWorld, where withProvider false runs no provider
+// controller: the test writes the provider's answers itself.
+func newWorldOf(t *testing.T, consumerPool, providerPool, gatewayAddress string, withProvider bool) *world {
+	t.Helper()
 	cfg := framework.APIServer(t)
 	admin := framework.NewClient(t, cfg)
 	framework.InstallCRDs(t, admin)
@@ -127,7 +134,7 @@ func newWorld(t *testing.T, consumerPool, providerPool, gatewayAddress string) *
 			Providers: &providerclient.Set{Reader: mgr.GetAPIReader(), Namespace: cns}}
 		p := &ProviderReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Settings: Settings{Namespace: pns, PodCIDRs: pod, ServiceCIDRs: svc, Pools: []netip.Prefix{netip.MustParsePrefix(providerPool)}, GatewayServiceType: corev1.ServiceTypeNodePort, GatewayAddress: gatewayAddress}}
-		if err := c.SetupWithManager(mgr); err != nil {
+		if err := c.SetupWithManager(mgr); err != nil || !withProvider {
 			return err
 		}
 		return p.SetupWithManager(mgr)

@@ -208,6 +208,9 @@ func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.Netw
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); client.IgnoreNotFound(err) != nil {
 		return metav1.Condition{}, err
 	}
+	if bad := r.Settings.checkPeerCIDRs(tunnel, np.Spec.PodCIDRs, "consumer "+consumer); bad != nil {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: bad.reason, Message: bad.message}, nil
+	}
 	mappings, allocated, err := views(ctx, r.Reader, r.Settings, tunnel, np.Spec.PodCIDRs)
 	if err != nil {
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoFreeView", Message: err.Error()}, nil
@@ -390,14 +393,6 @@ func validSpec(s offloadv1alpha1.NetworkPeeringSpec) error {
 	var errs []error
 	if _, err := wgtypes.ParseKey(s.PublicKey); err != nil {
 		errs = append(errs, fmt.Errorf("publicKey: %w", err))
-	}
-	if len(s.PodCIDRs) == 0 {
-		errs = append(errs, errors.New("podCIDRs is empty"))
-	}
-	for _, c := range s.PodCIDRs {
-		if p, err := netip.ParsePrefix(c); err != nil || !p.Addr().Is4() {
-			errs = append(errs, fmt.Errorf("podCIDRs: %q is not an IPv4 CIDR", c))
-		}
 	}
 	return errors.Join(errs...)
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -39,6 +40,8 @@ type Settings struct {
 	// Pools are where clashing peer CIDRs are remapped; Reserved are
 	// further ranges no view may use (node networks, say).
 	Pools, Reserved []netip.Prefix
+	// PeerRanges bound what a peer may announce as its pod CIDRs.
+	PeerRanges ipam.PeerRanges
 	// GatewayServiceType is NodePort or LoadBalancer: how consumers reach
 	// this cluster's gateways.
 	GatewayServiceType corev1.ServiceType
@@ -48,8 +51,10 @@ type Settings struct {
 }
 
 // space is the IPAM space given the views already taken.
-func (s Settings) space(taken []netip.Prefix) ipam.Space {
-	reserved := append(append(append([]netip.Prefix{}, s.PodCIDRs...), s.ServiceCIDRs...), s.Reserved...)
+// host are this cluster's own addresses (its nodes', its API server's),
+// which no view may cover either.
+func (s Settings) space(taken, host []netip.Prefix) ipam.Space {
+	reserved := slices.Concat(s.PodCIDRs, s.ServiceCIDRs, s.Reserved, ipam.NeverViews, host)
 	return ipam.Space{Pools: s.Pools, Reserved: reserved, Taken: taken}
 }
 
@@ -105,7 +110,11 @@ func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv
 			}
 		}
 	}
-	space := s.space(taken)
+	host, err := hostAddresses(ctx, reader)
+	if err != nil {
+		return nil, done, err
+	}
+	space := s.space(taken, host)
 	for _, r := range reals {
 		real, err := netip.ParsePrefix(r)
 		if err != nil {

@@ -1,0 +1,252 @@
+package network
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+func TestTheProvidersViewsMustBeOfThisClustersPodCIDRs(t *testing.T) {
+	s := Settings{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+	for _, tc := range []struct {
+		name  string
+		views []offloadv1alpha1.CIDRMapping
+		ok    bool
+	}{
+		{"one view of the pod CIDR", []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.80.0.0/16"}}, true},
+		{"no view", nil, false},
+		{"a view of another range", []offloadv1alpha1.CIDRMapping{{Real: "10.96.0.0/16", View: "10.80.0.0/16"}}, false},
+		{"a view of another size", []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.80.0.0/24"}}, false},
+		{"two views of one CIDR", []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.80.0.0/16"}, {Real: "10.244.0.0/16", View: "10.81.0.0/16"}}, false},
+		{"garbage", []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "x"}}, false},
+	} {
+		if bad := s.checkPeerViews(tc.views); (bad == nil) != tc.ok {
+			t.Errorf("%s: checkPeerViews(%v) = %+v, want ok=%v", tc.name, tc.views, bad, tc.ok)
+		}
+	}
+}
+
+// providerAlone runs the provider's network controller for a tenant whose
+// NetworkPeering the test writes itself, as a hostile consumer would.
+type providerAlone struct {
+	admin          client.Client
+	pns, tenantNS  string
+	consumer, id   string
+	tunnel         client.ObjectKey
+	nodeAddress    string
+	consumerPubKey string
+}
+
+func newProviderAlone(t *testing.T) *providerAlone {
+	t.Helper()
+	cfg := framework.APIServer(t)
+	admin := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, admin)
+	ctx := t.Context()
+	suffix := rand.String(5)
+	p := &providerAlone{admin: admin, consumer: "hostile-" + suffix, id: "hostile-id-" + suffix,
+		pns: framework.NewNamespace(t, admin, "offload-p")}
+	p.tenantNS = offloadv1alpha1.TenantNamespace(p.consumer)
+	p.tunnel = client.ObjectKey{Namespace: p.pns, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, p.consumer)}
+	key, err := wgtypes.GeneratePrivateKey()
+	must(t, err)
+	p.consumerPubKey = key.PublicKey().String()
+	for _, o := range []client.Object{
+		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: p.consumer},
+			Spec: offloadv1alpha1.TenantSpec{ClusterID: p.id, ClusterName: p.consumer, TenantNamespace: p.tenantNS}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.tenantNS, Labels: map[string]string{offloadv1alpha1.LabelTenant: p.id}}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.GatewayTemplateConfigMap, Namespace: p.pns},
+			Data: map[string]string{offloadv1alpha1.GatewayTemplateKey: template}},
+	} {
+		must(t, admin.Create(ctx, o))
+	}
+	// A node of the provider, on a private network a consumer could name.
+	p.nodeAddress = "192.168.50.7"
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + suffix}}
+	must(t, admin.Create(ctx, node))
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: p.nodeAddress}}
+	must(t, admin.Status().Update(ctx, node))
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), node) })
+
+	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+		return (&ProviderReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: Settings{
+			Namespace: p.pns, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+			ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")},
+			Pools:        []netip.Prefix{netip.MustParsePrefix("10.80.0.0/12")}, GatewayServiceType: corev1.ServiceTypeNodePort, GatewayAddress: "203.0.113.9",
+		}}).SetupWithManager(mgr)
+	})
+	return p
+}
+
+// announce writes the NetworkPeering's pod CIDRs and waits for the
+// provider's answer to them: its Ready condition for this generation.
+func (p *providerAlone) announce(t *testing.T, cidrs ...string) *metav1.Condition {
+	t.Helper()
+	ctx := t.Context()
+	np := &offloadv1alpha1.NetworkPeering{ObjectMeta: metav1.ObjectMeta{Namespace: p.tenantNS, Name: offloadv1alpha1.NetworkPeeringName}}
+	err := p.admin.Get(ctx, client.ObjectKeyFromObject(np), np)
+	np.Spec = offloadv1alpha1.NetworkPeeringSpec{ClusterID: p.id, PublicKey: p.consumerPubKey, PodCIDRs: cidrs}
+	if err != nil {
+		must(t, p.admin.Create(ctx, np))
+	} else {
+		must(t, p.admin.Update(ctx, np))
+	}
+	var ready *metav1.Condition
+	framework.Eventually(t, 20*time.Second, "the provider answers the announcement of "+strings.Join(cidrs, ","), func(ctx context.Context) bool {
+		if p.admin.Get(ctx, client.ObjectKeyFromObject(np), np) != nil {
+			return false
+		}
+		ready = meta.FindStatusCondition(np.Status.Conditions, offloadv1alpha1.ConditionReady)
+		return ready != nil && ready.ObservedGeneration == np.Generation
+	})
+	return ready
+}
+
+func (p *providerAlone) mappings(t *testing.T) []offloadv1alpha1.CIDRMapping {
+	t.Helper()
+	var tn offloadv1alpha1.Tunnel
+	if err := p.admin.Get(t.Context(), p.tunnel, &tn); err != nil {
+		return nil
+	}
+	return tn.Spec.Mappings
+}
+
+// A consumer's NetworkPeering is hostile input: what it announces outside
+// private ranges gets no Tunnel mapping (so no route, AllowedIP or rule),
+// what overlaps the provider's own addresses is seen through a view of the
+// pool, and, once agreed, its CIDRs change only with the admin's approval.
+func TestAConsumerCannotSteerTheProvidersRoutes(t *testing.T) {
+	p := newProviderAlone(t)
+	for _, cidrs := range [][]string{{"169.254.169.254/32"}, {"128.0.0.0/1"}, {"10.244.0.0/16", "8.8.8.0/24"}, {"10.0.0.0/8"}} {
+		ready := p.announce(t, cidrs...)
+		if ready.Status != metav1.ConditionFalse || ready.Reason != ReasonRefusedPodCIDRs || !strings.Contains(ready.Message, "nothing was routed") {
+			t.Errorf("announcing %v: Ready %+v, want False %s", cidrs, ready, ReasonRefusedPodCIDRs)
+		}
+		if m := p.mappings(t); m != nil {
+			t.Errorf("announcing %v left Tunnel mappings %v", cidrs, m)
+		}
+	}
+
+	// The provider node's own network: remapped, so the provider's nodes
+	// route the view, never their own address, into the tunnel.
+	nodeNet := netip.PrefixFrom(netip.MustParseAddr(p.nodeAddress), 24).Masked().String()
+	ready := p.announce(t, nodeNet)
+	if ready.Reason == ReasonRefusedPodCIDRs {
+		t.Fatalf("a private CIDR was refused: %+v", ready)
+	}
+	var agreed []offloadv1alpha1.CIDRMapping
+	framework.Eventually(t, 20*time.Second, "the Tunnel maps the consumer's CIDR", func(context.Context) bool {
+		agreed = p.mappings(t)
+		return len(agreed) == 1
+	})
+	if agreed[0].Real != nodeNet || netip.MustParsePrefix(agreed[0].View).Contains(netip.MustParseAddr(p.nodeAddress)) ||
+		!netip.MustParsePrefix("10.80.0.0/12").Contains(netip.MustParsePrefix(agreed[0].View).Addr()) {
+		t.Errorf("the consumer's %s covering node address %s is seen as %s, want a view from the pool 10.80.0.0/12", nodeNet, p.nodeAddress, agreed[0].View)
+	}
+
+	// Frozen: a change waits for the admin.
+	ready = p.announce(t, "172.20.0.0/16")
+	if ready.Status != metav1.ConditionFalse || ready.Reason != ReasonPodCIDRsChanged || !strings.Contains(ready.Message, "kubectl annotate tunnel") {
+		t.Errorf("changing the CIDRs: Ready %+v, want False %s saying how to approve", ready, ReasonPodCIDRsChanged)
+	}
+	if m := p.mappings(t); !slices.Equal(m, agreed) {
+		t.Errorf("the unapproved change moved the Tunnel's mappings from %v to %v", agreed, m)
+	}
+	var tn offloadv1alpha1.Tunnel
+	must(t, p.admin.Get(t.Context(), p.tunnel, &tn))
+	tn.Annotations = map[string]string{AnnotationApprovedPodCIDRs: "172.20.0.0/16"}
+	must(t, p.admin.Update(t.Context(), &tn))
+	framework.Eventually(t, 20*time.Second, "the approved change reaches the Tunnel", func(context.Context) bool {
+		m := p.mappings(t)
+		return len(m) == 1 && m[0].Real == "172.20.0.0/16"
+	})
+}
+
+// A provider's NetworkPeering status is hostile input for the consumer:
+// pod CIDRs outside private ranges, or views that are not of the
+// consumer's own pod CIDRs, get no mapping on the consumer (so no route),
+// and NetworkReady says why; agreed CIDRs change only with approval.
+func TestAProviderCannotSteerTheConsumersRoutes(t *testing.T) {
+	w := newWorldOf(t, "10.64.0.0/12", "10.80.0.0/12", "", false)
+	ctx := t.Context()
+	key, err := wgtypes.GeneratePrivateKey()
+	must(t, err)
+	np := &offloadv1alpha1.NetworkPeering{}
+	framework.Eventually(t, 20*time.Second, "the consumer asks for the tunnel", func(ctx context.Context) bool {
+		return w.admin.Get(ctx, client.ObjectKey{Namespace: w.tenantNS, Name: offloadv1alpha1.NetworkPeeringName}, np) == nil
+	})
+	clientTunnel := client.ObjectKey{Namespace: w.cns, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, w.providerName)}
+	good := []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.80.0.0/16"}}
+	answer := func(podCIDRs []string, views []offloadv1alpha1.CIDRMapping) {
+		t.Helper()
+		must(t, w.admin.Get(ctx, client.ObjectKeyFromObject(np), np))
+		np.Status.PublicKey, np.Status.Endpoint, np.Status.PodCIDRs, np.Status.ConsumerViews = key.PublicKey().String(), "203.0.113.9:4500", podCIDRs, views
+		meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{Type: offloadv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Served", Message: "served"})
+		must(t, w.admin.Status().Update(ctx, np))
+	}
+	networkReady := func(reason string) *metav1.Condition {
+		t.Helper()
+		var c *metav1.Condition
+		framework.Eventually(t, 30*time.Second, "NetworkReady "+reason+" on the consumer", func(ctx context.Context) bool {
+			var fc offloadv1alpha1.ForeignCluster
+			if w.admin.Get(ctx, client.ObjectKeyFromObject(w.fc), &fc) != nil {
+				return false
+			}
+			c = meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)
+			return c != nil && c.Reason == reason
+		})
+		return c
+	}
+	mappings := func() []offloadv1alpha1.CIDRMapping {
+		var tn offloadv1alpha1.Tunnel
+		must(t, w.admin.Get(ctx, clientTunnel, &tn))
+		return tn.Spec.Mappings
+	}
+
+	for _, tc := range []struct {
+		name     string
+		podCIDRs []string
+		views    []offloadv1alpha1.CIDRMapping
+	}{
+		{"cloud metadata as a pod CIDR", []string{"169.254.169.254/32"}, good},
+		{"half the internet as a pod CIDR", []string{"128.0.0.0/1"}, good},
+		{"a view of the consumer's service CIDR", []string{"10.42.0.0/16"}, []offloadv1alpha1.CIDRMapping{{Real: "10.96.0.0/16", View: "10.80.0.0/16"}}},
+	} {
+		answer(tc.podCIDRs, tc.views)
+		if c := networkReady(ReasonRefusedPodCIDRs); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "nothing was routed") {
+			t.Errorf("%s: NetworkReady %+v", tc.name, c)
+		}
+		if m := mappings(); len(m) != 0 {
+			t.Errorf("%s: the consumer's Tunnel maps %v", tc.name, m)
+		}
+	}
+
+	answer([]string{"10.42.0.0/16"}, good)
+	framework.Eventually(t, 30*time.Second, "the consumer maps the provider's pod CIDR", func(context.Context) bool {
+		m := mappings()
+		return len(m) == 1 && m[0].Real == "10.42.0.0/16"
+	})
+	agreed := mappings()
+	answer([]string{"10.43.0.0/16"}, good)
+	if c := networkReady(ReasonPodCIDRsChanged); !strings.Contains(c.Message, AnnotationApprovedPodCIDRs+"=10.43.0.0/16") {
+		t.Errorf("NetworkReady %+v does not say how to approve", c)
+	}
+	if m := mappings(); !slices.Equal(m, agreed) {
+		t.Errorf("an unapproved change moved the consumer's mappings from %v to %v", agreed, m)
+	}
+}

@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/network"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// fabricRoutes are the routes the fabric added on every real node of c.
+func fabricRoutes(t *testing.T, c *framework.Cluster) []string {
+	t.Helper()
+	var out []string
+	for _, n := range c.RealNodes() {
+		b, err := exec.Command("ip", "-n", n.NetNS, "route", "show", "proto", "0x6f").CombinedOutput()
+		if err != nil {
+			t.Fatalf("reading the routes of %s: %v: %s", n.Name, err, b)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			out = append(out, n.Name+": "+l)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// expectAConsumerCannotSteerTheProvidersRoutes plays a consumer that uses
+// its tenant credentials to announce, in its NetworkPeering, the cloud
+// metadata address, half the internet, and the provider node's own address
+// and API server address as its pod CIDRs. The provider refuses or holds
+// each announcement, says so in the NetworkPeering's Ready, and nothing
+// moves: no route on any provider node, the same Tunnel, the same
+// endpoint-cidrs; its control plane stays Ready. The consumer's agent is
+// stopped meanwhile, as a hostile consumer would not run it (it would put
+// its announcement back); the real announcement is put back at the end.
+func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster) {
+	t.Helper()
+	scaleAgent(ctx, t, consumer, 0)
+	defer scaleAgent(ctx, t, consumer, 1)
+	h := readHeldCredentials(ctx, t, consumer, "provider")
+	tenant, err := client.New(h.config, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := ctrlClient(t, provider)
+	serverKey := client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, consumer.Name)}
+	var before offloadv1alpha1.Tunnel
+	if err := pc.Get(ctx, serverKey, &before); err != nil {
+		t.Fatal(err)
+	}
+	routesBefore := fabricRoutes(t, provider)
+	var np offloadv1alpha1.NetworkPeering
+	key := client.ObjectKey{Namespace: h.namespace, Name: offloadv1alpha1.NetworkPeeringName}
+	if err := tenant.Get(ctx, key, &np); err != nil {
+		t.Fatal(err)
+	}
+	honest := slices.Clone(np.Spec.PodCIDRs)
+	apiHost, _, _ := strings.Cut(strings.TrimPrefix(provider.PeerAPIServerURL(), "https://"), ":")
+	for _, tc := range []struct {
+		name   string
+		cidrs  []string
+		reason string
+	}{
+		{"cloud metadata", []string{"169.254.169.254/32"}, network.ReasonRefusedPodCIDRs},
+		{"half the internet", []string{"128.0.0.0/1"}, network.ReasonRefusedPodCIDRs},
+		{"the provider node's address", append(slices.Clone(honest), provider.Node.IP+"/32"), network.ReasonRefusedPodCIDRs},
+		{"the provider's API server address", append(slices.Clone(honest), apiHost+"/32"), network.ReasonRefusedPodCIDRs},
+		{"the provider node's network", []string{provider.Node.IP + "/24"}, network.ReasonPodCIDRsChanged},
+	} {
+		t.Run("a consumer announcing "+tc.name, func(t *testing.T) {
+			if err := tenant.Get(ctx, key, &np); err != nil {
+				t.Fatal(err)
+			}
+			np.Spec.PodCIDRs = tc.cidrs
+			if err := tenant.Update(ctx, &np); err != nil {
+				t.Fatalf("the tenant credentials could not write the NetworkPeering: %v", err)
+			}
+			gen := np.Generation
+			waitFor(ctx, t, time.Minute, "the provider's answer to "+strings.Join(tc.cidrs, ","), func(ctx context.Context) (bool, string) {
+				if err := tenant.Get(ctx, key, &np); err != nil {
+					return false, err.Error()
+				}
+				c := meta.FindStatusCondition(np.Status.Conditions, offloadv1alpha1.ConditionReady)
+				return c != nil && c.ObservedGeneration == gen && c.Status == metav1.ConditionFalse && c.Reason == tc.reason, fmt.Sprintf("%+v", c)
+			})
+			var after offloadv1alpha1.Tunnel
+			if err := pc.Get(ctx, serverKey, &after); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(after.Spec.Mappings, before.Spec.Mappings) {
+				t.Errorf("the provider's Tunnel maps %v after the announcement, %v before", after.Spec.Mappings, before.Spec.Mappings)
+			}
+			if routes := fabricRoutes(t, provider); !slices.Equal(routes, routesBefore) {
+				t.Errorf("the provider's fabric routes changed:\n%s\nbefore:\n%s", strings.Join(routes, "\n"), strings.Join(routesBefore, "\n"))
+			}
+		})
+	}
+	if err := tenant.Get(ctx, key, &np); err != nil {
+		t.Fatal(err)
+	}
+	np.Spec.PodCIDRs = honest
+	if err := tenant.Update(ctx, &np); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, time.Minute, "the provider to serve the consumer's real announcement again", func(ctx context.Context) (bool, string) {
+		if err := tenant.Get(ctx, key, &np); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(np.Status.Conditions, offloadv1alpha1.ConditionReady)
+		return c != nil && c.ObservedGeneration == np.Generation && c.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", c)
+	})
+	if ready := nodeReady(ctx, provider, provider.Node.Name); ready != corev1.ConditionTrue {
+		t.Errorf("the provider's node is %q after the announcements", ready)
+	}
+}
