@@ -52,9 +52,11 @@ func WriteError(w http.ResponseWriter, err error) {
 // UnexpectedResponse Error otherwise.
 func readError(resp *http.Response, body []byte) *Error {
 	e := &Error{Status: resp.StatusCode}
-	if json.Unmarshal(body, e) != nil || e.Reason == "" {
+	if json.Unmarshal(body, e) != nil || CleanReason(e.Reason, "") == "" {
 		e.Reason = ReasonUnexpectedResponse
-		e.Message = "the auth service answered " + resp.Status + " without a peering error: is --auth-url the provider's auth service?"
+		e.Message = "the auth service answered " + CleanText(resp.Status) + " without a peering error: is --auth-url the provider's auth service?"
 	}
+	// The provider wrote it, and it reaches a condition and the terminal.
+	e.Message = CleanText(e.Message)
 	return e
 }

@@ -207,11 +207,18 @@ func (p *provider) ensure(ctx context.Context, want offloadv1alpha1.RemoteNamesp
 	if rn.Status.Phase == "" || ready != nil && ready.ObservedGeneration != 0 && ready.ObservedGeneration < rn.Generation {
 		return offloadv1alpha1.RemoteNamespacePending, fmt.Sprintf("waiting for the provider to serve namespace %s", want.TargetNamespace), nil
 	}
+	// The provider writes the status: its phase must be one of ours, and
+	// its text is cleaned.
 	message := ""
 	if ready != nil {
-		message = ready.Message
+		message = peering.CleanText(ready.Message)
 	}
-	return rn.Status.Phase, message, nil
+	switch phase := rn.Status.Phase; phase {
+	case offloadv1alpha1.RemoteNamespacePending, offloadv1alpha1.RemoteNamespaceReady, offloadv1alpha1.RemoteNamespaceFailed, offloadv1alpha1.RemoteNamespaceTerminating:
+		return phase, message, nil
+	default:
+		return offloadv1alpha1.RemoteNamespaceFailed, fmt.Sprintf("the provider reports an unknown phase for namespace %s", want.TargetNamespace), nil
+	}
 }
 
 // remove deletes the RemoteNamespace of source namespace source, and says

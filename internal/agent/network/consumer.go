@@ -139,7 +139,7 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 	if served == nil || served.Status != metav1.ConditionTrue || np.Status.PublicKey == "" || np.Status.Endpoint == "" || len(np.Status.PodCIDRs) == 0 {
 		msg := "waiting for the provider to answer the network peering"
 		if served != nil && served.Message != "" {
-			msg = "the provider says: " + served.Message
+			msg = "the provider says: " + peering.CleanText(served.Message)
 		}
 		return offloadv1alpha1.PhasePending, metav1.Condition{Status: metav1.ConditionFalse, Reason: "WaitingForProvider", Message: msg}, nil
 	}

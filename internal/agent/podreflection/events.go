@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // Events of remote pods come back to their consumer pods, so that kubectl
@@ -91,5 +93,7 @@ func (h *Handler) remoteEvent(ti *twinInformer, ev *corev1.Event) {
 	if eventType != corev1.EventTypeWarning {
 		eventType = corev1.EventTypeNormal
 	}
-	h.opts.Events.Event(local, eventType, ev.Reason, ev.Message)
+	// The provider wrote the event: its text is cleaned before it is
+	// recorded here, where kubectl describe prints it.
+	h.opts.Events.Event(local, eventType, peering.CleanReason(ev.Reason, "Remote"), peering.CleanText(ev.Message))
 }

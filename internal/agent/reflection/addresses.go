@@ -50,9 +50,11 @@ func mappings(in []offloadv1alpha1.CIDRMapping) []Mapping {
 	return out
 }
 
-// ConsumerIP is a provider pod's address as the consumer sees it. Addresses
-// the provider's pod CIDRs do not hold are returned as they are. While a
-// withholds (Withhold), there is none: "".
+// ConsumerIP is a provider pod's address as the consumer sees it. An
+// address the provider's pod CIDRs do not hold has none (""): the provider
+// writes the remote pod's status, and an address it made up would point the
+// consumer's Services at whatever has it on the consumer. While a withholds
+// (Withhold), there is none either.
 func (a *Addresses) ConsumerIP(providerIP string) string {
 	if a == nil {
 		return providerIP
@@ -63,7 +65,7 @@ func (a *Addresses) ConsumerIP(providerIP string) string {
 	if out, ok := translate(providerIP, a.Provider, false); ok {
 		return out
 	}
-	return providerIP
+	return ""
 }
 
 // ProviderIP is an address of a consumer EndpointSlice as the provider

@@ -96,9 +96,41 @@ func TestTranslationKeepsTheHostPartForAnyPrefixLength(t *testing.T) {
 	a := reflection.AddressesOf(&offloadv1alpha1.Tunnel{Spec: offloadv1alpha1.TunnelSpec{
 		Mappings: []offloadv1alpha1.CIDRMapping{{Real: "10.42.0.0/15", View: "10.66.0.0/15"}, {Real: "192.168.5.0/26", View: "10.70.0.64/26"}},
 	}})
-	for in, want := range map[string]string{"10.43.200.7": "10.67.200.7", "10.42.0.1": "10.66.0.1", "192.168.5.63": "10.70.0.127", "10.1.1.1": "10.1.1.1"} {
+	for in, want := range map[string]string{"10.43.200.7": "10.67.200.7", "10.42.0.1": "10.66.0.1", "192.168.5.63": "10.70.0.127", "10.1.1.1": ""} {
 		if got := a.ConsumerIP(in); got != want {
 			t.Errorf("ConsumerIP(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// The provider writes the remote pod's status: an address outside its pod
+// CIDRs (a consumer node's, a consumer Service's) is not shown, so the
+// consumer's Services are never pointed at it.
+func TestAnAddressOutsideTheProvidersPodCIDRsIsNotShown(t *testing.T) {
+	addrs := reflection.AddressesOf(&offloadv1alpha1.Tunnel{Spec: offloadv1alpha1.TunnelSpec{
+		Mappings: []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.64.0.0/16"}},
+	}})
+	for _, tc := range []struct {
+		name   string
+		ips    []string
+		wantIP string
+		want   []string
+	}{
+		{"an address of the pod CIDR", []string{"10.244.3.4"}, "10.64.3.4", []string{"10.64.3.4"}},
+		{"a consumer Service's address", []string{"10.96.0.10"}, "", nil},
+		{"a made-up first address and a real second one", []string{"10.96.0.1", "10.244.3.4"}, "10.64.3.4", []string{"10.64.3.4"}},
+	} {
+		remote := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: tc.ips[0]}}
+		for _, ip := range tc.ips {
+			remote.Status.PodIPs = append(remote.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		st := reflection.ConsumerStatus(remote, &corev1.Pod{}, "10.99.1.2", addrs)
+		var got []string
+		for _, ip := range st.PodIPs {
+			got = append(got, ip.IP)
+		}
+		if st.PodIP != tc.wantIP || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: podIP %q, podIPs %v; want %q, %v", tc.name, st.PodIP, got, tc.wantIP, tc.want)
 		}
 	}
 }

@@ -35,12 +35,22 @@ func ConsumerStatus(remote, local *corev1.Pod, hostIP string, addrs *Addresses) 
 	case addrs != nil && addrs.Withhold:
 		st.PodIP, st.PodIPs = "", nil
 	case addrs != nil && st.PodIP != "":
-		st.PodIP = addrs.ConsumerIP(st.PodIP)
-		ips := make([]corev1.PodIP, len(st.PodIPs))
-		for i, ip := range st.PodIPs {
-			ips[i] = corev1.PodIP{IP: addrs.ConsumerIP(ip.IP)}
+		// Addresses outside the provider's pod CIDRs are dropped; the
+		// first one left is the pod's IP.
+		in := st.PodIPs
+		if len(in) == 0 {
+			in = []corev1.PodIP{{IP: st.PodIP}}
 		}
-		st.PodIPs = ips
+		var ips []corev1.PodIP
+		for _, ip := range in {
+			if v := addrs.ConsumerIP(ip.IP); v != "" {
+				ips = append(ips, corev1.PodIP{IP: v})
+			}
+		}
+		st.PodIP, st.PodIPs = "", ips
+		if len(ips) > 0 {
+			st.PodIP = ips[0].IP
+		}
 	}
 	if remote.DeletionTimestamp != nil && local.DeletionTimestamp == nil &&
 		(st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed) {

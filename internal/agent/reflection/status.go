@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // remoteConditions are the pod conditions the provider's scheduler and
@@ -46,6 +48,7 @@ var remoteConditions = []corev1.PodConditionType{
 func LocalStatus(remote, local *corev1.Pod, hostIP string) corev1.PodStatus {
 	st := *local.Status.DeepCopy()
 	rs := remote.Status.DeepCopy()
+	cleanStatusText(rs)
 	st.Phase = rs.Phase
 	st.Reason = rs.Reason
 	st.Message = rs.Message
@@ -66,6 +69,28 @@ func LocalStatus(remote, local *corev1.Pod, hostIP string) corev1.PodStatus {
 	st.Conditions = mergeConditions(local.Status.Conditions, rs.Conditions, gen)
 	applyReadinessGates(&st, local)
 	return st
+}
+
+// cleanStatusText cleans, in place, the text of a remote pod's status: the
+// provider wrote it, and kubectl describe and get print it on the consumer.
+func cleanStatusText(st *corev1.PodStatus) {
+	st.Reason, st.Message = peering.CleanText(st.Reason), peering.CleanText(st.Message)
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		c.Reason, c.Message = peering.CleanText(c.Reason), peering.CleanText(c.Message)
+	}
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for i := range list {
+			for _, s := range []*corev1.ContainerState{&list[i].State, &list[i].LastTerminationState} {
+				if w := s.Waiting; w != nil {
+					w.Reason, w.Message = peering.CleanText(w.Reason), peering.CleanText(w.Message)
+				}
+				if x := s.Terminated; x != nil {
+					x.Reason, x.Message = peering.CleanText(x.Reason), peering.CleanText(x.Message)
+				}
+			}
+		}
+	}
 }
 
 // generationMapper maps a remote observed generation to a local one, with
