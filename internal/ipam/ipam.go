@@ -138,6 +138,19 @@ func ParsePrefixes(what string, cidrs []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// CanonicalCIDRs masks, sorts and de-duplicates CIDRs, dropping those that
+// do not parse.
+func CanonicalCIDRs(cidrs []string) []string {
+	out := make([]string, 0, len(cidrs))
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out = append(out, p.Masked().String())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 func join(ps []netip.Prefix) string {
 	if len(ps) == 0 {
 		return "(none)"

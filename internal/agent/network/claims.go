@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 )
 
 // AnnotationApprovedPodCIDRs, on a Tunnel, is the admin's approval of a
@@ -40,8 +41,8 @@ func (s Settings) checkPeerCIDRs(t *offloadv1alpha1.Tunnel, reals []string, who 
 	for _, m := range t.Spec.Mappings {
 		agreed = append(agreed, m.Real)
 	}
-	announced := canonicalCIDRs(reals)
-	if slices.Equal(canonicalCIDRs(agreed), announced) {
+	announced := ipam.CanonicalCIDRs(reals)
+	if slices.Equal(ipam.CanonicalCIDRs(agreed), announced) {
 		return nil
 	}
 	list := strings.Join(announced, ",")
@@ -50,14 +51,14 @@ func (s Settings) checkPeerCIDRs(t *offloadv1alpha1.Tunnel, reals []string, who 
 	}
 	return &refusal{ReasonPodCIDRsChanged, fmt.Sprintf(
 		"%s now announces the pod CIDRs %s instead of %s; the tunnel keeps the agreed ones until you approve the change: kubectl annotate tunnel -n %s %s %s=%s",
-		who, list, strings.Join(canonicalCIDRs(agreed), ","), t.Namespace, t.Name, AnnotationApprovedPodCIDRs, list)}
+		who, list, strings.Join(ipam.CanonicalCIDRs(agreed), ","), t.Namespace, t.Name, AnnotationApprovedPodCIDRs, list)}
 }
 
 // checkPeerViews checks how the provider says it sees this cluster's pod
 // CIDRs: one view per pod CIDR of this cluster, of the same size. They
 // translate the addresses this cluster reflects to the provider.
 func (s Settings) checkPeerViews(views []offloadv1alpha1.CIDRMapping) *refusal {
-	own := canonicalCIDRs(s.podCIDRStrings())
+	own := ipam.CanonicalCIDRs(s.podCIDRStrings())
 	var reals []string
 	for _, m := range views {
 		r, err1 := netip.ParsePrefix(m.Real)
@@ -68,21 +69,9 @@ func (s Settings) checkPeerViews(views []offloadv1alpha1.CIDRMapping) *refusal {
 		}
 		reals = append(reals, r.Masked().String())
 	}
-	if !slices.Equal(canonicalCIDRs(reals), own) || len(reals) != len(own) {
+	if !slices.Equal(ipam.CanonicalCIDRs(reals), own) || len(reals) != len(own) {
 		return &refusal{ReasonRefusedPodCIDRs, fmt.Sprintf("the provider gives views of %s, want exactly one for each of this cluster's pod CIDRs (%s): nothing was routed",
 			strings.Join(reals, ", "), strings.Join(own, ", "))}
 	}
 	return nil
-}
-
-// canonicalCIDRs masks, sorts and de-duplicates CIDRs, dropping bad ones.
-func canonicalCIDRs(cidrs []string) []string {
-	out := make([]string, 0, len(cidrs))
-	for _, c := range cidrs {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			out = append(out, p.Masked().String())
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }

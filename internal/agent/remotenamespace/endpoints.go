@@ -2,7 +2,6 @@ package remotenamespace
 
 import (
 	"context"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 )
 
 // NetworkPolicyName is the NetworkPolicy of a twin namespace that keeps
@@ -52,26 +52,13 @@ func (r *Reconciler) addressesOf(ctx context.Context, tenant *offloadv1alpha1.Te
 			consumer = append(consumer, m.View)
 		}
 	}
-	return tenantAddresses{local: canonical(local), consumer: canonical(consumer)}, nil
-}
-
-// canonical parses, masks, sorts and deduplicates cidrs, dropping what is
-// not a CIDR, so that the result changes only when one of them does.
-func canonical(cidrs []string) []string {
-	out := make([]string, 0, len(cidrs))
-	for _, c := range cidrs {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			out = append(out, p.Masked().String())
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return tenantAddresses{local: ipam.CanonicalCIDRs(local), consumer: ipam.CanonicalCIDRs(consumer)}, nil
 }
 
 // endpointCIDRs is the value of AnnotationEndpointCIDRs: every address of
 // the tenant's traffic.
 func (a tenantAddresses) endpointCIDRs() string {
-	return strings.Join(canonical(append(slices.Clone(a.local), a.consumer...)), ",")
+	return strings.Join(ipam.CanonicalCIDRs(append(slices.Clone(a.local), a.consumer...)), ",")
 }
 
 // NetworkPolicyFor returns the NetworkPolicy of a twin namespace of the
