@@ -298,6 +298,8 @@ func checkRBAC(ctx context.Context, t *testing.T, c *framework.Cluster) {
 			// ValidatingAdmissionPolicy (checkNamespacePolicy).
 			{"delete", "", "namespaces", "", "", true},
 			{"bind", "rbac.authorization.k8s.io", "clusterroles", "", "", false},
+			// Only EndpointSlice kubernetes, by name, in default.
+			{"list", "discovery.k8s.io", "endpointslices", "", "default", false},
 		},
 		"offload-auth": {
 			{"create", "offload.io", "tenants", "", "", true},
@@ -309,6 +311,9 @@ func checkRBAC(ctx context.Context, t *testing.T, c *framework.Cluster) {
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
 			{"create", "", "pods", "", "default", false},
 			{"delete", "", "nodes", "", "", false},
+			// Cluster ID claims, in its namespace only.
+			{"create", "coordination.k8s.io", "leases", "", installNS, true},
+			{"create", "coordination.k8s.io", "leases", "", "default", false},
 		},
 	}
 	for sa, accesses := range cases {
