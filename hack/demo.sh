@@ -26,7 +26,7 @@ require() { [[ -n "$2" ]] || fail "no $1 found while ${STEP}"; }
 
 hack/setup.sh
 make --no-print-directory build >/dev/null
-KUBECTL="${ROOT}/.cache/bin/kubectl"
+KUBECTL="${OFFLOAD_CACHE_DIR:-${ROOT}/.cache}/bin/kubectl"
 OFFLOAD="${ROOT}/bin/kubectl-offload"
 # The agent image imported into the real nodes, and its pods pinned to them.
 AGENT=(--set image.repository=registry.local/offload/offload-agent --set image.tag=test --set image.pullPolicy=Never

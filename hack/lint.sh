@@ -9,7 +9,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
 VERSION="${1:?golangci-lint version}"
 VULNCHECK_VERSION="${2:?govulncheck version}"
-BIN="${ROOT}/.cache/bin"
+BIN="${OFFLOAD_CACHE_DIR:-${ROOT}/.cache}/bin"
 
 unformatted="$(gofmt -l $(git ls-files '*.go'))"
 if [[ -n "${unformatted}" ]]; then
