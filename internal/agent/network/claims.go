@@ -64,7 +64,7 @@ func (s Settings) checkPeerViews(views []offloadv1alpha1.CIDRMapping) *refusal {
 		r, err1 := netip.ParsePrefix(m.Real)
 		v, err2 := netip.ParsePrefix(m.View)
 		if err1 != nil || err2 != nil || !v.Addr().Is4() || r.Bits() != v.Bits() || !slices.Contains(own, r.Masked().String()) {
-			return &refusal{ReasonRefusedPodCIDRs, fmt.Sprintf("the provider's view %s of this cluster's pods %s is not a view of one of this cluster's pod CIDRs (%s): nothing was routed",
+			return &refusal{ReasonRefusedPodCIDRs, fmt.Sprintf("the provider's view %q of this cluster's pods %q is not a view of one of this cluster's pod CIDRs (%s): nothing was routed",
 				m.View, m.Real, strings.Join(own, ", "))}
 		}
 		reals = append(reals, r.Masked().String())
