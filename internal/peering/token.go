@@ -2,7 +2,9 @@ package peering
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/big"
@@ -80,12 +82,16 @@ const (
 	TokenSecretType corev1.SecretType = "offload.io/peering-token"
 	// TokenIDLabel labels a token Secret with its token ID.
 	TokenIDLabel = "offload.io/token-id"
-	// TokenIDKey, TokenSecretKey, ExpirationKey and UsageKey are the data
-	// keys of a token Secret.
-	TokenIDKey     = "token-id"
-	TokenSecretKey = "token-secret"
-	ExpirationKey  = "expiration"
-	UsageKey       = "usage"
+	// TokenIDKey, TokenSecretHashKey, ExpirationKey and UsageKey are the
+	// data keys of a token Secret. The Secret holds the SHA-256 of the
+	// token's secret, never the secret: whoever can read it cannot peer.
+	// TokenSecretKey, the secret itself, is only read, from Secrets an
+	// older CLI wrote.
+	TokenIDKey         = "token-id"
+	TokenSecretHashKey = "token-secret-sha256"
+	TokenSecretKey     = "token-secret"
+	ExpirationKey      = "expiration"
+	UsageKey           = "usage"
 	// UsedByKey records the consumer cluster ID that used a single-use
 	// token, and UsedAtKey when. A token with UsedAtKey set is spent.
 	UsedByKey = "used-by"
@@ -150,11 +156,11 @@ func NewTokenSecret(namespace string, tok Token, o TokenOptions) *corev1.Secret 
 		},
 		Type: TokenSecretType,
 		Data: map[string][]byte{
-			TokenIDKey:     []byte(tok.ID),
-			TokenSecretKey: []byte(tok.Secret),
-			ExpirationKey:  []byte(o.Expires.UTC().Format(time.RFC3339)),
-			UsageKey:       []byte(usage),
-			PodSecurityKey: []byte(o.Policy.Level()),
+			TokenIDKey:         []byte(tok.ID),
+			TokenSecretHashKey: []byte(hashSecret(tok.Secret)),
+			ExpirationKey:      []byte(o.Expires.UTC().Format(time.RFC3339)),
+			UsageKey:           []byte(usage),
+			PodSecurityKey:     []byte(o.Policy.Level()),
 		},
 	}
 	if o.Policy.NodePlacement {
@@ -187,7 +193,14 @@ type StoredToken struct {
 	Policy offloadv1alpha1.ConsumerPolicy
 	// Consumer is the consumer name the token is bound to; empty for any.
 	Consumer string
-	secret   string
+	// secretHash is the hex SHA-256 of the token's secret.
+	secretHash string
+}
+
+// hashSecret returns the hex SHA-256 of a token's secret.
+func hashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
 }
 
 // ReadTokenSecret decodes a token Secret. A Secret without the policy keys,
@@ -198,11 +211,14 @@ func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
 		return StoredToken{}, fmt.Errorf("secret %s is of type %s, not a peering token", s.Name, s.Type)
 	}
 	t := StoredToken{
-		ID:       string(s.Data[TokenIDKey]),
-		Reusable: string(s.Data[UsageKey]) == UsageReusable,
-		UsedBy:   string(s.Data[UsedByKey]),
-		Consumer: string(s.Data[ConsumerKey]),
-		secret:   string(s.Data[TokenSecretKey]),
+		ID:         string(s.Data[TokenIDKey]),
+		Reusable:   string(s.Data[UsageKey]) == UsageReusable,
+		UsedBy:     string(s.Data[UsedByKey]),
+		Consumer:   string(s.Data[ConsumerKey]),
+		secretHash: string(s.Data[TokenSecretHashKey]),
+	}
+	if t.secretHash == "" && len(s.Data[TokenSecretKey]) > 0 {
+		t.secretHash = hashSecret(string(s.Data[TokenSecretKey])) // written by an older CLI
 	}
 	if err := ValidateConsumerName(t.Consumer); t.Consumer != "" && err != nil {
 		return StoredToken{}, fmt.Errorf("secret %s has an invalid %s: %w: revoke the token and generate a new one with kubectl offload peer generate", s.Name, ConsumerKey, err)
@@ -286,9 +302,10 @@ func PodSecurityLevelList() string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// Matches compares the secret part in constant time.
+// Matches compares the hash of the secret part in constant time. A stored
+// token without a hash matches nothing.
 func (t StoredToken) Matches(tok Token) bool {
-	return subtle.ConstantTimeCompare([]byte(t.secret), []byte(tok.Secret)) == 1 &&
+	return t.secretHash != "" && subtle.ConstantTimeCompare([]byte(t.secretHash), []byte(hashSecret(tok.Secret))) == 1 &&
 		subtle.ConstantTimeCompare([]byte(t.ID), []byte(tok.ID)) == 1
 }
 

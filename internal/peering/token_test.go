@@ -294,3 +294,33 @@ func TestExpiredAndSpent(t *testing.T) {
 		})
 	}
 }
+
+// A token Secret holds a hash of the secret, never the secret, so reading
+// it does not let anyone peer; one an older CLI wrote with the secret in
+// clear still works.
+func TestATokenSecretHoldsAHashOfTheSecret(t *testing.T) {
+	tok := Token{ID: "abc123", Secret: "0123456789abcdef"}
+	s := NewTokenSecret("ns", tok, TokenOptions{Expires: time.Now().Add(time.Hour)})
+	for k, v := range s.Data {
+		if strings.Contains(string(v), tok.Secret) {
+			t.Errorf("data %s holds the token's secret", k)
+		}
+	}
+	if _, ok := s.Data[TokenSecretKey]; ok {
+		t.Errorf("the Secret has key %s", TokenSecretKey)
+	}
+	old := s.DeepCopy()
+	delete(old.Data, TokenSecretHashKey)
+	old.Data[TokenSecretKey] = []byte(tok.Secret)
+	for name, sec := range map[string]*corev1.Secret{"new": s, "older": old} {
+		st, err := ReadTokenSecret(sec)
+		if err != nil || !st.Matches(tok) || st.Matches(Token{ID: tok.ID, Secret: "0123456789abcdeg"}) {
+			t.Errorf("the %s Secret: err %v, matches its token %v", name, err, st.Matches(tok))
+		}
+	}
+	none := s.DeepCopy()
+	delete(none.Data, TokenSecretHashKey)
+	if st, err := ReadTokenSecret(none); err == nil && st.Matches(tok) {
+		t.Error("a Secret without the secret or its hash matches")
+	}
+}

@@ -125,6 +125,7 @@ func (o *authOptions) Run(ctx context.Context) error {
 		return err
 	}
 	peering.Register(srv)
+	go peering.CleanTokens(ctx)
 	return srv.Run(ctx)
 }
 
