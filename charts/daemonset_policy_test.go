@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/daemonset"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -96,6 +97,11 @@ func TestTheControllerManagerChangesDaemonSetsOnlyToKeepThemOffVirtualNodes(t *t
 		{"dropping the DaemonSet's own affinity term", own, func(ds *appsv1.DaemonSet) {
 			terms := &ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 			*terms = (*terms)[:1]
+		}},
+		{"a term of the requirement alone next to the DaemonSet's own terms (widening it)", own, func(ds *appsv1.DaemonSet) {
+			terms := &ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+			*terms = append(*terms, corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+				{Key: offloadv1alpha1.LabelType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{offloadv1alpha1.TypeVirtualNode}}}})
 		}},
 		{"a template label", plain, func(ds *appsv1.DaemonSet) { ds.Spec.Template.Labels["x"] = "y" }},
 		{"a template annotation", plain, func(ds *appsv1.DaemonSet) {

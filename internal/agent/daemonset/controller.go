@@ -2,11 +2,15 @@ package daemonset
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+
+	"gomodules.xyz/jsonpatch/v2"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -72,10 +76,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	before := ds.DeepCopy()
 	if !Reconcile(ds, expected) {
 		return reconcile.Result{}, nil
 	}
-	if err := r.Client.Update(ctx, ds); err != nil {
+	// A JSON patch of what changed, not an Update: an Update of this
+	// agent's types would drop the fields they do not know. It is tested
+	// against the resourceVersion read, so a concurrent change conflicts.
+	ops, err := changes(before, ds)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	ops = append([]jsonpatch.JsonPatchOperation{{Operation: "test", Path: "/metadata/resourceVersion", Value: before.ResourceVersion}}, ops...)
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.Client.Patch(ctx, ds, client.RawPatch(types.JSONPatchType, body)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil
 		}

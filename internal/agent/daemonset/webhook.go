@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,15 +55,32 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if err != nil {
 		return m.failed(log, err)
 	}
+	before := ds.DeepCopy()
 	if !Reconcile(ds, expected) {
 		return admission.Allowed("the DaemonSet needs no change")
 	}
-	mutated, err := json.Marshal(ds)
+	ops, err := changes(before, ds)
 	if err != nil {
-		return m.failed(log, fmt.Errorf("encoding the mutated DaemonSet: %w", err))
+		return m.failed(log, err)
 	}
 	log.V(2).Info("Mutated a DaemonSet", "excluded", expected && ShouldExclude(ds))
-	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	return admission.Patched("", ops...)
+}
+
+// changes returns the JSON patch from before to after, both as this
+// agent's types see them: it touches only what Reconcile changed, so the
+// fields of the object that these types do not know (a newer API server's)
+// are kept, where a patch from the request's raw object would remove them.
+func changes(before, after *appsv1.DaemonSet) ([]jsonpatch.JsonPatchOperation, error) {
+	a, err := json.Marshal(before)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the DaemonSet: %w", err)
+	}
+	b, err := json.Marshal(after)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the mutated DaemonSet: %w", err)
+	}
+	return jsonpatch.CreatePatch(a, b)
 }
 
 // failed admits the DaemonSet unchanged, with a warning, and logs err.
