@@ -66,9 +66,13 @@ func newProviderAlone(t *testing.T) *providerAlone {
 	key, err := wgtypes.GeneratePrivateKey()
 	must(t, err)
 	p.consumerPubKey = key.PublicKey().String()
+	tenant := &offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: p.consumer},
+		Spec: offloadv1alpha1.TenantSpec{ClusterID: p.id, ClusterName: p.consumer, TenantNamespace: p.tenantNS}}
+	// Other tests' provider controllers answer every NetworkPeering of the
+	// shared API server: the tenant goes with the test (see newWorldOf).
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), tenant) })
 	for _, o := range []client.Object{
-		&offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: p.consumer},
-			Spec: offloadv1alpha1.TenantSpec{ClusterID: p.id, ClusterName: p.consumer, TenantNamespace: p.tenantNS}},
+		tenant,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.tenantNS, Labels: map[string]string{offloadv1alpha1.LabelTenant: p.id}}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.GatewayTemplateConfigMap, Namespace: p.pns},
 			Data: map[string]string{offloadv1alpha1.GatewayTemplateKey: template}},

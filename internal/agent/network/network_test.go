@@ -97,6 +97,10 @@ func newWorldOf(t *testing.T, consumerPool, providerPool, gatewayAddress string,
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "offload-tenant-" + suffix}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{"offload.io"}, Resources: []string{"networkpeerings"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	}}
+	// The tests share one API server, where every world's provider
+	// controller answers every NetworkPeering: this world's tenant goes
+	// with the test, so that no later world serves it.
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), tenant) })
 	for _, o := range []client.Object{
 		tenant, role,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS, Labels: map[string]string{offloadv1alpha1.LabelTenant: consumerID}}},
