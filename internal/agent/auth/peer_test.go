@@ -307,6 +307,32 @@ func TestAnExistingTenantIsPeeredAgainOnlyWithATokenBoundToIt(t *testing.T) {
 	}
 }
 
+// peerAtOnce sends, all at once, a peering request for each consumer with
+// the token tokenOf gives it. It returns how many succeeded, and calls
+// refused with each refusal, after checking that the refused consumer got
+// nothing.
+func (e *peeringEnv) peerAtOnce(t *testing.T, consumers []consumer, tokenOf func(int) peering.Token, refused func(int, reply)) int {
+	t.Helper()
+	replies := make([]reply, len(consumers))
+	var wg sync.WaitGroup
+	for i := range consumers {
+		wg.Go(func() {
+			replies[i] = e.post(t, peering.PeerPath, e.peerRequest(tokenOf(i).String(), consumers[i]), "")
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for i, r := range replies {
+		if r.status == http.StatusOK {
+			ok++
+			continue
+		}
+		refused(i, r)
+		e.assertNothingFor(t, consumers[i])
+	}
+	return ok
+}
+
 // Two first peerings naming one cluster ID under two names, at once, each
 // with a token of its own, yield one tenant: a cluster ID is one consumer's.
 func TestConcurrentFirstPeeringsOfOneClusterIDMakeOneTenant(t *testing.T) {
@@ -319,29 +345,13 @@ func TestConcurrentFirstPeeringsOfOneClusterIDMakeOneTenant(t *testing.T) {
 		consumers[i] = consumer{id: id, name: newConsumer().name}
 		tokens[i] = e.newToken(t, time.Now().Add(time.Hour), false)
 	}
-	replies := make([]reply, n)
-	var wg sync.WaitGroup
-	for i := range consumers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			replies[i] = e.post(t, peering.PeerPath, e.peerRequest(tokens[i].String(), consumers[i]), "")
-		}()
-	}
-	wg.Wait()
-	ok := 0
-	for i, r := range replies {
-		if r.status == http.StatusOK {
-			ok++
-			continue
-		}
+	ok := e.peerAtOnce(t, consumers, func(i int) peering.Token { return tokens[i] }, func(i int, r reply) {
 		r.wantError(t, http.StatusConflict, peering.ReasonTenantConflict)
-		e.assertNothingFor(t, consumers[i])
 		// Refused, so not spent.
 		if r := e.post(t, peering.PeerPath, e.peerRequest(tokens[i].String(), newConsumer()), ""); r.status != http.StatusOK {
 			t.Errorf("the token of a refused peering was spent: %d %s", r.status, r.body)
 		}
-	}
+	})
 	var list offloadv1alpha1.TenantList
 	if err := e.admin.List(context.Background(), &list, client.MatchingLabels{offloadv1alpha1.LabelTenant: id}); err != nil {
 		t.Fatal(err)
@@ -385,26 +395,12 @@ func TestConcurrentRequestsWithOneSingleUseTokenPeerExactlyOnce(t *testing.T) {
 	tok := e.newToken(t, time.Now().Add(time.Hour), false)
 	const n = 20
 	consumers := make([]consumer, n)
-	replies := make([]reply, n)
-	var wg sync.WaitGroup
 	for i := range consumers {
 		consumers[i] = newConsumer()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			replies[i] = e.post(t, peering.PeerPath, e.peerRequest(tok.String(), consumers[i]), "")
-		}()
 	}
-	wg.Wait()
-	ok := 0
-	for i, r := range replies {
-		if r.status == http.StatusOK {
-			ok++
-			continue
-		}
+	ok := e.peerAtOnce(t, consumers, func(int) peering.Token { return tok }, func(_ int, r reply) {
 		r.wantError(t, http.StatusUnauthorized, peering.ReasonTokenUsed)
-		e.assertNothingFor(t, consumers[i])
-	}
+	})
 	if ok != 1 {
 		t.Errorf("%d requests succeeded, want exactly 1", ok)
 	}
