@@ -83,6 +83,17 @@ func tokenSecrets(t *testing.T, kube *fake.Clientset) []corev1.Secret {
 	return list.Items
 }
 
+// onlyToken reads the one token Secret generate created; it fails the test
+// when there is not exactly one.
+func onlyToken(t *testing.T, kube *fake.Clientset) (peering.StoredToken, error) {
+	t.Helper()
+	secrets := tokenSecrets(t, kube)
+	if len(secrets) != 1 {
+		t.Fatalf("%d token Secrets, want 1", len(secrets))
+	}
+	return peering.ReadTokenSecret(&secrets[0])
+}
+
 func TestGenerateCreatesNothingUntilTheClusterIsReady(t *testing.T) {
 	certPEM, _ := testCA(t)
 	tests := []struct {
@@ -192,11 +203,7 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 			if err := o.Run(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			secrets := tokenSecrets(t, kube)
-			if len(secrets) != 1 {
-				t.Fatalf("%d token Secrets, want 1", len(secrets))
-			}
-			stored, err := peering.ReadTokenSecret(&secrets[0])
+			stored, err := onlyToken(t, kube)
 			if err != nil || !stored.Policy.Equal(tt.wantPolicy) {
 				t.Errorf("the token Secret grants %+v (%v), want %+v", stored.Policy, err, tt.wantPolicy)
 			}
@@ -363,11 +370,7 @@ func TestGenerateBindsTheTokenToAConsumer(t *testing.T) {
 	if err := o.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	secrets := tokenSecrets(t, kube)
-	if len(secrets) != 1 {
-		t.Fatalf("%d token Secrets, want 1", len(secrets))
-	}
-	stored, err := peering.ReadTokenSecret(&secrets[0])
+	stored, err := onlyToken(t, kube)
 	if err != nil || stored.Consumer != "edge-1" {
 		t.Errorf("the token Secret is bound to %q (%v), want edge-1", stored.Consumer, err)
 	}

@@ -333,12 +333,12 @@ func expectNoNetworkLeft(ctx context.Context, t *testing.T, c *framework.Cluster
 			left = append(left, "gateway Role "+l.Items[0].Name)
 		}
 		for _, n := range c.RealNodes() {
-			out, err := exec.Command("ip", "-n", n.NetNS, "route", "show", "proto", "0x6f").CombinedOutput()
+			routes, err := nodeFabricRoutes(n.NetNS)
 			if err != nil {
-				return false, fmt.Sprintf("%v: %s", err, out)
+				return false, err.Error()
 			}
-			if strings.TrimSpace(string(out)) != "" {
-				left = append(left, n.Name+" routes "+strings.TrimSpace(string(out)))
+			if routes != "" {
+				left = append(left, n.Name+" routes "+routes)
 			}
 			if err := framework.InNetNS(n.NetNS, func() error {
 				tables, err := (&nftables.Conn{}).ListTables()

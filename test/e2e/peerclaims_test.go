@@ -20,16 +20,26 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// nodeFabricRoutes are the routes the fabric added in network namespace
+// netns (protocol 0x6f), one per line.
+func nodeFabricRoutes(netns string) (string, error) {
+	b, err := exec.Command("ip", "-n", netns, "route", "show", "proto", "0x6f").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", err, b)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 // fabricRoutes are the routes the fabric added on every real node of c.
 func fabricRoutes(t *testing.T, c *framework.Cluster) []string {
 	t.Helper()
 	var out []string
 	for _, n := range c.RealNodes() {
-		b, err := exec.Command("ip", "-n", n.NetNS, "route", "show", "proto", "0x6f").CombinedOutput()
+		routes, err := nodeFabricRoutes(n.NetNS)
 		if err != nil {
-			t.Fatalf("reading the routes of %s: %v: %s", n.Name, err, b)
+			t.Fatalf("reading the routes of %s: %v", n.Name, err)
 		}
-		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		for _, l := range strings.Split(routes, "\n") {
 			out = append(out, n.Name+": "+l)
 		}
 	}
