@@ -329,6 +329,13 @@ func (n *RealNode) stop(ctx context.Context, c *Cluster) error {
 	unmountUnder(n.Dir)
 	errs = append(errs, removeCgroupRoot(n.CgroupRoot))
 	if n.NetNS != "" {
+		// The host end of the veth goes first and explicitly: the kernel
+		// destroys a deleted namespace's interfaces later, in the
+		// background, so the host end would outlive "ip netns delete".
+		host := "ovh" + strings.TrimPrefix(n.NetNS, "offload-")
+		if _, err := run(ctx, "ip", "link", "delete", host); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+			errs = append(errs, err)
+		}
 		if _, err := run(ctx, "ip", "netns", "delete", n.NetNS); err != nil && !strings.Contains(err.Error(), "No such file") {
 			errs = append(errs, err)
 		}
