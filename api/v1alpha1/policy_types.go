@@ -152,6 +152,20 @@ const PodNodesPolicyName = "offload-tenant-pod-nodes"
 // at its API server, its nodes or another tenant's pods.
 const AnnotationEndpointCIDRs = "offload.io/endpoint-cidrs"
 
+// PodRuntimePolicyName is the ValidatingAdmissionPolicy, and its binding,
+// that keeps the pods of twin namespaces to what a stranger may run: the
+// volume types the consumer's agent reflects, no provider ServiceAccount,
+// no priority class but the cluster's defaults (AnnotationPriorityClasses),
+// no runtime class or other scheduler, NET_RAW dropped. Twin namespaces at
+// Pod Security level privileged are exempt.
+const PodRuntimePolicyName = "offload-tenant-pod-runtime"
+
+// AnnotationPriorityClasses, on a twin namespace, lists (comma-separated,
+// sorted) the PriorityClasses its pods may name: the cluster's
+// globalDefault ones, which the API server's Priority admission gives every
+// pod that names none. The provider's remotenamespace controller sets it.
+const AnnotationPriorityClasses = "offload.io/priority-classes"
+
 // PodPolicyName is the ValidatingAdmissionPolicy, and its binding, that
 // the chart installs on providers: in every namespace labelled
 // LabelTenant, pods keep to the node-placement rules of ConsumerPolicy.

@@ -29,6 +29,8 @@ type attackPod struct {
 	name string
 	// mutate turns a harmless pod into the attack.
 	mutate func(*corev1.Pod)
+	// refusedBy, when set, is the admission policy that must refuse it.
+	refusedBy string
 }
 
 // attackPods are the pods that would give a consumer a provider's node,
@@ -37,32 +39,43 @@ func attackPods(providerNode string) []attackPod {
 	return []attackPod{
 		{"privileged", func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
-		}},
+		}, ""},
 		{"host-path", func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
 			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "root", MountPath: "/host"}}
-		}},
-		{"host-network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }},
+		}, ""},
+		{"host-network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, ""},
 		{"sys-admin", func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
-		}},
+		}, ""},
 		{"tolerate-everything", func(p *corev1.Pod) {
 			p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-		}},
+		}, ""},
 		{"select-a-provider-node", func(p *corev1.Pod) {
 			p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: providerNode}
-		}},
-		{"bind-to-a-provider-node", func(p *corev1.Pod) { p.Spec.NodeName = providerNode }},
+		}, ""},
+		{"bind-to-a-provider-node", func(p *corev1.Pod) { p.Spec.NodeName = providerNode }, ""},
+		{"nfs-volume", func(p *corev1.Pod) { p.Spec.Volumes = []corev1.Volume{nfsVolume} }, offloadv1alpha1.PodRuntimePolicyName},
+		{"node-critical", func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-node-critical" }, offloadv1alpha1.PodRuntimePolicyName},
+		// expectProviderRefusesUnsafePods makes this ServiceAccount.
+		{"other-service-account", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "builder" }, offloadv1alpha1.PodRuntimePolicyName},
+		{"keeps-net-raw", func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext = nil }, offloadv1alpha1.PodRuntimePolicyName},
 	}
 }
 
-// harmlessPod is a pod every policy admits.
+// nfsVolume mounts a server of the tenant's choice on the provider's node.
+var nfsVolume = corev1.Volume{Name: "share", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.99.9.9", Path: "/"}}}
+
+// harmlessPod is a pod every policy admits: it drops NET_RAW and takes no
+// token of the provider's, as the consumer's agent makes every pod it sends.
 func harmlessPod(name, ns string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"attack": name}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			Containers:                    []corev1.Container{{Name: "app", Image: testAppImage, ImagePullPolicy: corev1.PullNever}},
+			AutomountServiceAccountToken:  ptr.To(false),
+			Containers: []corev1.Container{{Name: "app", Image: testAppImage, ImagePullPolicy: corev1.PullNever,
+				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}}}}},
 		},
 	}
 }
@@ -89,15 +102,23 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 	before := remotePods(ctx, t, provider, twin, consumerID)
 
 	// Directly, with the consumer's credentials: refused by the provider's
-	// API server, whoever sends the pod.
+	// API server, whoever sends the pod. A ServiceAccount of the twin
+	// namespace other than the default one exists, as a tenant's could.
+	builder := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "builder", Namespace: twin}}
+	if _, err := provider.Kube.CoreV1().ServiceAccounts(twin).Create(ctx, builder, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, a := range attackPods(provider.Node.Name) {
 		p := harmlessPod("direct-"+a.name, twin)
 		a.mutate(p)
 		_, err := tenant.CoreV1().Pods(twin).Create(ctx, p, metav1.CreateOptions{})
-		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
-			t.Errorf("the consumer's credentials created pod %s on the provider: err=%v, want Forbidden or Invalid", a.name, err)
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(fmt.Sprint(err), a.refusedBy) {
+			t.Errorf("the consumer's credentials created pod %s on the provider: err=%v, want Forbidden or Invalid (by %q)", a.name, err, a.refusedBy)
 			_ = provider.Kube.CoreV1().Pods(twin).Delete(ctx, p.Name, metav1.DeleteOptions{})
 		}
+	}
+	if err := provider.Kube.CoreV1().ServiceAccounts(twin).Delete(ctx, builder.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	// A pod that asks for nothing gets the default requests, which count
 	// against the offer; a Service may not open a port on the provider's
@@ -210,21 +231,27 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 		}
 	}
 
-	// Through the virtual node: a privileged pod is refused by the
-	// provider, and the consumer pod says so.
+	// Through the virtual node: a privileged pod, and one with a network
+	// volume, are refused by the provider, and the consumer pods say why.
 	refused := harmlessPod("via-privileged", "work")
 	refused.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
-	if _, err := consumer.Kube.CoreV1().Pods("work").Create(ctx, refused, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(ctx, t, 2*time.Minute, "the consumer pod refused by the provider to say why", func(ctx context.Context) (bool, string) {
-		p, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, refused.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+	mounting := harmlessPod("via-nfs", "work")
+	mounting.Spec.Volumes = []corev1.Volume{nfsVolume}
+	for _, p := range []*corev1.Pod{refused, mounting} {
+		if _, err := consumer.Kube.CoreV1().Pods("work").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		return p.Spec.NodeName == "offload-provider" && p.Status.Reason == "ProviderFailed" && strings.Contains(p.Status.Message, "baseline"),
-			fmt.Sprintf("node %q, phase %s, reason %q, message %q", p.Spec.NodeName, p.Status.Phase, p.Status.Reason, p.Status.Message)
-	})
+	}
+	for name, why := range map[string]string{refused.Name: "baseline", mounting.Name: "volume share is not a configMap"} {
+		waitFor(ctx, t, 2*time.Minute, "the consumer pod "+name+" refused by the provider to say why", func(ctx context.Context) (bool, string) {
+			p, err := consumer.Kube.CoreV1().Pods("work").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return p.Spec.NodeName == "offload-provider" && p.Status.Phase == corev1.PodPending && p.Status.Reason == "ProviderFailed" && strings.Contains(p.Status.Message, why),
+				fmt.Sprintf("node %q, phase %s, reason %q, message %q", p.Spec.NodeName, p.Status.Phase, p.Status.Reason, p.Status.Message)
+		})
+	}
 	waitFor(ctx, t, time.Minute, "a Warning event on the refused pod", func(ctx context.Context) (bool, string) {
 		evs, err := consumer.Kube.CoreV1().Events("work").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + refused.Name})
 		if err != nil {
@@ -260,7 +287,7 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 
 	// Nothing of the attacks exists on the provider.
 	for _, p := range remotePods(ctx, t, provider, twin, consumerID) {
-		if strings.HasPrefix(p.Name, "direct-") || p.Name == refused.Name {
+		if strings.HasPrefix(p.Name, "direct-") || p.Name == refused.Name || p.Name == mounting.Name {
 			t.Errorf("attack pod %s exists on the provider", p.Name)
 		}
 	}
@@ -273,7 +300,7 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 			t.Errorf("attack pod %s exists on the provider", p.Name)
 		}
 	}
-	for _, name := range []string{refused.Name, tolerant.Name} {
+	for _, name := range []string{refused.Name, mounting.Name, tolerant.Name} {
 		if err := consumer.Kube.CoreV1().Pods("work").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package reflection
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,8 +43,10 @@ import (
 //
 // It keeps containers and init containers with their resources, env,
 // probes, lifecycle and securityContext, restartPolicy, DNS settings, the pod
-// securityContext, runtimeClassName (dropping it could run a sandboxed
-// workload unsandboxed) and volumes of ConfigMaps, Secrets, emptyDir,
+// securityContext (with NET_RAW dropped unless a container asks for it, see
+// dropNetRaw), runtimeClassName (dropping it could run a sandboxed
+// workload unsandboxed: the provider refuses it unless it trusts the
+// consumer) and volumes of ConfigMaps, Secrets, emptyDir,
 // downwardAPI and projections of those, under the same names: the object
 // reflectors copy them into the twin namespace.
 //
@@ -170,7 +173,29 @@ func translateSpec(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error {
 	addProviderPlacement(spec, o)
 	translateServiceAccountVolumes(spec, o.ServiceAccountTokenSecret)
 	translateDownwardEnv(spec, local, o)
+	forEachContainer(spec, dropNetRaw)
 	return nil
+}
+
+// dropNetRaw drops the NET_RAW capability of c, which a provider's
+// admission policy requires of its consumers' containers (raw sockets on
+// the provider's network would forge packets), unless c asks for it: then
+// the provider decides, and says why when it refuses.
+func dropNetRaw(c *corev1.Container) {
+	has := func(caps []corev1.Capability) bool {
+		return slices.ContainsFunc(caps, func(x corev1.Capability) bool { return x == "NET_RAW" || x == "ALL" })
+	}
+	if c.SecurityContext != nil && c.SecurityContext.Capabilities != nil &&
+		(has(c.SecurityContext.Capabilities.Add) || has(c.SecurityContext.Capabilities.Drop)) {
+		return
+	}
+	if c.SecurityContext == nil {
+		c.SecurityContext = &corev1.SecurityContext{}
+	}
+	if c.SecurityContext.Capabilities == nil {
+		c.SecurityContext.Capabilities = &corev1.Capabilities{}
+	}
+	c.SecurityContext.Capabilities.Drop = append(c.SecurityContext.Capabilities.Drop, "NET_RAW")
 }
 
 // forEachContainer calls f on every init and app container of spec.

@@ -81,6 +81,25 @@ func TestRemotePodSpec(t *testing.T) {
 			}
 		},
 	}, {
+		name: "containers drop NET_RAW, unless they drop everything or ask for it",
+		mutate: func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = nil
+			p.Spec.InitContainers = []corev1.Container{
+				{Name: "init", Image: "busybox", SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}},
+				{Name: "ping", Image: "busybox", SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_RAW"}}}},
+				{Name: "chown", Image: "busybox", SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"CHOWN"}}}},
+			}
+		},
+		check: func(t *testing.T, l, r *corev1.Pod) {
+			assertEqual(t, "app", &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}}, r.Spec.Containers[0].SecurityContext.Capabilities)
+			assertEqual(t, "init", &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, r.Spec.InitContainers[0].SecurityContext.Capabilities)
+			assertEqual(t, "ping", &corev1.Capabilities{Add: []corev1.Capability{"NET_RAW"}}, r.Spec.InitContainers[1].SecurityContext.Capabilities)
+			assertEqual(t, "chown", &corev1.Capabilities{Add: []corev1.Capability{"CHOWN"}, Drop: []corev1.Capability{"NET_RAW"}}, r.Spec.InitContainers[2].SecurityContext.Capabilities)
+			if l.Spec.Containers[0].SecurityContext != nil || l.Spec.InitContainers[2].SecurityContext.Capabilities.Drop != nil {
+				t.Error("the local pod was changed")
+			}
+		},
+	}, {
 		name: "config map, secret, emptyDir and downward API volumes are kept under their names",
 		check: func(t *testing.T, l, r *corev1.Pod) {
 			assertEqual(t, "volumes", l.Spec.Volumes[:4], r.Spec.Volumes)

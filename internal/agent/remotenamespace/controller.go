@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -114,6 +116,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenantOf), owned).
 		Watches(&corev1.LimitRange{}, byAnnotation, owned).
 		Watches(&networkingv1.NetworkPolicy{}, byAnnotation, owned).
+		Watches(&schedulingv1.PriorityClass{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfAll), builder.WithPredicates(defaultChanged)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the %s controller: %w", ControllerName, err)
@@ -276,7 +279,28 @@ func (r *Reconciler) requestsOfTenant(ctx context.Context, o client.Object) []re
 	return r.requestsIn(ctx, t.Spec.TenantNamespace)
 }
 
-// requestsIn lists the RemoteNamespaces of tenant namespace ns as requests.
+// requestsOfAll maps a default PriorityClass, which every twin namespace
+// records (AnnotationPriorityClasses), to every RemoteNamespace.
+func (r *Reconciler) requestsOfAll(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.requestsIn(ctx, "")
+}
+
+// defaultChanged passes the events of PriorityClasses that are, or were,
+// the cluster's default.
+var defaultChanged = predicate.Funcs{
+	CreateFunc:  func(e event.CreateEvent) bool { return isDefaultClass(e.Object) },
+	DeleteFunc:  func(e event.DeleteEvent) bool { return isDefaultClass(e.Object) },
+	UpdateFunc:  func(e event.UpdateEvent) bool { return isDefaultClass(e.ObjectOld) || isDefaultClass(e.ObjectNew) },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func isDefaultClass(o client.Object) bool {
+	pc, ok := o.(*schedulingv1.PriorityClass)
+	return ok && pc.GlobalDefault
+}
+
+// requestsIn lists the RemoteNamespaces of tenant namespace ns (every
+// namespace when ns is empty) as requests.
 func (r *Reconciler) requestsIn(ctx context.Context, ns string) []reconcile.Request {
 	var list offloadv1alpha1.RemoteNamespaceList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {

@@ -3,11 +3,13 @@ package remotenamespace
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -16,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
@@ -272,5 +276,32 @@ func TestTheNetworkPolicyLetsInTheProviderTheTenantAndItsConsumerOnly(t *testing
 	}
 	if len(blocks) != 1 || blocks[0] != "10.71.0.0/16" {
 		t.Errorf("addresses let in: %v, want only the consumer's view 10.71.0.0/16", blocks)
+	}
+}
+
+func TestTwinNamespacesListTheClustersDefaultPriorityClasses(t *testing.T) {
+	e := newEnv(t)
+	e.offer(e.tenant, "2", "4Gi", "20")
+	rn := e.ready(e.tenant)
+	target := rn.Spec.TargetNamespace
+	if got, ok := e.namespace(target).Annotations[offloadv1alpha1.AnnotationPriorityClasses]; !ok || got != "" {
+		t.Errorf("annotation %s = %q (set %v), want set and empty: the cluster has no default class", offloadv1alpha1.AnnotationPriorityClasses, got, ok)
+	}
+
+	// The provider's admin makes a default class: tenant pods get it from
+	// the Priority admission, so their namespaces let them carry it.
+	class := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "everyone-" + rand.String(5)}, Value: 100, GlobalDefault: true}
+	e.create(class)
+	t.Cleanup(func() { _ = e.c.Delete(context.Background(), class) })
+	if !defaultChanged.Create(event.CreateEvent{Object: class}) ||
+		defaultChanged.Create(event.CreateEvent{Object: &schedulingv1.PriorityClass{Value: 100}}) {
+		t.Error("the watch does not pass exactly the default classes")
+	}
+	if reqs := e.r.requestsOfAll(context.Background(), class); !slices.ContainsFunc(reqs, func(r reconcile.Request) bool { return r.Name == rn.Name && r.Namespace == rn.Namespace }) {
+		t.Errorf("requests %v do not include %s/%s", reqs, rn.Namespace, rn.Name)
+	}
+	e.reconcile(rn)
+	if got := e.namespace(target).Annotations[offloadv1alpha1.AnnotationPriorityClasses]; got != class.Name {
+		t.Errorf("annotation %s = %q, want %q", offloadv1alpha1.AnnotationPriorityClasses, got, class.Name)
 	}
 }

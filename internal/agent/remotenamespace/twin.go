@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -163,6 +164,11 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, rn *offloadv1alpha1.Re
 	}
 	want.Annotations[offloadv1alpha1.AnnotationEndpointCIDRs] = addrs.endpointCIDRs()
 	maps.Copy(want.Annotations, PolicyAnnotations(tenant.Spec.Policy))
+	defaults, err := r.defaultPriorityClasses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	want.Annotations[offloadv1alpha1.AnnotationPriorityClasses] = defaults
 	ns, err := r.getNamespace(ctx, target)
 	if err != nil {
 		return nil, err
@@ -241,6 +247,25 @@ func PolicyAnnotations(policy offloadv1alpha1.ConsumerPolicy) map[string]string 
 		offloadv1alpha1.AnnotationNodeSelector: offloadv1alpha1.NodeSelectorString(policy.NodeSelector),
 		offloadv1alpha1.AnnotationTolerations:  offloadv1alpha1.TolerationsString(policy.Tolerations),
 	}
+}
+
+// defaultPriorityClasses lists, comma-separated and sorted, the cluster's
+// globalDefault PriorityClasses: the API server's Priority admission gives
+// one of them to every pod that names none, so a tenant's pods may carry it
+// (AnnotationPriorityClasses), and no other.
+func (r *Reconciler) defaultPriorityClasses(ctx context.Context) (string, error) {
+	var list schedulingv1.PriorityClassList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return "", fmt.Errorf("listing PriorityClasses: %w", err)
+	}
+	var names []string
+	for _, pc := range list.Items {
+		if pc.GlobalDefault {
+			names = append(names, pc.Name)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ","), nil
 }
 
 func hasAll(have, want map[string]string) bool {
