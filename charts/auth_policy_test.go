@@ -242,6 +242,28 @@ func TestTheAuthServiceIsConfinedToTenantNamespaces(t *testing.T) {
 			inMessage: "create RoleBinding " + tenant + "/reader to ClusterRole " + reader.Name + ":",
 			unchanged: gone(getRB(tenant, "reader")),
 		},
+		{
+			name: "creating another ResourceQuota than offload-tenant-budget in a tenant namespace is refused",
+			do: func(ctx context.Context, auth kubernetes.Interface) (runtime.Object, error) {
+				return auth.CoreV1().ResourceQuotas(tenant).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "starve"}}, metav1.CreateOptions{})
+			},
+			inMessage: "create ResourceQuota " + tenant + "/starve:",
+			unchanged: gone(func(ctx context.Context) error {
+				_, err := admin.CoreV1().ResourceQuotas(tenant).Get(ctx, "starve", metav1.GetOptions{})
+				return err
+			}),
+		},
+		{
+			name: "creating the budget in a namespace of no tenant is refused",
+			do: func(ctx context.Context, auth kubernetes.Interface) (runtime.Object, error) {
+				return auth.CoreV1().ResourceQuotas(plain).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantBudgetName}}, metav1.CreateOptions{})
+			},
+			inMessage: "create ResourceQuota " + plain + "/" + offloadv1alpha1.TenantBudgetName + ":",
+			unchanged: gone(func(ctx context.Context) error {
+				_, err := admin.CoreV1().ResourceQuotas(plain).Get(ctx, offloadv1alpha1.TenantBudgetName, metav1.GetOptions{})
+				return err
+			}),
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.do(t.Context(), s.auth)
@@ -301,6 +323,14 @@ func TestTheAuthServiceProvisionsAndRemovesATenant(t *testing.T) {
 	}
 	if _, err := auth.RbacV1().RoleBindings(ns).Get(ctx, offloadv1alpha1.TenantRole, metav1.GetOptions{}); err != nil {
 		t.Fatalf("reading the RoleBinding: %v", err)
+	}
+	budget := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantBudgetName},
+		Spec: corev1.ResourceQuotaSpec{Hard: offloadv1alpha1.TenantBudget()}}
+	if _, err := auth.CoreV1().ResourceQuotas(ns).Create(ctx, budget, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the tenant's budget: %v", err)
+	}
+	if err := auth.CoreV1().ResourceQuotas(ns).Delete(ctx, budget.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting the tenant's budget (undoing a failed peering): %v", err)
 	}
 
 	background := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}

@@ -70,6 +70,15 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 	if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != offloadv1alpha1.TenantRole || len(rb.Subjects) != 1 || rb.Subjects[0].Name != offloadv1alpha1.ConsumerServiceAccount {
 		t.Errorf("RoleBinding binds %+v to %+v", rb.RoleRef, rb.Subjects)
 	}
+	// The tenant namespace has its budget before the consumer has any
+	// credential.
+	var budget corev1.ResourceQuota
+	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: offloadv1alpha1.TenantBudgetName}, &budget); err != nil {
+		t.Fatalf("the tenant namespace has no budget: %v", err)
+	}
+	if !apiequality.Semantic.DeepEqual(budget.Spec.Hard, offloadv1alpha1.TenantBudget()) {
+		t.Errorf("the tenant's budget is %v, want %v", budget.Spec.Hard, offloadv1alpha1.TenantBudget())
+	}
 	var secret corev1.Secret
 	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peering.TokenSecretName(tok.ID)}, &secret); err != nil {
 		t.Fatal(err)

@@ -98,8 +98,9 @@ func verifyTenant(t *offloadv1alpha1.Tenant, id, name string) error {
 	return nil
 }
 
-// provision creates, in order, the Tenant with policy, its namespace, the
-// consumer's ServiceAccount and its RoleBinding, and adopts those that
+// provision creates, in order, the Tenant with policy, its namespace, its
+// budget (a ResourceQuota), the consumer's ServiceAccount and its
+// RoleBinding, and adopts those that
 // already exist for the same consumer. When a step fails it deletes what
 // this call created, so no half-made tenant is left behind. Once every step
 // succeeded, a Tenant that already existed gets policy: the policy of the
@@ -159,6 +160,14 @@ func (p *Peering) provision(ctx context.Context, id, name string, policy offload
 		}
 		return nil
 	}); err != nil {
+		return nil, nil, err
+	}
+	// The budget comes before any credential: a consumer never holds one
+	// while its tenant namespace is unbounded. One the provider's admin
+	// changed is kept.
+	budget := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.TenantBudgetName, Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: offloadv1alpha1.TenantBudget()}}
+	if err := step(budget, func() error { return nil }); err != nil {
 		return nil, nil, err
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}}

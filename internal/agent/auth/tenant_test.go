@@ -161,6 +161,7 @@ func installClusterObjects(t *testing.T, c client.Client) {
 				{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "delete"}},
 				{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "create", "delete"}},
+				{APIGroups: []string{""}, Resources: []string{"resourcequotas"}, Verbs: []string{"get", "create", "delete"}},
 				{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"bind"}, ResourceNames: []string{offloadv1alpha1.TenantRole}},
 				{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 			},

@@ -17,7 +17,7 @@ import (
 
 // budgeted are the quota resources an offer is a budget of, for the whole
 // tenant: every twin namespace of a consumer shares one offer.
-var budgeted = []corev1.ResourceName{corev1.ResourceRequestsCPU, corev1.ResourceRequestsMemory, corev1.ResourcePods}
+var budgeted = []corev1.ResourceName{corev1.ResourceRequestsCPU, corev1.ResourceRequestsMemory, corev1.ResourcePods, corev1.ResourceRequestsEphemeralStorage}
 
 // BudgetFor returns the hard limits of one twin namespace's quota so that
 // the tenant's twin namespaces together stay within the offer: the offer,

@@ -2,8 +2,10 @@ package remotenamespace
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -303,5 +305,82 @@ func TestTwinNamespacesListTheClustersDefaultPriorityClasses(t *testing.T) {
 	e.reconcile(rn)
 	if got := e.namespace(target).Annotations[offloadv1alpha1.AnnotationPriorityClasses]; got != class.Name {
 		t.Errorf("annotation %s = %q, want %q", offloadv1alpha1.AnnotationPriorityClasses, got, class.Name)
+	}
+}
+
+func TestATwinNamespaceHoldsWhatWasLentAndNoMore(t *testing.T) {
+	e := newEnv(t)
+	o := e.offer(e.tenant, "2", "4Gi", "20")
+	patch := client.MergeFrom(o.DeepCopy())
+	o.Spec.Resources[corev1.ResourceEphemeralStorage] = resource.MustParse("10Gi")
+	o.Spec.Resources["nvidia.com/gpu"] = resource.MustParse("0")
+	if err := e.c.Patch(context.Background(), o, patch); err != nil {
+		t.Fatal(err)
+	}
+	rn := e.ready(e.tenant)
+	target := rn.Spec.TargetNamespace
+
+	var q corev1.ResourceQuota
+	if err := e.c.Get(context.Background(), key(target, QuotaName), &q); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[corev1.ResourceName]string{
+		corev1.ResourceRequestsEphemeralStorage: "10Gi", "requests.nvidia.com/gpu": "0", "count/serviceaccounts": "10",
+		corev1.ResourceRequestsCPU: "2", corev1.ResourceRequestsMemory: "4Gi",
+	} {
+		if got, ok := q.Spec.Hard[name]; !ok || got.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("quota %s = %s (set %v), want %s", name, got.String(), ok, want)
+		}
+	}
+
+	// The API server's LimitRanger gives a container without limits what
+	// was lent as its limits, and refuses one that asks for more.
+	ctx := context.Background()
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: target},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if _, err := framework.Poll(ctx, 100*time.Millisecond, 10*time.Second, func(ctx context.Context) (bool, string) {
+		if err := e.c.Create(ctx, plain); err != nil {
+			return false, err.Error()
+		}
+		return plain.Spec.Containers[0].Resources.Limits != nil, fmt.Sprintf("limits %v", plain.Spec.Containers[0].Resources.Limits)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	limits := plain.Spec.Containers[0].Resources.Limits
+	if limits.Cpu().Cmp(resource.MustParse("2")) != 0 || limits.Memory().Cmp(resource.MustParse("4Gi")) != 0 ||
+		limits.StorageEphemeral().Cmp(resource.MustParse("10Gi")) != 0 {
+		t.Errorf("a container without limits got limits %v, want the offer's cpu, memory and ephemeral storage", limits)
+	}
+	greedy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "greedy", Namespace: target},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")}}}}}}
+	if err := e.c.Create(ctx, greedy); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "maximum memory usage per Container is 4Gi") {
+		t.Errorf("a container whose limit is more than the offer: err = %v, want Forbidden by the LimitRange", err)
+	}
+
+	// A reconcile with nothing changed writes nothing: the stored
+	// LimitRange, defaulted by the API server, is what the controller wants.
+	var before corev1.LimitRange
+	if err := e.c.Get(ctx, key(target, LimitRangeName), &before); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(rn)
+	var after corev1.LimitRange
+	if err := e.c.Get(ctx, key(target, LimitRangeName), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the LimitRange was rewritten with nothing changed: %+v", after.Spec)
+	}
+}
+
+func TestAnOfferBelowTheDefaultRequestsSetsNoMaximum(t *testing.T) {
+	spec := LimitRangeFor(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("1Gi")})
+	item := spec.Limits[0]
+	if _, ok := item.Max[corev1.ResourceCPU]; ok {
+		t.Errorf("max cpu %v is below the default request: the LimitRange would be invalid", item.Max)
+	}
+	if item.Max.Memory().Cmp(resource.MustParse("1Gi")) != 0 || item.Default.Memory().Cmp(resource.MustParse("1Gi")) != 0 {
+		t.Errorf("max %v, default %v; want 1Gi of memory for both", item.Max, item.Default)
 	}
 }

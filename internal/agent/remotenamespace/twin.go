@@ -307,19 +307,24 @@ func (r *Reconciler) offer(ctx context.Context, tenantNamespace string) (*offloa
 // cannot fill the provider's etcd, and never gets a NodePort or a load
 // balancer (the offload-tenant-services admission policy refuses them too).
 var ObjectLimits = corev1.ResourceList{
-	corev1.ResourceServices:                             resource.MustParse("100"),
-	corev1.ResourceServicesNodePorts:                    resource.MustParse("0"),
-	corev1.ResourceServicesLoadBalancers:                resource.MustParse("0"),
-	corev1.ResourceConfigMaps:                           resource.MustParse("500"),
-	corev1.ResourceSecrets:                              resource.MustParse("500"),
+	corev1.ResourceServices:              resource.MustParse("100"),
+	corev1.ResourceServicesNodePorts:     resource.MustParse("0"),
+	corev1.ResourceServicesLoadBalancers: resource.MustParse("0"),
+	corev1.ResourceConfigMaps:            resource.MustParse("500"),
+	corev1.ResourceSecrets:               resource.MustParse("500"),
+	// The default ServiceAccount, the only one a tenant's pods may run as
+	// (offload-tenant-pod-runtime), and a few for the provider's add-ons.
+	"count/serviceaccounts":                             resource.MustParse("10"),
 	"count/endpointslices.discovery.k8s.io":             resource.MustParse("500"),
 	corev1.ResourcePersistentVolumeClaims:               resource.MustParse("0"),
 	corev1.ResourceName("count/replicationcontrollers"): resource.MustParse("0"),
 }
 
 // QuotaFor returns the hard limits of a twin namespace's ResourceQuota for
-// the resources of an offer: the sum of the pods' cpu and memory requests,
-// and their number, and ObjectLimits, with room for one more Secret per
+// the resources of an offer: the sum of the pods' cpu, memory and
+// ephemeral storage requests, and their number, the extended resources the
+// offer lists at 0 (none is lent: a pod that asks for one is refused), and
+// ObjectLimits, with room for one more Secret per
 // offered pod: each offloaded pod that uses a service-account token has a
 // token Secret of its own, so a Secret cap alone would cap the pods.
 // Limits are not capped: a quota on limits would refuse every pod that
@@ -327,12 +332,18 @@ var ObjectLimits = corev1.ResourceList{
 func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
 	hard := ObjectLimits.DeepCopy()
 	for from, to := range map[corev1.ResourceName]corev1.ResourceName{
-		corev1.ResourceCPU:    corev1.ResourceRequestsCPU,
-		corev1.ResourceMemory: corev1.ResourceRequestsMemory,
-		corev1.ResourcePods:   corev1.ResourcePods,
+		corev1.ResourceCPU:              corev1.ResourceRequestsCPU,
+		corev1.ResourceMemory:           corev1.ResourceRequestsMemory,
+		corev1.ResourcePods:             corev1.ResourcePods,
+		corev1.ResourceEphemeralStorage: corev1.ResourceRequestsEphemeralStorage,
 	} {
 		if q, ok := offered[from]; ok {
 			hard[to] = q.DeepCopy()
+		}
+	}
+	for r, q := range offered {
+		if offloadv1alpha1.NotLent(r) {
+			hard[corev1.ResourceName(corev1.DefaultResourceRequestsPrefix+string(r))] = q.DeepCopy()
 		}
 	}
 	if pods, ok := offered[corev1.ResourcePods]; ok {
@@ -365,20 +376,37 @@ func (r *Reconciler) ensureQuota(ctx context.Context, rn *offloadv1alpha1.Remote
 var DefaultRequests = corev1.ResourceList{
 	corev1.ResourceCPU:    resource.MustParse("100m"),
 	corev1.ResourceMemory: resource.MustParse("128Mi"),
+	// Nothing, so that a pod fits nodes that report no ephemeral storage
+	// (the scheduler refuses any request there); the quota needs a request.
+	corev1.ResourceEphemeralStorage: resource.MustParse("0"),
 }
 
 // LimitRangeFor returns the LimitRange of a twin namespace: containers
-// without cpu or memory requests get DefaultRequests, which the quota needs
-// to admit them and which count against the offer.
-func LimitRangeFor() corev1.LimitRangeSpec {
-	return corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
-		Type:           corev1.LimitTypeContainer,
-		DefaultRequest: DefaultRequests.DeepCopy(),
-	}}}
+// without cpu, memory or ephemeral storage requests get DefaultRequests,
+// which the quota needs to admit them and which count against the offer;
+// no container may use more cpu, memory or ephemeral storage than offered
+// (Max), and one that sets no limit gets that as its limit (Default, which
+// the API server would set to Max anyway): a tenant's container never
+// bursts past what was lent.
+func LimitRangeFor(offered corev1.ResourceList) corev1.LimitRangeSpec {
+	most := corev1.ResourceList{}
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
+		// An offer below the default request has no room for a container
+		// anyway (the quota refuses it), and a LimitRange whose maximum is
+		// below its default request is invalid.
+		if q, ok := offered[r]; ok && q.Sign() > 0 && q.Cmp(DefaultRequests[r]) >= 0 {
+			most[r] = q.DeepCopy()
+		}
+	}
+	item := corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, DefaultRequest: DefaultRequests.DeepCopy()}
+	if len(most) > 0 {
+		item.Max, item.Default = most, most.DeepCopy()
+	}
+	return corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{item}}
 }
 
-func (r *Reconciler) ensureLimitRange(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace) error {
-	want := &corev1.LimitRange{ObjectMeta: managedMeta(rn, LimitRangeName, rn.Spec.TargetNamespace), Spec: LimitRangeFor()}
+func (r *Reconciler) ensureLimitRange(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, offer *offloadv1alpha1.ResourceOffer) error {
+	want := &corev1.LimitRange{ObjectMeta: managedMeta(rn, LimitRangeName, rn.Spec.TargetNamespace), Spec: LimitRangeFor(offer.Spec.Resources)}
 	return ensureObject(ctx, r.Client, want, &corev1.LimitRange{}, func(have *corev1.LimitRange) bool {
 		if equality.Semantic.DeepEqual(have.Spec, want.Spec) {
 			return false

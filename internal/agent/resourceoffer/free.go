@@ -15,12 +15,14 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// offered are the resources a ResourceOffer carries.
+// offered are the resources a ResourceOffer lends; ephemeral storage only
+// where a node reports it (kwok's nodes, for one, do not).
 var offered = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods}
 
-// Free returns the allocatable cpu, memory and pods of the schedulable,
-// Ready, non-virtual nodes that serve the tenant's pods (Serves), minus
-// what the pods bound to them request, but the pods of the consumer whose
+// Free returns the allocatable cpu, memory, pods and ephemeral storage of
+// the schedulable, Ready, non-virtual nodes that serve the tenant's pods
+// (Serves), with their extended resources at 0 (offloadv1alpha1.NotLent), minus what the
+// pods bound to them request, but the pods of the consumer whose
 // cluster ID is tenant ("" for none): what a tenant is offered does not
 // shrink as it uses it, or a consumer's virtual node would have less room
 // than the pods already bound to it.
@@ -39,6 +41,17 @@ func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string, policy offloadv
 		for _, r := range offered {
 			if q, ok := n.Status.Allocatable[r]; ok {
 				total[r].Add(q)
+			}
+		}
+		if q, ok := n.Status.Allocatable[corev1.ResourceEphemeralStorage]; ok {
+			if total[corev1.ResourceEphemeralStorage] == nil {
+				total[corev1.ResourceEphemeralStorage] = resource.NewQuantity(0, resource.BinarySI)
+			}
+			total[corev1.ResourceEphemeralStorage].Add(q)
+		}
+		for r := range n.Status.Allocatable {
+			if offloadv1alpha1.NotLent(r) {
+				total[r] = resource.NewQuantity(0, resource.DecimalSI)
 			}
 		}
 	}
@@ -100,7 +113,7 @@ func Share(free corev1.ResourceList, percent int) corev1.ResourceList {
 		switch r {
 		case corev1.ResourceCPU:
 			out[r] = *resource.NewMilliQuantity(q.MilliValue()*int64(percent)/100, resource.DecimalSI)
-		case corev1.ResourceMemory:
+		case corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
 			out[r] = *resource.NewQuantity(q.Value()*int64(percent)/100, resource.BinarySI)
 		default:
 			out[r] = *resource.NewQuantity(q.Value()*int64(percent)/100, resource.DecimalSI)

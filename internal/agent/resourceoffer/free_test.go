@@ -157,3 +157,41 @@ func TestFreeAndShare(t *testing.T) {
 		})
 	}
 }
+
+func TestFreeLendsEphemeralStorageWhereNodesReportItAndNoDevices(t *testing.T) {
+	withDevices := node("real", "4", "8Gi", "10", true, nil)
+	withDevices.Status.Allocatable[corev1.ResourceEphemeralStorage] = resource.MustParse("100Gi")
+	withDevices.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("2")
+	withDevices.Status.Allocatable["hugepages-2Mi"] = resource.MustParse("1Gi")
+	user := pod("real", "1", "1Gi", corev1.PodRunning)
+	user.Spec.Containers[0].Resources.Requests[corev1.ResourceEphemeralStorage] = resource.MustParse("10Gi")
+	user.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = resource.MustParse("1")
+	fake := node("fake", "32", "64Gi", "110", true, nil) // kwok's: no ephemeral storage
+
+	got := Free([]corev1.Node{withDevices, fake}, []corev1.Pod{user}, "", offloadv1alpha1.ConsumerPolicy{})
+	for r, want := range map[corev1.ResourceName]string{
+		corev1.ResourceEphemeralStorage: "90Gi", "nvidia.com/gpu": "0", "hugepages-2Mi": "0", corev1.ResourceCPU: "35",
+	} {
+		if q, ok := got[r]; !ok || q.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("%s = %v (listed %v), want %s", r, q.String(), ok, want)
+		}
+	}
+	if got := Free([]corev1.Node{fake}, nil, "", offloadv1alpha1.ConsumerPolicy{}); len(got) != 3 {
+		t.Errorf("nodes that report no ephemeral storage or devices: offer %v, want cpu, memory and pods only", got)
+	}
+	if half := Share(got, 50)[corev1.ResourceEphemeralStorage]; half.Cmp(resource.MustParse("45Gi")) != 0 {
+		t.Errorf("half the ephemeral storage = %v, want 45Gi", half.String())
+	}
+}
+
+func TestOnlyDevicesAndHugePagesAreNotLent(t *testing.T) {
+	for r, want := range map[corev1.ResourceName]bool{
+		"nvidia.com/gpu": true, "example.com/dongle": true, "hugepages-1Gi": true,
+		corev1.ResourceCPU: false, corev1.ResourceEphemeralStorage: false, "kubernetes.io/batch-cpu": false,
+		"scheduling.kubernetes.io/x": false, "requests.nvidia.com/gpu": false,
+	} {
+		if got := offloadv1alpha1.NotLent(r); got != want {
+			t.Errorf("NotLent(%s) = %v, want %v", r, got, want)
+		}
+	}
+}
