@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
@@ -60,7 +63,7 @@ func authURL(ctx context.Context, kube kubernetes.Interface, namespace string, v
 		if port.NodePort == 0 {
 			return "", svc.Spec.Type, fmt.Errorf("service %s has no node port yet", offloadv1alpha1.Auth)
 		}
-		ip, err := firstNodeIP(ctx, kube)
+		ip, err := servingNodeIP(ctx, kube, svc)
 		if err != nil {
 			return "", svc.Spec.Type, err
 		}
@@ -93,6 +96,39 @@ func authPort(svc *corev1.Service) (corev1.ServicePort, error) {
 		return svc.Spec.Ports[0], nil
 	}
 	return corev1.ServicePort{}, fmt.Errorf("service %s has no port named https", svc.Name)
+}
+
+// servingNodeIP returns the InternalIP of the first node, by name, that
+// runs a Ready pod of svc: with externalTrafficPolicy Local (the chart's
+// default, so that the auth service sees each client's own address) only
+// those nodes answer on the node port. Without such a pod, the first node
+// that is not a virtual node.
+func servingNodeIP(ctx context.Context, kube kubernetes.Interface, svc *corev1.Service) (string, error) {
+	if len(svc.Spec.Selector) > 0 {
+		pods, err := kube.CoreV1().Pods(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
+		if err != nil {
+			return "", fmt.Errorf("listing the pods of service %s: %w", svc.Name, err)
+		}
+		var names []string
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
+				names = append(names, p.Spec.NodeName)
+			}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			for _, a := range n.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP && a.Address != "" {
+					return a.Address, nil
+				}
+			}
+		}
+	}
+	return firstNodeIP(ctx, kube)
 }
 
 // firstNodeIP returns the InternalIP of the first node, by name, that is

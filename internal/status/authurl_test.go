@@ -44,6 +44,14 @@ func TestAuthURL(t *testing.T) {
 			want:    "https://172.18.0.3:31443",
 		},
 		{
+			// externalTrafficPolicy Local: only those nodes answer.
+			name: "a NodePort Service is reached on a node that runs a Ready auth pod",
+			objects: []runtime.Object{selecting(authService(corev1.ServiceTypeNodePort)), virtual,
+				node("worker-a", "172.18.0.3", nil), node("worker-b", "172.18.0.4", nil), node("worker-c", "172.18.0.5", nil),
+				authPod("starting", "worker-a", false), authPod("serving", "worker-b", true)},
+			want: "https://172.18.0.4:31443",
+		},
+		{
 			name:    "an IPv6 node address is bracketed",
 			objects: []runtime.Object{authService(corev1.ServiceTypeNodePort), node("worker", "fd00::3", nil)},
 			want:    "https://[fd00::3]:31443",
@@ -99,6 +107,25 @@ func TestAuthURL(t *testing.T) {
 				t.Errorf("AuthURL = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// selecting gives svc the auth pods' selector.
+func selecting(svc *corev1.Service) *corev1.Service {
+	svc.Spec.Selector = map[string]string{"app.kubernetes.io/component": "auth"}
+	return svc
+}
+
+// authPod is an auth pod on node, Ready or not.
+func authPod(name, node string, ready bool) *corev1.Pod {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Labels: map[string]string{"app.kubernetes.io/component": "auth"}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
 	}
 }
 

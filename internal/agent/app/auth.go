@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -111,6 +112,15 @@ func (o *authOptions) Run(ctx context.Context) error {
 	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		return fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	// Service account issuer discovery: every ServiceAccount may read it
+	// (ClusterRoleBinding system:service-account-issuer-discovery).
+	o.SigningKeys = func(ctx context.Context) ([]byte, error) {
+		return kube.CoreV1().RESTClient().Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
 	}
 	srv, err := auth.NewServer(c, o.Options)
 	if err != nil {

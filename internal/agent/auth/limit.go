@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,7 +42,13 @@ type limits struct {
 	idleAfter  time.Duration
 	// logEvery is the least time between two logs of refusals for one source.
 	logEvery time.Duration
-	now      func() time.Time
+	// trustedFor is how long a source that made a request with a
+	// consumer's credential, or a successful one, keeps its connections
+	// past the TLS handshake when its failures bucket is empty: a consumer
+	// behind the address of a flood must still be able to present its
+	// credential. It spans many refresh periods.
+	trustedFor time.Duration
+	now        func() time.Time
 }
 
 func defaultLimits() limits {
@@ -56,6 +63,7 @@ func defaultLimits() limits {
 		maxSources:     10000,
 		idleAfter:      5 * time.Minute,
 		logEvery:       time.Minute,
+		trustedFor:     24 * time.Hour,
 		now:            time.Now,
 	}
 }
@@ -75,6 +83,9 @@ func countsAsFailure(status int) bool {
 type limiter struct {
 	limits
 	log klog.Logger
+	// credentials, when set, tells the requests that carry a consumer's
+	// credential: they are limited per tenant, not per address.
+	credentials *credentials
 
 	mu       sync.Mutex
 	sources  map[string]*list.Element // of *source
@@ -94,6 +105,9 @@ type source struct {
 	// since.
 	loggedAt time.Time
 	refused  int
+	// trustedUntil is when the source stops counting as one a consumer
+	// uses (limits.trustedFor).
+	trustedUntil time.Time
 }
 
 func newLimiter(l limits, log klog.Logger) *limiter {
@@ -108,14 +122,25 @@ func (l *limiter) wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		src, refusal := l.admit(sourceKey(r.RemoteAddr))
+		address := sourceKey(r.RemoteAddr)
+		key := address
+		if tenant := l.credentials.tenant(r.Context(), bearerToken(r)); tenant != "" {
+			key = "tenant " + tenant
+			l.trust(address)
+		}
+		src, refusal := l.admit(key)
 		if refusal != nil {
 			w.Header().Set("Retry-After", strconv.Itoa(int(refusal.retryAfter.Seconds())))
 			peering.WriteError(w, refusal.err)
 			return
 		}
 		rec := &statusRecorder{ResponseWriter: w}
-		defer func() { l.release(src, rec.status) }()
+		defer func() {
+			l.release(src, rec.status)
+			if rec.status == http.StatusOK {
+				l.trust(address)
+			}
+		}()
 		next.ServeHTTP(rec, r)
 	})
 }
@@ -156,6 +181,23 @@ func (l *limiter) admit(key string) (*source, *refusal) {
 	src.inFlight++
 	l.inFlight++
 	return src, nil
+}
+
+// trust marks the source of address as one a consumer uses, for trustedFor.
+func (l *limiter) trust(address string) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lookup(address, now).trustedUntil = now.Add(l.trustedFor)
+}
+
+// bearerToken returns the bearer token of r, "" when it has none.
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
 }
 
 // release ends a request admitted for src, which answered status.
@@ -261,7 +303,7 @@ func (l *limiter) admitConn(key string) (*source, bool) {
 	src := l.lookup(key, now)
 	var why string
 	switch {
-	case src.failures.TokensAt(now) < 1:
+	case src.failures.TokensAt(now) < 1 && !now.Before(src.trustedUntil):
 		why = "too many failed requests from this address: closing its connections before the TLS handshake"
 	case src.conns >= l.connsPerSource:
 		why = fmt.Sprintf("more than %d connections open from this address", l.connsPerSource)

@@ -2,7 +2,11 @@ package auth
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -16,11 +20,14 @@ import (
 	"testing"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
@@ -579,4 +586,62 @@ func mustDuration(t *testing.T, s string) time.Duration {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// A consumer behind the address of a flood (one NAT, one node's
+// masquerade) keeps refreshing: its credential is verified by signature and
+// limited per tenant; a token forged for its ServiceAccount is not.
+func TestARefreshSucceedsDuringAFloodOfBadTokensFromItsOwnAddress(t *testing.T) {
+	e := newPeeringEnvWith(t, defaultLimits())
+	c, cred := e.peered(t)
+	flood := func(bearer string) reply {
+		return e.post(t, peering.RefreshPath, peering.RefreshRequest{ClusterID: c.id}, bearer)
+	}
+	e.remember("not-a-token")
+	drained := false
+	for range 10 * defaultLimits().failureBurst {
+		if flood("not-a-token").status == http.StatusTooManyRequests {
+			drained = true
+			break
+		}
+	}
+	if !drained {
+		t.Fatal("the flood of bad tokens was never refused: the address's bucket does not empty")
+	}
+
+	// Signed by a key of the attacker's, naming the consumer's ServiceAccount.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", "forged"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "system:serviceaccount:" + offloadv1alpha1.TenantNamespace(c.name) + ":" + offloadv1alpha1.ConsumerServiceAccount
+	forged, err := jwt.Signed(signer).Claims(jwt.Claims{Subject: subject, Expiry: jwt.NewNumericDate(time.Now().Add(time.Hour))}).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.remember(forged)
+	if r := flood(forged); r.status != http.StatusTooManyRequests {
+		t.Errorf("a token forged for the consumer's ServiceAccount: %d %s, want 429 (it spends the address's bucket)", r.status, r.body)
+	}
+
+	r := flood(cred.Token)
+	if r.status != http.StatusOK {
+		t.Fatalf("the consumer's refresh from the flooded address: %d %s, want 200", r.status, r.body)
+	}
+	// A new connection from the address is not closed before the TLS
+	// handshake: the consumer could not present its credential.
+	fresh := clientTrusting(t, getCASecret(t, e.admin, e.namespace).Data[CACertKey], "")
+	fresh.Transport.(*http.Transport).DisableKeepAlives = true
+	body, err := json.Marshal(peering.RefreshRequest{ClusterID: c.id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := do(fresh, e.url, request{http.MethodPost, peering.RefreshPath, string(body), r.response(t).Credentials.Token})
+	if err != nil || got.status != http.StatusOK {
+		t.Fatalf("the consumer's refresh on a new connection from the flooded address: %+v, %v; want 200", got, err)
+	}
 }

@@ -79,6 +79,15 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 	if !apiequality.Semantic.DeepEqual(budget.Spec.Hard, offloadv1alpha1.TenantBudget()) {
 		t.Errorf("the tenant's budget is %v, want %v", budget.Spec.Hard, offloadv1alpha1.TenantBudget())
 	}
+	// Counted already (the test API server runs no quota controller): the
+	// API server's quota admission admits the consumer's first objects.
+	for name := range offloadv1alpha1.TenantBudget() {
+		used, ok := budget.Status.Used[name]
+		hard, want := budget.Status.Hard[name], budget.Spec.Hard[name]
+		if !ok || !used.IsZero() || hard.Cmp(want) != 0 {
+			t.Errorf("the budget's status counts %s: used %s (set %v) of %s; want 0 of %s", name, used.String(), ok, hard.String(), want.String())
+		}
+	}
 	var secret corev1.Secret
 	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peering.TokenSecretName(tok.ID)}, &secret); err != nil {
 		t.Fatal(err)

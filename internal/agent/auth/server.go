@@ -44,6 +44,10 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Logger receives the server's logs; the zero value discards them.
 	Logger klog.Logger
+	// SigningKeys, when set, reads the JSON Web Key Set the API server
+	// signs ServiceAccount tokens with (/openid/v1/jwks): requests carrying
+	// a consumer's credential are then limited per tenant, not per address.
+	SigningKeys func(context.Context) ([]byte, error)
 }
 
 // NewOptions returns Options with the defaults of the chart's ports.
@@ -169,6 +173,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("listening on --listen %s: %w", s.opts.Listen, err)
 	}
 	limiter := newLimiter(s.limits, log)
+	if s.opts.SigningKeys != nil {
+		limiter.credentials = newCredentials(s.opts.SigningKeys)
+	}
 	https := s.newHTTPServer(limiter.wrap(s.mux))
 	https.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.getCertificate}
 	go func() { errc <- serve(https, tls.NewListener(limiter.listen(ln), https.TLSConfig), "HTTPS server") }()

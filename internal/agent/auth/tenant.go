@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -170,6 +171,9 @@ func (p *Peering) provision(ctx context.Context, id, name string, policy offload
 	if err := step(budget, func() error { return nil }); err != nil {
 		return nil, nil, err
 	}
+	if err := p.seedQuotaStatus(ctx, budget); err != nil {
+		return nil, nil, err
+	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.ConsumerServiceAccount, Namespace: ns}}
 	if err := step(sa, func() error { return nil }); err != nil {
 		return nil, nil, err
@@ -226,6 +230,43 @@ func (p *Peering) createOrGet(ctx context.Context, o client.Object) (bool, error
 		return false, fmt.Errorf("reading %T %s: %w", o, klog.KObj(o), err)
 	}
 	return false, nil
+}
+
+// seedQuotaStatus counts, in the status of quota q, nothing used of what
+// the quota controller has not counted yet. While a quota has no count of a
+// resource the API server refuses every object of it, and the controller
+// counts objects of a CustomResourceDefinition only once its discovery
+// (every 30 s) has seen it, and then at the quota's next full resync, up to
+// 5 minutes later: a consumer peering right after the install could
+// offload nothing for minutes. The tenant namespace is new, so nothing is
+// used; the API server's quota admission counts from there, and the
+// controller keeps those counts until it counts itself.
+func (p *Peering) seedQuotaStatus(ctx context.Context, q *corev1.ResourceQuota) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := p.client.Get(ctx, client.ObjectKeyFromObject(q), q); err != nil {
+			return err
+		}
+		changed := false
+		if len(q.Status.Hard) == 0 {
+			q.Status.Hard, changed = q.Spec.Hard.DeepCopy(), true
+		}
+		if q.Status.Used == nil {
+			q.Status.Used = corev1.ResourceList{}
+		}
+		for name := range q.Status.Hard {
+			if _, ok := q.Status.Used[name]; !ok {
+				q.Status.Used[name], changed = resource.MustParse("0"), true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		return p.client.Status().Update(ctx, q)
+	})
+	if err != nil {
+		return fmt.Errorf("counting the use of ResourceQuota %s: %w", klog.KObj(q), err)
+	}
+	return nil
 }
 
 func (p *Peering) deleteIfExists(ctx context.Context, o client.Object) error {

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -95,6 +96,14 @@ func newPeeringEnvWith(t *testing.T, l limits) *peeringEnv {
 	o.Listen = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	o.HealthProbeBindAddress = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	o.Logger = logger
+	// As the agent reads them, with the auth service's own identity.
+	authKube, err := kubernetes.NewForConfig(e.authSAConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.SigningKeys = func(ctx context.Context) ([]byte, error) {
+		return authKube.CoreV1().RESTClient().Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
+	}
 	srv, err := NewServer(authClient, o)
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +171,7 @@ func installClusterObjects(t *testing.T, c client.Client) {
 				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "delete"}},
 				{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "create", "delete"}},
 				{APIGroups: []string{""}, Resources: []string{"resourcequotas"}, Verbs: []string{"get", "create", "delete"}},
+				{APIGroups: []string{""}, Resources: []string{"resourcequotas/status"}, Verbs: []string{"update"}},
 				{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"bind"}, ResourceNames: []string{offloadv1alpha1.TenantRole}},
 				{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 			},
