@@ -206,6 +206,7 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 	if err != nil {
 		t.Fatal(err)
 	}
+	expectATenantIsBounded(ctx, t, provider, twin, held.namespace, consumerID, tenant, tc)
 	for _, target := range []string{metav1.NamespaceSystem, metav1.NamespaceDefault} {
 		rn := &offloadv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Name: "steal-" + target, Namespace: held.namespace},
 			Spec: offloadv1alpha1.RemoteNamespaceSpec{ConsumerClusterID: consumerID, SourceNamespace: target, TargetNamespace: target,
