@@ -243,6 +243,16 @@ func TestTheAuthServiceIsConfinedToTenantNamespaces(t *testing.T) {
 			unchanged: gone(getRB(tenant, "reader")),
 		},
 		{
+			name: "binding ClusterRole offload-tenant to another subject than the namespace's consumer is refused",
+			do: func(ctx context.Context, auth kubernetes.Interface) (runtime.Object, error) {
+				rb := tenantRoleBinding(tenant, "elsewhere", offloadv1alpha1.TenantRole)
+				rb.Subjects[0].Namespace = "kube-system"
+				return auth.RbacV1().RoleBindings(tenant).Create(ctx, rb, metav1.CreateOptions{})
+			},
+			inMessage: "create RoleBinding " + tenant + "/elsewhere:",
+			unchanged: gone(getRB(tenant, "elsewhere")),
+		},
+		{
 			name: "creating another ResourceQuota than offload-tenant-budget in a tenant namespace is refused",
 			do: func(ctx context.Context, auth kubernetes.Interface) (runtime.Object, error) {
 				return auth.CoreV1().ResourceQuotas(tenant).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "starve"}}, metav1.CreateOptions{})
