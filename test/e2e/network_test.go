@@ -203,6 +203,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 
 	// kubectl offload status shows the tunnel on both sides.
 	serverTunnel := offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer")
+	expectTheTunnelFilteredBothWays(ctx, t, consumer, provider, tunnel.Name, serverTunnel, addrs, remotePod.Name, localPod)
 	// The consumer knows both views; the provider only its own.
 	expectTunnelReported(ctx, t, consumer, tunnel.Name, wantImpl, true)
 	expectTunnelReported(ctx, t, provider, serverTunnel, wantImpl, false)
@@ -288,7 +289,14 @@ func expectTunnelReported(ctx context.Context, t *testing.T, c *framework.Cluste
 }
 
 // gatewayStatus reads the /status of tunnel's gateway through a port-forward.
-func gatewayStatus(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel string) struct{ RxBytes, TxBytes int64 } {
+// gatewayReport is what a gateway's /status says, as far as the tests read.
+type gatewayReport struct {
+	RxBytes, TxBytes int64
+	// Filtered counts the packets its tenant filter dropped, both ways.
+	Filtered uint64 `json:"filteredPackets"`
+}
+
+func gatewayStatus(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel string) gatewayReport {
 	t.Helper()
 	pod := waitPodsReady(ctx, t, c, installNS, offloadv1alpha1.LabelTunnel+"="+tunnel, 1)[0]
 	addr := portForward(t, c, installNS, "pod/"+pod.Name, 8083)
@@ -296,7 +304,7 @@ func gatewayStatus(ctx context.Context, t *testing.T, c *framework.Cluster, tunn
 	if err != nil {
 		t.Fatalf("reading the gateway's status: %v", err)
 	}
-	var st struct{ RxBytes, TxBytes int64 }
+	var st gatewayReport
 	if err := jsonUnmarshal(body, &st); err != nil {
 		t.Fatalf("the gateway's status %q: %v", body, err)
 	}

@@ -315,6 +315,10 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 				r := &network.ConsumerReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: settings, Providers: providers(mgr)}
 				return r.SetupWithManager(mgr)
 			},
+			// Consumer side: what the providers' pods may reach here.
+			func(mgr ctrlmanager.Manager) error {
+				return (&network.ConsumerFilterReconciler{Client: mgr.GetClient(), Settings: settings}).SetupWithManager(mgr)
+			},
 		)
 	}
 	return manager.Run(ctx, cfg, o.Options)

@@ -93,6 +93,9 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 		PrivateKeyFile: ckey, PeerPublicKey: ppub, PeerEndpoint: "10.98.0.2:31820",
 		LocalPodCIDRs: []netip.Prefix{netip.MustParsePrefix(podCIDR)},
 		Peer:          []Mapping{{Real: netip.MustParsePrefix(podCIDR), View: netip.MustParsePrefix(consumerView)}},
+		// The consumer's filter: cpod's namespace is offloaded, cpod2's
+		// is not.
+		AllowedDestinations: []netip.Prefix{netip.MustParsePrefix("10.244.1.5/32")},
 	}
 	provider := &Config{
 		Role: RoleServer, Interface: l.Prefix + "p", Implementation: ImplementationUserspace,
@@ -164,6 +167,29 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 		after, _ := l.status("provider")
 		if after.Filtered <= before.Filtered {
 			t.Errorf("the filter's counter did not grow: %d then %d", before.Filtered, after.Filtered)
+		}
+	})
+	t.Run("the consumer's filter drops a provider pod's connection to a pod outside offloaded namespaces", func(t *testing.T) {
+		expectAnswer(t, cpod, "10.244.1.6:8080", 0, "cpod2 10.244.1.5") // it is alive
+		before, _ := l.status("consumer")
+		if out, err := framework.Call(ppod, "10.71.1.6:8080", 0); err == nil {
+			t.Fatalf("a provider pod reached a consumer pod outside offloaded namespaces: %q", out)
+		}
+		after, _ := l.status("consumer")
+		if after.Filtered <= before.Filtered {
+			t.Errorf("the consumer filter's counter did not grow: %d then %d", before.Filtered, after.Filtered)
+		}
+	})
+	t.Run("the provider's own pods and nodes open no connection into the tunnel", func(t *testing.T) {
+		for _, from := range []string{pother, pn} {
+			before, _ := l.status("provider")
+			if out, err := framework.Call(from, "10.71.1.5:8080", 0); err == nil {
+				t.Fatalf("%s, not the tenant's, reached the consumer: %q", from, out)
+			}
+			after, _ := l.status("provider")
+			if after.Filtered <= before.Filtered {
+				t.Errorf("%s: the provider filter's counter did not grow: %d then %d", from, before.Filtered, after.Filtered)
+			}
 		}
 	})
 	t.Run("1 MiB crosses the lowered MTU both ways", func(t *testing.T) {

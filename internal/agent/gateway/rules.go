@@ -93,8 +93,15 @@ func ruleset(c *nftables.Conn, cfg *Config, podIP netip.Addr) {
 
 	// What enters the tunnel fits it; the tenant filter lets the peer open
 	// connections only to the allowed local pods.
-	add(forward, nftexpr.Interface(false, wg, true), nftexpr.ClampMSS())
+	toPeer := nftexpr.Interface(false, wg, true)
+	add(forward, toPeer, nftexpr.ClampMSS())
 	add(forward, fromPeer, isNew, nftexpr.InSet(nftexpr.Destination, allowed, false), nftexpr.Counter(), nftexpr.Verdict(expr.VerdictDrop))
+	// A provider lends its tunnel to its tenant's pods only: its own pods,
+	// other tenants', its nodes and hostNetwork pods open no connection to
+	// the consumer. (The DNAT above left sources alone.)
+	if cfg.Role == RoleServer {
+		add(forward, toPeer, isNew, nftexpr.InSet(nftexpr.Source, allowed, false), nftexpr.Counter(), nftexpr.Verdict(expr.VerdictDrop))
+	}
 
 	// The gateway itself answers the peer only on the liveness port.
 	add(input, fromPeer, nftexpr.CtState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), nftexpr.Verdict(expr.VerdictAccept))
@@ -122,7 +129,8 @@ func deleteRules() error {
 	return nil
 }
 
-// filteredPackets reads how many packets the tenant filter dropped.
+// filteredPackets reads how many packets the tenant filter dropped, both
+// ways.
 func filteredPackets() (uint64, error) {
 	c := &nftables.Conn{}
 	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
@@ -130,12 +138,13 @@ func filteredPackets() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	var n uint64
 	for _, r := range rules {
 		for _, e := range r.Exprs {
 			if ctr, ok := e.(*expr.Counter); ok {
-				return ctr.Packets, nil
+				n += ctr.Packets
 			}
 		}
 	}
-	return 0, nil
+	return n, nil
 }

@@ -109,6 +109,11 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 	spec := tunnel.Spec
 	spec.ClusterID, spec.ClusterName, spec.Role = fc.Spec.ClusterID, fc.Spec.ClusterName, offloadv1alpha1.TunnelClient
 	spec.LocalPodCIDRs = r.Settings.podCIDRStrings()
+	// The consumer's filter, from the Tunnel's first write: the gateway
+	// never runs without it (ConsumerFilterReconciler follows the pods).
+	if spec.AllowedDestinations, err = r.Settings.reachablePods(ctx, r.Client); err != nil {
+		return "", metav1.Condition{}, err
+	}
 	if err := applyTunnelOwned(ctx, r.Client, tunnel, spec, fc); err != nil {
 		return "", metav1.Condition{}, err
 	}

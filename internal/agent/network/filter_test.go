@@ -1,0 +1,84 @@
+package network
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+)
+
+// The consumer's filter follows its pods: the providers' pods may reach
+// the pods of offloaded (or opted-in) namespaces on this cluster, not the
+// others, not the pods of virtual nodes (a provider's own), and nothing at
+// all when there are none.
+func TestTheConsumersFilterListsThePodsOfOffloadedNamespacesOnly(t *testing.T) {
+	cfg := framework.APIServer(t)
+	admin := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, admin)
+	ctx := t.Context()
+	cns := framework.NewNamespace(t, admin, "offload-c")
+	settings := Settings{Namespace: cns, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+		return (&ConsumerFilterReconciler{Client: mgr.GetClient(), Settings: settings, skipNameValidation: true}).SetupWithManager(mgr)
+	})
+	tunnel := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Name: "client-p", Namespace: cns},
+		Spec: offloadv1alpha1.TunnelSpec{ClusterID: "1c8f3d0f-2b3c-4d4e-9f0a-123456789abc", ClusterName: "p", Role: offloadv1alpha1.TunnelClient, LocalPodCIDRs: []string{"10.244.0.0/16"}}}
+	must(t, admin.Create(ctx, tunnel))
+
+	namespace := func(labels map[string]string) string {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "filter-", Labels: labels}}
+		must(t, admin.Create(ctx, ns))
+		return ns.Name
+	}
+	pod := func(ns, name, ip string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		must(t, admin.Create(ctx, p))
+		p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		must(t, admin.Status().Update(ctx, p))
+		return p
+	}
+	offloaded := namespace(map[string]string{offloadv1alpha1.LabelOffloaded: "true"})
+	optedIn := namespace(map[string]string{LabelPeerReachable: "true"})
+	private := namespace(nil)
+	expect := func(what string, want ...string) {
+		t.Helper()
+		_, err := framework.Poll(ctx, 50*time.Millisecond, 10*time.Second, func(ctx context.Context) (bool, string) {
+			var got offloadv1alpha1.Tunnel
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(tunnel), &got); err != nil {
+				return false, err.Error()
+			}
+			return slices.Equal(got.Spec.AllowedDestinations, want), fmt.Sprintf("allowed %v, want %v", got.Spec.AllowedDestinations, want)
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	expect("with no pod, the network address: nothing is let in", "10.244.0.0/32")
+
+	pod(offloaded, "web", "10.244.1.5")
+	pod(offloaded, "remote", "10.71.0.3") // on a virtual node: a view of the provider's
+	pod(private, "agent", "10.244.1.6")
+	pod(optedIn, "metrics", "10.244.1.7")
+	expect("the pods of the offloaded and opted-in namespaces", "10.244.1.5/32", "10.244.1.7/32")
+
+	var ns corev1.Namespace
+	must(t, admin.Get(ctx, client.ObjectKey{Name: optedIn}, &ns))
+	patch := client.MergeFrom(ns.DeepCopy())
+	delete(ns.Labels, LabelPeerReachable)
+	must(t, admin.Patch(ctx, &ns, patch))
+	expect("a namespace that opts out", "10.244.1.5/32")
+
+	must(t, admin.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: offloaded}}, client.GracePeriodSeconds(0)))
+	expect("the last reachable pod gone", "10.244.0.0/32")
+}
