@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -63,25 +65,46 @@ func (a tenantAddresses) endpointCIDRs() string {
 
 // NetworkPolicyFor returns the NetworkPolicy of a twin namespace of the
 // tenant with cluster ID tenantID, whose consumer's pods appear from
-// consumerCIDRs: its pods take connections from this cluster's own
+// consumerCIDRs. Its pods take connections from this cluster's own
 // namespaces (those of no tenant), from the tenant's twin namespaces, and
-// from the consumer's pods; not from other tenants' pods. It holds where
-// the cluster's network plugin enforces NetworkPolicy.
+// from the consumer's pods; not from other tenants' pods. They open
+// connections to DNS (port 53, wherever the cluster serves it), to the
+// tenant's twin namespaces, to the consumer's pods (through the tunnel) and
+// to public addresses (PrivateRanges excepted); not to this cluster's
+// nodes, its API server's private address, its other pods or the cloud's
+// metadata service. It holds where the cluster's network plugin enforces
+// NetworkPolicy.
 func NetworkPolicyFor(tenantID string, consumerCIDRs []string) networkingv1.NetworkPolicySpec {
+	tenant := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{offloadv1alpha1.LabelTenant: tenantID}}}
 	from := []networkingv1.NetworkPolicyPeer{
 		{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: offloadv1alpha1.LabelTenant, Operator: metav1.LabelSelectorOpDoesNotExist}}}},
-		{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{offloadv1alpha1.LabelTenant: tenantID}}},
+		tenant,
 	}
+	to := []networkingv1.NetworkPolicyPeer{tenant,
+		{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: slices.Clone(PrivateRanges)}}}
 	for _, c := range consumerCIDRs {
 		from = append(from, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: c}})
+		to = append(to, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: c}})
 	}
+	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	dns := intstr.FromInt32(53)
 	return networkingv1.NetworkPolicySpec{
 		PodSelector: metav1.LabelSelector{},
-		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from}},
+		Egress: []networkingv1.NetworkPolicyEgressRule{
+			{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
+			{To: to},
+		},
 	}
 }
+
+// PrivateRanges are the addresses a tenant's pods may not open connections
+// to unless another rule lets them: RFC 1918 and RFC 6598 (where a
+// cluster's nodes, pods, Services and API server live), link-local (the
+// cloud's metadata service) and loopback.
+var PrivateRanges = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}
 
 func (r *Reconciler) ensureNetworkPolicy(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, tenant *offloadv1alpha1.Tenant, a tenantAddresses) error {
 	want := &networkingv1.NetworkPolicy{ObjectMeta: managedMeta(rn, NetworkPolicyName, rn.Spec.TargetNamespace),

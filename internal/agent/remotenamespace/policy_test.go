@@ -241,8 +241,9 @@ func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 
 func TestTheNetworkPolicyLetsInTheProviderTheTenantAndItsConsumerOnly(t *testing.T) {
 	spec := NetworkPolicyFor("tenant-a", []string{"10.71.0.0/16"})
-	if len(spec.PolicyTypes) != 1 || spec.PolicyTypes[0] != networkingv1.PolicyTypeIngress || len(spec.PodSelector.MatchLabels)+len(spec.PodSelector.MatchExpressions) != 0 {
-		t.Fatalf("the policy must select every pod of the namespace for ingress: %+v", spec)
+	if !slices.Equal(spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) ||
+		len(spec.PodSelector.MatchLabels)+len(spec.PodSelector.MatchExpressions) != 0 {
+		t.Fatalf("the policy must select every pod of the namespace for ingress and egress: %+v", spec)
 	}
 	// Which namespaces' pods get in, by their labels.
 	for _, tc := range []struct {
@@ -278,6 +279,72 @@ func TestTheNetworkPolicyLetsInTheProviderTheTenantAndItsConsumerOnly(t *testing
 	}
 	if len(blocks) != 1 || blocks[0] != "10.71.0.0/16" {
 		t.Errorf("addresses let in: %v, want only the consumer's view 10.71.0.0/16", blocks)
+	}
+}
+
+// egressAllows evaluates spec's egress rules, as a network plugin does,
+// for a connection to ip:port (TCP), in a namespace labelled ns when the
+// destination is a pod of this cluster.
+func egressAllows(t *testing.T, spec networkingv1.NetworkPolicySpec, ip string, port int32, ns labels.Set) bool {
+	t.Helper()
+	addr := netip.MustParseAddr(ip)
+	for _, rule := range spec.Egress {
+		portOK := len(rule.Ports) == 0
+		for _, p := range rule.Ports {
+			portOK = portOK || (p.Protocol != nil && *p.Protocol == corev1.ProtocolTCP && p.Port != nil && p.Port.IntVal == port)
+		}
+		if !portOK {
+			continue
+		}
+		if len(rule.To) == 0 {
+			return true
+		}
+		for _, peer := range rule.To {
+			switch {
+			case peer.IPBlock != nil:
+				in := netip.MustParsePrefix(peer.IPBlock.CIDR).Contains(addr)
+				for _, e := range peer.IPBlock.Except {
+					in = in && !netip.MustParsePrefix(e).Contains(addr)
+				}
+				if in {
+					return true
+				}
+			case peer.NamespaceSelector != nil && ns != nil:
+				sel, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sel.Matches(ns) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func TestTheNetworkPolicyLetsTenantPodsOutOnlyToTheirOwnAndThePublic(t *testing.T) {
+	spec := NetworkPolicyFor("tenant-a", []string{"10.71.0.0/16"})
+	for _, tc := range []struct {
+		name string
+		ip   string
+		port int32
+		ns   labels.Set
+		out  bool
+	}{
+		{"DNS", "10.96.0.10", 53, nil, true},
+		{"a pod of a twin namespace of the same tenant", "10.244.3.4", 8080, labels.Set{offloadv1alpha1.LabelTenant: "tenant-a"}, true},
+		{"the consumer's pods, through the tunnel", "10.71.3.4", 8080, nil, true},
+		{"a public address", "203.0.113.9", 443, nil, true},
+		{"the cloud's metadata service", "169.254.169.254", 80, nil, false},
+		{"a provider node's kubelet", "10.99.1.1", 10250, nil, false},
+		{"the provider's API server", "172.18.0.2", 6443, nil, false},
+		{"the provider's own pods", "10.244.1.9", 8080, labels.Set{"kubernetes.io/metadata.name": "monitoring"}, false},
+		{"another tenant's pods", "10.244.2.2", 8080, labels.Set{offloadv1alpha1.LabelTenant: "tenant-b"}, false},
+	} {
+		if got := egressAllows(t, spec, tc.ip, tc.port, tc.ns); got != tc.out {
+			t.Errorf("%s (%s:%d): let out %v, want %v", tc.name, tc.ip, tc.port, got, tc.out)
+		}
 	}
 }
 
