@@ -48,6 +48,8 @@ func expectTheTunnelFilteredBothWays(ctx context.Context, t *testing.T, consumer
 	}
 	if after := gatewayStatus(ctx, t, consumer, clientTunnel).Filtered; after <= before {
 		t.Errorf("the consumer gateway's filter counted %d then %d drops: the refusal was not the filter's", before, after)
+	} else {
+		t.Logf("the consumer gateway dropped %d packets of the offloaded pod's probe of namespace private", after-before)
 	}
 
 	outsider := run(provider, "outsider", "outsider")
@@ -57,5 +59,7 @@ func expectTheTunnelFilteredBothWays(ctx context.Context, t *testing.T, consumer
 	}
 	if after := gatewayStatus(ctx, t, provider, serverTunnel).Filtered; after <= before {
 		t.Errorf("the provider gateway's filter counted %d then %d drops: the refusal was not the filter's", before, after)
+	} else {
+		t.Logf("the provider gateway dropped %d packets of a non-tenant pod's probe", after-before)
 	}
 }
