@@ -215,8 +215,10 @@ func (l *limiter) release(src *source, status int) {
 
 // lookup returns the source of key, remembering a new one when needed,
 // after forgetting the idle ones and, when the table is full, the least
-// recently seen. Sources with requests in flight or connections open are
-// never forgotten, so the table holds at most maxSources plus conns of them.
+// recently seen. Sources with requests in flight or connections open, and
+// trusted ones (a consumer made a good request from there: forgetting
+// them would let a later flood lock it out), are never forgotten, so the
+// table holds at most maxSources plus conns plus the trusted ones.
 func (l *limiter) lookup(key string, now time.Time) *source {
 	for e := l.recent.Back(); e != nil; {
 		prev := e.Prev()
@@ -224,7 +226,7 @@ func (l *limiter) lookup(key string, now time.Time) *source {
 		if now.Sub(s.lastSeen) <= l.idleAfter {
 			break
 		}
-		if s.inFlight == 0 && s.conns == 0 {
+		if l.forgettable(s, now) {
 			l.forget(e)
 		}
 		e = prev
@@ -236,7 +238,7 @@ func (l *limiter) lookup(key string, now time.Time) *source {
 	}
 	for e := l.recent.Back(); e != nil && len(l.sources) >= l.maxSources; {
 		prev := e.Prev()
-		if s := e.Value.(*source); s.inFlight == 0 && s.conns == 0 {
+		if s := e.Value.(*source); l.forgettable(s, now) {
 			l.forget(e)
 		}
 		e = prev
@@ -244,6 +246,11 @@ func (l *limiter) lookup(key string, now time.Time) *source {
 	s := &source{key: key, failures: rate.NewLimiter(rate.Every(l.failureRefill), l.failureBurst), lastSeen: now}
 	l.sources[key] = l.recent.PushFront(s)
 	return s
+}
+
+// forgettable reports whether the table may drop s.
+func (l *limiter) forgettable(s *source, now time.Time) bool {
+	return s.inFlight == 0 && s.conns == 0 && !now.Before(s.trustedUntil)
 }
 
 func (l *limiter) touch(s *source, now time.Time) {

@@ -314,13 +314,16 @@ func TestTheSourceTableStaysBounded(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		// seen are the sources, one request each, in order; a source
-		// ending in "*" keeps its request in flight. "+Ns" moves the clock.
+		// ending in "*" keeps its request in flight, one ending in "!" is
+		// trusted (a consumer's good request). "+Ns" moves the clock.
 		seen []string
 		want []string // the remembered sources, most recently seen first
 	}{
 		{"a source idle for longer than 5m is forgotten", []string{"a", "b", "+4m", "b", "+2m", "c"}, []string{"c", "b"}},
 		{"when the table is full the least recently seen source is forgotten", []string{"a", "b", "c", "a", "d"}, []string{"d", "a", "c"}},
 		{"a source with a request in flight is never forgotten", []string{"a*", "b", "c", "d", "+10m", "e"}, []string{"e", "a"}},
+		{"a trusted source is forgotten only once its trust ends", []string{"a!", "b", "c", "d", "+10m", "e", "+25h", "f"}, []string{"f"}},
+		{"a trusted source outlives idle ones", []string{"a!", "b", "c", "d", "+10m", "e"}, []string{"e", "a"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := newFakeClock()
@@ -331,12 +334,16 @@ func TestTheSourceTableStaysBounded(t *testing.T) {
 					continue
 				}
 				key, hold := strings.CutSuffix(s, "*")
+				key, trusted := strings.CutSuffix(key, "!")
 				src, ref := l.admit(key)
 				if ref != nil {
 					t.Fatalf("%s refused: %s", key, ref.err.Message)
 				}
 				if !hold {
 					l.release(src, http.StatusOK)
+				}
+				if trusted {
+					l.trust(key)
 				}
 			}
 			var got []string
