@@ -324,9 +324,9 @@ var ObjectLimits = corev1.ResourceList{
 // the resources of an offer: the sum of the pods' cpu, memory and
 // ephemeral storage requests, and their number, the extended resources the
 // offer lists at 0 (none is lent: a pod that asks for one is refused), and
-// ObjectLimits, with room for one more Secret per
-// offered pod: each offloaded pod that uses a service-account token has a
-// token Secret of its own, so a Secret cap alone would cap the pods.
+// ObjectLimits, with room for one more Secret per offered pod: each
+// offloaded pod that uses a service-account token has a token Secret of its
+// own, so a Secret cap alone would cap the pods.
 // Limits are not capped: a quota on limits would refuse every pod that
 // sets none.
 func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
