@@ -34,7 +34,10 @@ func TestTheObjectSizePolicyCapsTheTenantsSecretsAndConfigMaps(t *testing.T) {
 	})
 	ctx := t.Context()
 	for name, err := range map[string]error{
-		"a Secret of more than the cap": func() error { _, err := kube.CoreV1().Secrets(tenant).Create(ctx, secret(big, big), dryRun); return err }(),
+		"a Secret of more than the cap": func() error {
+			_, err := kube.CoreV1().Secrets(tenant).Create(ctx, secret(big, big), dryRun)
+			return err
+		}(),
 		"a ConfigMap of more than the cap": func() error {
 			_, err := kube.CoreV1().ConfigMaps(tenant).Create(ctx, configMap(strings.Repeat("é", max/4+1), small), dryRun)
 			return err
@@ -45,7 +48,10 @@ func TestTheObjectSizePolicyCapsTheTenantsSecretsAndConfigMaps(t *testing.T) {
 		}
 	}
 	for name, err := range map[string]error{
-		"a Secret under the cap": func() error { _, err := kube.CoreV1().Secrets(tenant).Create(ctx, secret(small, small), dryRun); return err }(),
+		"a Secret under the cap": func() error {
+			_, err := kube.CoreV1().Secrets(tenant).Create(ctx, secret(small, small), dryRun)
+			return err
+		}(),
 		"a ConfigMap under the cap": func() error {
 			_, err := kube.CoreV1().ConfigMaps(tenant).Create(ctx, configMap(small, small), dryRun)
 			return err
