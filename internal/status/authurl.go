@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,56 +100,52 @@ func authPort(svc *corev1.Service) (corev1.ServicePort, error) {
 // servingNodeIP returns the InternalIP of the first node, by name, that
 // runs a Ready pod of svc: with externalTrafficPolicy Local (the chart's
 // default, so that the auth service sees each client's own address) only
-// those nodes answer on the node port. Without such a pod, the first node
-// that is not a virtual node.
+// those nodes answer on the node port. Without such a pod, the first node.
+// Virtual nodes are never chosen.
 func servingNodeIP(ctx context.Context, kube kubernetes.Interface, svc *corev1.Service) (string, error) {
+	serving := map[string]bool{}
 	if len(svc.Spec.Selector) > 0 {
 		pods, err := kube.CoreV1().Pods(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
 		if err != nil {
 			return "", fmt.Errorf("listing the pods of service %s: %w", svc.Name, err)
 		}
-		var names []string
 		for _, p := range pods.Items {
 			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
-				names = append(names, p.Spec.NodeName)
-			}
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			for _, a := range n.Status.Addresses {
-				if a.Type == corev1.NodeInternalIP && a.Address != "" {
-					return a.Address, nil
-				}
+				serving[p.Spec.NodeName] = true
 			}
 		}
 	}
-	return firstNodeIP(ctx, kube)
-}
-
-// firstNodeIP returns the InternalIP of the first node, by name, that is
-// not a virtual node.
-func firstNodeIP(ctx context.Context, kube kubernetes.Interface) (string, error) {
 	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "!" + offloadv1alpha1.LabelType})
 	if err != nil {
 		return "", fmt.Errorf("listing nodes for the auth node port: %w", err)
 	}
-	var best, bestIP string
-	for _, n := range nodes.Items {
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP && a.Address != "" && (best == "" || n.Name < best) {
-				best, bestIP = n.Name, a.Address
-				break
-			}
+	// The best node serves, then comes first by name.
+	var best *corev1.Node
+	var bestIP string
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		ip := internalIP(n)
+		if ip == "" {
+			continue
+		}
+		if best == nil || serving[n.Name] && !serving[best.Name] || serving[n.Name] == serving[best.Name] && n.Name < best.Name {
+			best, bestIP = n, ip
 		}
 	}
-	if bestIP == "" {
+	if best == nil {
 		return "", fmt.Errorf("%w: %s", ErrNoNodeAddress, setAuthURL)
 	}
 	return bestIP, nil
+}
+
+// internalIP returns the first InternalIP of n, "" when it has none.
+func internalIP(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP && a.Address != "" {
+			return a.Address
+		}
+	}
+	return ""
 }
 
 func httpsURL(host string, port int32) string {

@@ -191,7 +191,9 @@ func (l *limiter) trust(address string) {
 	l.lookup(address, now).trustedUntil = now.Add(l.trustedFor)
 }
 
-// bearerToken returns the bearer token of r, "" when it has none.
+// bearerToken returns the bearer token of r, "" when it has none: what the
+// limiter keys a consumer's requests on, and what /v1/refresh and /v1/unpeer
+// authenticate.
 func bearerToken(r *http.Request) string {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -71,9 +70,8 @@ func (p *Peering) authenticate(ctx context.Context, w http.ResponseWriter, r *ht
 	if err := readRequest(w, r, &req, "RefreshRequest"); err != nil {
 		return nil, err
 	}
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	token = strings.TrimSpace(token)
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || req.ClusterID == "" {
+	token := bearerToken(r)
+	if token == "" || req.ClusterID == "" {
 		return nil, unauthorized()
 	}
 	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}

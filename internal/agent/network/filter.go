@@ -143,41 +143,57 @@ func reachable(o client.Object) bool {
 // localIPs are the IPv4 addresses of pod p in this cluster's pod CIDRs, as
 // /32 CIDRs.
 func (s Settings) localIPs(p *corev1.Pod) []string {
+	return podIPs(p, func(a netip.Addr) bool {
+		return slices.ContainsFunc(s.PodCIDRs, func(c netip.Prefix) bool { return c.Contains(a) })
+	})
+}
+
+// podIPs are the IPv4 addresses of pod p that keep accepts, as /32 CIDRs;
+// none for a hostNetwork pod, whose address is its node's.
+func podIPs(p *corev1.Pod, keep func(netip.Addr) bool) []string {
 	if p.Spec.HostNetwork {
 		return nil
 	}
 	var out []string
 	for _, ip := range p.Status.PodIPs {
-		a, err := netip.ParseAddr(ip.IP)
-		if err != nil || !a.Is4() || !slices.ContainsFunc(s.PodCIDRs, func(c netip.Prefix) bool { return c.Contains(a) }) {
-			continue
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is4() && keep(a) {
+			out = append(out, netip.PrefixFrom(a, 32).String())
 		}
-		out = append(out, netip.PrefixFrom(a, 32).String())
 	}
 	return out
 }
 
-// reachablePods lists, sorted, the addresses of this cluster's pods the
-// providers' pods may open connections to: those of reachable namespaces.
-// With none, the pod CIDR's network address, which no pod has, so the
-// filter lets nothing in (an empty list would let every pod be reached).
+// reachablePods lists the addresses of this cluster's pods the providers'
+// pods may open connections to: those of reachable namespaces.
 func (s Settings) reachablePods(ctx context.Context, c client.Reader) ([]string, error) {
 	var namespaces corev1.NamespaceList
 	if err := c.List(ctx, &namespaces); err != nil {
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
-	var out []string
+	var names []string
 	for i := range namespaces.Items {
-		if !reachable(&namespaces.Items[i]) {
-			continue
+		if reachable(&namespaces.Items[i]) {
+			names = append(names, namespaces.Items[i].Name)
 		}
-		// Read only: no deep copy of every pod of the namespace.
+	}
+	return s.allowList(ctx, c, names, s.localIPs)
+}
+
+// allowList is a gateway's tenant filter (Tunnel spec.allowedDestinations):
+// the addresses ips gives for the pods of namespaces, sorted. With none,
+// the pod CIDR's network address, which no pod has, so that the filter
+// lets nothing in (an empty list would let every pod be reached).
+func (s Settings) allowList(ctx context.Context, c client.Reader, namespaces []string, ips func(*corev1.Pod) []string) ([]string, error) {
+	var out []string
+	for _, ns := range namespaces {
+		// Read only: no deep copy of every pod of the namespace on each
+		// reconcile, which every pod's address change brings.
 		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace(namespaces.Items[i].Name), client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("listing the pods of namespace %s: %w", namespaces.Items[i].Name, err)
+		if err := c.List(ctx, &pods, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
 		}
-		for j := range pods.Items {
-			out = append(out, s.localIPs(&pods.Items[j])...)
+		for i := range pods.Items {
+			out = append(out, ips(&pods.Items[i])...)
 		}
 	}
 	slices.Sort(out)

@@ -294,42 +294,21 @@ func agreedMTU(a, b int32) int32 {
 }
 
 // tenantPods are the addresses of the pods in the consumer's twin
-// namespaces: what its traffic may reach here.
+// namespaces: what its traffic may reach here, and the only sources that
+// may open connections into its tunnel.
 func (r *ProviderReconciler) tenantPods(ctx context.Context, consumerID string) ([]string, error) {
 	var namespaces corev1.NamespaceList
 	if err := r.Client.List(ctx, &namespaces, client.MatchingLabels{offloadv1alpha1.LabelTenant: consumerID}); err != nil {
 		return nil, fmt.Errorf("listing the consumer's twin namespaces: %w", err)
 	}
-	var out []string
+	var twins []string
 	for _, ns := range namespaces.Items {
-		if strings.HasPrefix(ns.Name, offloadv1alpha1.TenantNamespacePrefix) {
-			continue
-		}
-		// Read only: no deep copy of every pod of the namespace on each
-		// reconcile, which every twin pod's address change brings.
-		var pods corev1.PodList
-		if err := r.Client.List(ctx, &pods, client.InNamespace(ns.Name), client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("listing the pods of twin namespace %s: %w", ns.Name, err)
-		}
-		for _, p := range pods.Items {
-			if p.Spec.HostNetwork {
-				continue
-			}
-			for _, ip := range p.Status.PodIPs {
-				if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is4() {
-					out = append(out, netip.PrefixFrom(a, 32).String())
-				}
-			}
+		if !strings.HasPrefix(ns.Name, offloadv1alpha1.TenantNamespacePrefix) {
+			twins = append(twins, ns.Name)
 		}
 	}
-	slices.Sort(out)
-	out = slices.Compact(out)
-	if len(out) == 0 && len(r.Settings.PodCIDRs) > 0 {
-		// No pod yet: the pod CIDR's network address, which no pod has, so
-		// the filter allows nothing (an empty list would allow every pod).
-		out = []string{netip.PrefixFrom(r.Settings.PodCIDRs[0].Masked().Addr(), 32).String()}
-	}
-	return out, nil
+	anyIPv4 := func(p *corev1.Pod) []string { return podIPs(p, func(netip.Addr) bool { return true }) }
+	return r.Settings.allowList(ctx, r.Client, twins, anyIPv4)
 }
 
 // endpoint is where the consumer dials the gateway: the configured
