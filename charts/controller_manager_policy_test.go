@@ -56,12 +56,16 @@ func controllerManagerUnder(t *testing.T, admin kubernetes.Interface, policyName
 		binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
 		role    rbacv1.ClusterRole
 		bound   rbacv1.ClusterRoleBinding
+		local   rbacv1.Role
+		localRB rbacv1.RoleBinding
 	)
 	if err := fromRendered(objs, map[string]any{
 		"ValidatingAdmissionPolicy/" + policyName:        &policy,
 		"ValidatingAdmissionPolicyBinding/" + policyName: &binding,
 		"ClusterRole/offload-controller-manager":         &role,
 		"ClusterRoleBinding/offload-controller-manager":  &bound,
+		"Role/offload-controller-manager":                &local,
+		"RoleBinding/offload-controller-manager":         &localRB,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +91,12 @@ func controllerManagerUnder(t *testing.T, admin kubernetes.Interface, policyName
 		t.Fatal(err)
 	}
 	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &bound, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().Roles(ns.Name).Create(ctx, &local, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns.Name).Create(ctx, &localRB, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := rest.CopyConfig(framework.APIServer(t))

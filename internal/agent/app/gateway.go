@@ -29,9 +29,10 @@ the gateway's Secret. Out of a cluster (--config), it is a JSON file,
 re-read when it changes. /healthz and /readyz are the probes and /status
 reports the tunnel as JSON, on --health-probe-bind-address.
 
---init only sets the network namespace's sysctls (forwarding, reverse-path
-filtering, local sources) and exits: the chart runs it in a privileged init
-container, because containers see /proc/sys read-only.
+The gateway needs root, NET_ADMIN and MKNOD in its own pod's network
+namespace, and nothing privileged: it turns forwarding on, reverse-path
+filtering off and local sources on for its devices over rtnetlink, since
+containers see /proc/sys read-only.
 
 The process removes its device, rules and routes on SIGTERM or SIGINT.`
 
@@ -40,15 +41,11 @@ const gatewayExample = `  # In the gateway pod, as the controller runs it
     --private-key-file /etc/offload/gateway/privateKey
 
   # Out of a cluster, from a JSON configuration
-  offload-agent gateway --config gateway.json
-
-  # The init container
-  offload-agent gateway --init`
+  offload-agent gateway --config gateway.json`
 
 // gatewayOptions are the options of offload-agent gateway.
 type gatewayOptions struct {
 	gateway.Options
-	Init bool
 	// Tunnel and Namespace name the Tunnel object of the in-cluster mode.
 	Tunnel, Namespace string
 	// Base is what the pod decides: interface, implementation, key file.
@@ -70,9 +67,6 @@ func newCmdGateway(g *globalOptions) *cobra.Command {
 		Example: gatewayExample,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Init {
-				return gateway.SetSysctls()
-			}
 			return o.Run(cmd.Context())
 		},
 	}
@@ -80,7 +74,6 @@ func newCmdGateway(g *globalOptions) *cobra.Command {
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "Path of the gateway's JSON configuration.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the plain-HTTP /healthz, /readyz and /status endpoints.")
 	fs.DurationVar(&o.ReloadInterval, "reload-interval", o.ReloadInterval, "How often the configuration file is checked for changes.")
-	fs.BoolVar(&o.Init, "init", o.Init, "Only set the network namespace's sysctls, then exit.")
 	fs.StringVar(&o.Tunnel, "tunnel", o.Tunnel, "Name of the Tunnel object to run (in a cluster).")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the Tunnel (default: $POD_NAMESPACE).")
 	fs.StringVar(&o.Base.Interface, "interface", o.Base.Interface, "Name of the WireGuard device (in a cluster).")

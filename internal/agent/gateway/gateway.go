@@ -158,7 +158,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = srv.Close() }()
-	if err := ensureSysctls(namespaceSysctls); err != nil {
+	if err := prepareForwarding(); err != nil {
 		return err
 	}
 	cfg, raw, err := g.waitConfig(ctx)

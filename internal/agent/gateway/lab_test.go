@@ -93,7 +93,10 @@ func (l *lab) run(name, ns, config string) {
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, os.Args[0], "-test.run=^$")
+	hostileForwardingSettings(l.t, ns)
+	// As in a container: /proc/sys read-only, in a mount namespace of its own.
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "unshare", "--mount", "--propagation", "private",
+		"sh", "-c", `mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && exec "$0" -test.run='^$'`, os.Args[0])
 	cmd.Env = append(os.Environ(), childEnv+"="+config)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
@@ -104,6 +107,22 @@ func (l *lab) run(name, ns, config string) {
 		l.t.Cleanup(func() { l.stop(name, syscall.SIGTERM) })
 	}
 	l.gws[name] = p
+}
+
+// hostileForwardingSettings turns forwarding off and reverse-path filtering
+// strict, and local sources off, for every device of ns and the defaults:
+// the gateway, with /proc/sys read-only, must set its devices' own values.
+func hostileForwardingSettings(t *testing.T, ns string) {
+	t.Helper()
+	script := `set -e
+sysctl -qw net.ipv4.conf.all.forwarding=0
+for d in /proc/sys/net/ipv4/conf/*; do
+  [ "${d##*/}" = all ] && continue
+  echo 1 > "$d/rp_filter"; echo 0 > "$d/accept_local"
+done`
+	if out, err := exec.Command("ip", "netns", "exec", ns, "sh", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("setting hostile forwarding settings in %s: %v: %s", ns, err, out)
+	}
 }
 
 // stop ends gateway name with sig and waits for it.

@@ -6,59 +6,73 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
-// sysctl is one kernel setting of the gateway's network namespace.
-type sysctl struct{ key, value string }
+// Per-device IPv4 settings (IPV4_DEVCONF_* of linux/ip.h), set over
+// rtnetlink rather than /proc/sys: containers see /proc/sys read-only, and
+// NET_ADMIN in the pod's own network namespace is all RTM_SETLINK needs, so
+// the gateway needs no privileged init container.
+const (
+	devconfForwarding  = 1
+	devconfRPFilter    = 8
+	devconfAcceptLocal = 23
+)
 
-// namespaceSysctls are what forwarding between the pod network and the
-// tunnel needs. Devices created later (the tunnel) inherit the defaults.
-// With overlapping CIDRs a peer's source may be one of this namespace's own
+// forwardingDevconf is what forwarding between the pod network and the
+// tunnel needs on every device packets come in on (the kernel checks the
+// input device's forwarding, reverse-path and local-source settings). With
+// overlapping CIDRs a peer's source may be one of this namespace's own
 // addresses (the gateway pod's) or route back through another interface,
 // so reverse-path filtering is off and local sources are accepted (without
 // accept_local, a peer pod whose IP is the gateway pod's is dropped as a
 // martian some of the time). The tenant filter decides what passes.
-var namespaceSysctls = []sysctl{
-	{"net/ipv4/ip_forward", "1"},
-	{"net/ipv4/conf/all/rp_filter", "0"},
-	{"net/ipv4/conf/default/rp_filter", "0"},
-	{"net/ipv4/conf/default/accept_local", "1"},
-}
+var forwardingDevconf = map[uint16]uint32{devconfForwarding: 1, devconfRPFilter: 0, devconfAcceptLocal: 1}
 
-// deviceSysctls are the same for an existing device.
-func deviceSysctls(dev string) []sysctl {
-	return []sysctl{
-		{"net/ipv4/conf/" + dev + "/rp_filter", "0"},
-		{"net/ipv4/conf/" + dev + "/accept_local", "1"},
+// setDevconf sets IPv4 settings of link over rtnetlink (IFLA_AF_SPEC,
+// AF_INET, IFLA_INET_CONF), as the kernel's inet_set_link_af reads them.
+func setDevconf(link netlink.Link, settings map[uint16]uint32) error {
+	req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(link.Attrs().Index)
+	req.AddData(msg)
+	conf := nl.NewRtAttr(unix.IFLA_INET_CONF, nil)
+	for k, v := range settings {
+		conf.AddRtAttr(int(k), nl.Uint32Attr(v))
 	}
+	inet := nl.NewRtAttr(unix.AF_INET, conf.Serialize())
+	req.AddData(nl.NewRtAttr(unix.IFLA_AF_SPEC, inet.Serialize()))
+	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+		return fmt.Errorf("setting IPv4 forwarding, rp_filter=0 and accept_local on %s: %w", link.Attrs().Name, err)
+	}
+	return nil
 }
 
-// SetSysctls writes the settings the gateway's network namespace needs.
-// The gateway's init container runs it with privileges (containers see
-// /proc/sys read-only); the gateway itself then only checks them.
-func SetSysctls() error {
-	return ensureSysctls(namespaceSysctls)
-}
-
-// ensureSysctls makes each setting hold: values already right are left
-// alone, so a read-only /proc/sys is fine when the init container did it.
-func ensureSysctls(settings []sysctl) error {
+// prepareForwarding sets forwardingDevconf on every device of the
+// namespace but loopback (the tunnel's is set when it is made), and checks
+// the one setting no device can override: the namespace-wide rp_filter,
+// inherited from the node, counts when it is stricter than the device's.
+func prepareForwarding() error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing the network devices: %w", err)
+	}
 	var errs []error
-	for _, s := range settings {
-		path := filepath.Join("/proc/sys", s.key)
-		b, err := os.ReadFile(path)
-		if err == nil && strings.TrimSpace(string(b)) == s.value {
+	for _, l := range links {
+		if l.Attrs().Flags&net.FlagLoopback != 0 {
 			continue
 		}
-		if err := os.WriteFile(path, []byte(s.value), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("setting %s=%s (run offload-agent gateway --init with privileges first, as the chart's init container does): %w",
-				strings.ReplaceAll(s.key, "/", "."), s.value, err))
+		if err := setDevconf(l, forwardingDevconf); err != nil {
+			errs = append(errs, err)
 		}
+	}
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/conf/all/rp_filter"); err == nil && strings.TrimSpace(string(b)) == "1" {
+		errs = append(errs, errors.New("strict reverse-path filtering (net.ipv4.conf.all.rp_filter=1, inherited from the node) drops the peer's packets: "+
+			"set net.ipv4.conf.all.rp_filter to 0 or 2 on the nodes that run gateways (network.gateway.nodeSelector), then restart the gateway"))
 	}
 	return errors.Join(errs...)
 }
@@ -79,7 +93,7 @@ func setupLink(name string, addr netip.Addr, mtu int) error {
 	if err := netlink.LinkSetUp(l); err != nil {
 		return fmt.Errorf("bringing up %s: %w", name, err)
 	}
-	return ensureSysctls(deviceSysctls(name))
+	return setDevconf(l, forwardingDevconf)
 }
 
 // setupRouting routes marked packets into the tunnel, ahead of the local

@@ -258,6 +258,17 @@ func podTemplate(ctx context.Context, c client.Reader, ns string) (*corev1.PodTe
 	return &tpl, nil
 }
 
+// GatewayDeployment is the Deployment ensureGateway keeps for tunnel t,
+// made from the chart's gateway pod template tpl.
+func GatewayDeployment(t *offloadv1alpha1.Tunnel, tpl *corev1.PodTemplateSpec) *appsv1.Deployment {
+	name := offloadv1alpha1.GatewayName(t.Name)
+	labels := gatewayLabels(t.Name)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.Namespace, Labels: labels},
+		Spec:       deploymentSpec(t, name, labels, tpl),
+	}
+}
+
 // deploymentSpec fills the template with what is tunnel t's own: its
 // Tunnel, its ServiceAccount and its key. One replica at a time, so two
 // gateways never share one tunnel.
