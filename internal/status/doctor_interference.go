@@ -59,7 +59,7 @@ func daemonSetsCheck(ctx context.Context, d *DoctorEnv) Check {
 		return ok(name, "no DaemonSet would put pods on the virtual nodes")
 	}
 	sort.Strings(bad)
-	return warn(name, "DaemonSets %s tolerate the taint %s and are not kept off the virtual nodes: their pods would run in the providers, or stay Pending; the agent keeps such DaemonSets off unless they are annotated %s=%s, so its controller or webhook is not running: see kubectl offload status",
+	return warn(name, "DaemonSets %s tolerate the taint %s and are not kept off the virtual nodes: their pods would run in the providers, or stay Pending; the agent keeps such DaemonSets off unless they are annotated %s=%s, so its controller is not running: see kubectl offload status",
 		strings.Join(bad, ", "), virtualNodeTaint.ToString(), offloadv1alpha1.AnnotationVirtualNodes, offloadv1alpha1.VirtualNodesAllowed)
 }
 

@@ -275,7 +275,7 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		// Consumer side: DaemonSets kept off the virtual nodes, unless they opt in.
 		func(mgr ctrlmanager.Manager) error {
-			return daemonset.Setup(mgr, mgr.GetScheme(), o.Logger.WithName("daemonset-webhook"))
+			return (&daemonset.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 		},
 		// Consumer side: twin namespaces on the providers for each offloaded namespace.
 		func(mgr ctrlmanager.Manager) error {

@@ -2,25 +2,19 @@ package daemonset
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -109,35 +103,4 @@ func TestTheControllerKeepsDaemonSetsOffVirtualNodesWhileThereAreAny(t *testing.
 	if got.Spec.Template.Spec.Affinity != nil || got.Generation != 1 {
 		t.Errorf("the opted-in DaemonSet was changed: generation %d, affinity %+v", got.Generation, got.Spec.Template.Spec.Affinity)
 	}
-
-	t.Run("the webhook answers a creation with the exclusion while a virtual node exists, and allows it unchanged otherwise", func(t *testing.T) {
-		m := &Mutator{Client: c, Logger: klog.Background(), decoder: admission.NewDecoder(scheme.Scheme)}
-		raw, err := json.Marshal(storedDaemonSet("new", nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-			Operation: admissionv1.Create, Namespace: ns, Name: "new",
-			Resource: metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"},
-			Object:   runtime.RawExtension{Raw: raw},
-		}}
-		if resp := m.Handle(ctx, req); !resp.Allowed || len(resp.Patches) != 0 {
-			t.Errorf("without virtual nodes: allowed %v, %d patches; want it allowed unchanged", resp.Allowed, len(resp.Patches))
-		}
-		node := node.DeepCopy()
-		node.ResourceVersion = ""
-		create(node)
-		t.Cleanup(func() { _ = c.Delete(context.Background(), node) })
-		resp := m.Handle(ctx, req)
-		if !resp.Allowed || len(resp.Patches) == 0 {
-			t.Fatalf("with a virtual node: allowed %v, patches %v; want the exclusion", resp.Allowed, resp.Patches)
-		}
-		paths := map[string]bool{}
-		for _, p := range resp.Patches {
-			paths[p.Path] = true
-		}
-		if !paths["/spec/template/spec/affinity"] || !paths["/metadata/annotations"] {
-			t.Errorf("patches %v; want the affinity and the mark added", resp.Patches)
-		}
-	})
 }

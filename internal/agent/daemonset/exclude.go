@@ -8,18 +8,26 @@
 // ever otherwise, and `kubectl rollout status` would never complete. Only
 // the DaemonSet's own template can make the DaemonSet controller leave a
 // node out, so while this cluster has virtual nodes (or peers it asked
-// for), such DaemonSets get the required node affinity requirement
-// offload.io/type NotIn [virtual-node], unless they opt in with the
-// annotation offload.io/virtual-nodes=allowed. A mutating webhook gives it
-// to DaemonSets as they are created or changed, a controller to those that
-// existed before, and takes it out again once the last virtual node is
-// gone. Changing a template rolls the DaemonSet's pods once, as the same
-// change made by hand would.
+// for), the controller gives such DaemonSets the required node affinity
+// requirement offload.io/type NotIn [virtual-node], unless they opt in
+// with the annotation offload.io/virtual-nodes=allowed, and takes it out
+// again once the last virtual node is gone. Changing a template rolls the
+// DaemonSet's pods once, as the same change made by hand would.
+//
+// There is no mutating webhook: one would let the agent's identity rewrite
+// every DaemonSet of the cluster as it is created. In the moment between a
+// DaemonSet's creation and the controller's change, the DaemonSet
+// controller may put a pod on a virtual node; the virtual kubelet holds
+// such a pod back (HeldBack), never sending it to the provider, and the
+// DaemonSet controller deletes it once the DaemonSet is changed.
 package daemonset
 
 import (
+	"fmt"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -48,6 +56,28 @@ func ShouldExclude(ds *appsv1.DaemonSet) bool {
 		}
 	}
 	return false
+}
+
+// OwnerOf returns the name of the apps DaemonSet that owns pod, if one does.
+func OwnerOf(pod *corev1.Pod) (string, bool) {
+	for _, ref := range pod.OwnerReferences {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err == nil && gv.Group == appsv1.GroupName && ref.Kind == "DaemonSet" {
+			return ref.Name, true
+		}
+	}
+	return "", false
+}
+
+// HeldBack tells why ds's pod must not leave for a provider: ds is one
+// the controller keeps off virtual nodes. It is nil for a DaemonSet that
+// may run there (it opted in, or tolerates the virtual-node taint by name).
+func HeldBack(ds *appsv1.DaemonSet) error {
+	if !ShouldExclude(ds) {
+		return nil
+	}
+	return fmt.Errorf("DaemonSet %s/%s tolerates every taint, so the agent keeps it off virtual nodes (annotate it %s=%s to run it there too): this pod is not sent to the provider",
+		ds.Namespace, ds.Name, offloadv1alpha1.AnnotationVirtualNodes, offloadv1alpha1.VirtualNodesAllowed)
 }
 
 // Reconcile makes ds what it should be: kept off virtual nodes when

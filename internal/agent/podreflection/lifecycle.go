@@ -15,6 +15,7 @@ import (
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/daemonset"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
 )
 
@@ -46,6 +47,9 @@ func (h *Handler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 
 // createPod is one attempt of CreatePod.
 func (h *Handler) createPod(ctx context.Context, pod *corev1.Pod) error {
+	if err := h.heldBack(ctx, pod); err != nil {
+		return err
+	}
 	ti, err := h.resolve(pod.Namespace)
 	if err != nil {
 		return err
@@ -97,6 +101,22 @@ func (h *Handler) createPod(ctx context.Context, pod *corev1.Pod) error {
 	default:
 		return errdefs.AsInvalidInput(fmt.Errorf("pod %q in twin namespace %q was not created by offload for this cluster: delete or rename it on the provider", pod.Name, ti.twin))
 	}
+}
+
+// heldBack refuses a pod of a DaemonSet that the agent keeps off virtual
+// nodes: the DaemonSet controller may bind one here before the agent's
+// change to the DaemonSet, and deletes it after. It is read uncached:
+// DaemonSet pods on a virtual node are rare.
+func (h *Handler) heldBack(ctx context.Context, pod *corev1.Pod) error {
+	name, ok := daemonset.OwnerOf(pod)
+	if !ok {
+		return nil
+	}
+	ds, err := h.opts.Consumer.AppsV1().DaemonSets(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading DaemonSet %s/%s, which owns the pod, before sending it: %w", pod.Namespace, name, err)
+	}
+	return daemonset.HeldBack(ds)
 }
 
 // UpdatePod pushes the changes of pod that a pod update can carry to its

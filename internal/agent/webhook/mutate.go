@@ -10,10 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/daemonset"
 )
 
 // The node-lifecycle taints that offloaded pods tolerate for
@@ -57,7 +57,7 @@ var (
 // ANDed with each strategy term. Preferred terms and every other field are
 // kept. Mutate is idempotent: a second call changes nothing.
 func Mutate(pod *corev1.Pod, no *offloadv1alpha1.NamespaceOffloading, opts Options) (changed bool) {
-	if pod == nil || no == nil || no.DeletionTimestamp != nil || pod.Spec.NodeName != "" || isDaemonSetPod(pod) {
+	if pod == nil || no == nil || no.DeletionTimestamp != nil || pod.Spec.NodeName != "" || ownedByDaemonSet(pod) {
 		return false
 	}
 	before := pod.Spec.DeepCopy()
@@ -86,18 +86,6 @@ func Mutate(pod *corev1.Pod, no *offloadv1alpha1.NamespaceOffloading, opts Optio
 	return !apiequality.Semantic.DeepEqual(before, &pod.Spec)
 }
 
-// isDaemonSetPod tells whether an apps DaemonSet owns pod. DaemonSet pods
-// must stay on the node the DaemonSet controller picked, and a virtual node
-// must never get one by accident.
-func isDaemonSetPod(pod *corev1.Pod) bool {
-	for _, ref := range pod.OwnerReferences {
-		gv, err := schema.ParseGroupVersion(ref.APIVersion)
-		if err == nil && gv.Group == "apps" && ref.Kind == "DaemonSet" {
-			return true
-		}
-	}
-	return false
-}
 
 // selects tells whether sel restricts the peers: a nil selector, or one
 // without terms, selects them all.
@@ -270,4 +258,12 @@ func KeepTolerations(old, pod *corev1.Pod) (changed bool) {
 		}
 	}
 	return changed
+}
+
+// ownedByDaemonSet tells whether an apps DaemonSet owns pod. DaemonSet pods
+// must stay on the node the DaemonSet controller picked, and a virtual node
+// must never get one by accident.
+func ownedByDaemonSet(pod *corev1.Pod) bool {
+	_, ok := daemonset.OwnerOf(pod)
+	return ok
 }
