@@ -431,6 +431,8 @@ func applyAuthPolicy(t *testing.T, admin kubernetes.Interface) (authScope, error
 		authBinding rbacv1.ClusterRoleBinding
 		tenantRole  rbacv1.ClusterRole
 		authSA      corev1.ServiceAccount
+		localRole   rbacv1.Role
+		localRB     rbacv1.RoleBinding
 	)
 	if err := fromRendered(objs, map[string]any{
 		"ValidatingAdmissionPolicy/" + authPolicyName:        &policy,
@@ -439,6 +441,8 @@ func applyAuthPolicy(t *testing.T, admin kubernetes.Interface) (authScope, error
 		"ClusterRoleBinding/offload-auth":                    &authBinding,
 		"ClusterRole/" + offloadv1alpha1.TenantRole:          &tenantRole,
 		"ServiceAccount/offload-auth":                        &authSA,
+		"Role/offload-auth":                                  &localRole,
+		"RoleBinding/offload-auth":                           &localRB,
 	}); err != nil {
 		return authScope{}, err
 	}
@@ -468,6 +472,14 @@ func applyAuthPolicy(t *testing.T, admin kubernetes.Interface) (authScope, error
 		},
 		"ServiceAccount offload-auth": func() error {
 			_, err := admin.CoreV1().ServiceAccounts(release).Create(ctx, &authSA, metav1.CreateOptions{})
+			return err
+		},
+		"Role offload-auth": func() error {
+			_, err := admin.RbacV1().Roles(release).Create(ctx, &localRole, metav1.CreateOptions{})
+			return err
+		},
+		"RoleBinding offload-auth": func() error {
+			_, err := admin.RbacV1().RoleBindings(release).Create(ctx, &localRB, metav1.CreateOptions{})
 			return err
 		},
 	} {

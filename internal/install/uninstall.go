@@ -19,6 +19,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // UninstallOptions are the options of `kubectl offload uninstall`.
@@ -128,6 +129,11 @@ func (o *UninstallOptions) Run(ctx context.Context) error {
 		steps.Done(fmt.Sprintf("Release %s is not installed", offloadv1alpha1.ReleaseName))
 	}
 
+	// Tokens of a provider that is gone peer nobody: they go with it.
+	if err := o.kube.CoreV1().ConfigMaps(o.namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: peering.TokenIDLabel}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the peering tokens of namespace %s: %w", o.namespace, err)
+	}
 	if !o.Purge {
 		_, err := fmt.Fprintf(o.Out, "kubectl-offload is uninstalled. The CRDs, the cluster identity (ConfigMap %s/%s) and the auth CA that peers pin (Secret %s) are kept; --purge removes them.\n", o.namespace, offloadv1alpha1.IdentityConfigMap, offloadv1alpha1.AuthCASecret)
 		return err

@@ -16,7 +16,7 @@ that peers a consumer cluster with it.
 
 The command carries the provider's name and cluster ID, the URL of its auth
 service, the token and the hash of the auth service's CA, which the consumer
-pins. The token is stored, as a hash, in a Secret in the install namespace.
+pins. The token is stored, as a hash, in a ConfigMap in the install namespace.
 It expires after --ttl (1h by default, 24h at most), can be used once unless
 --reusable is set, and its Secret is removed an hour after it expires. Treat the printed command as a password: it is the only
 place kubectl offload ever shows a token.

@@ -146,7 +146,7 @@ func (o *GenerateOptions) Validate() error {
 	return o.Output.Validate()
 }
 
-// Run reads everything the command needs before it creates the token Secret,
+// Run reads everything the command needs before it stores the token,
 // so that a cluster that is not ready gets no token, then prints the command.
 func (o *GenerateOptions) Run(ctx context.Context) error {
 	args, err := o.providerArgs(ctx)
@@ -163,9 +163,9 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 	}
 	expires := o.now().Add(o.TTL).UTC().Truncate(time.Second)
 	policy := o.policy()
-	secret := peering.NewTokenSecret(o.namespace, tok, peering.TokenOptions{Expires: expires, Reusable: o.Reusable, Policy: policy, Consumer: o.Consumer})
-	if _, err := o.kube.CoreV1().Secrets(o.namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating the token secret %s: %w", secret.Name, err)
+	stored := peering.NewTokenConfigMap(o.namespace, tok, peering.TokenOptions{Expires: expires, Reusable: o.Reusable, Policy: policy, Consumer: o.Consumer})
+	if _, err := o.kube.CoreV1().ConfigMaps(o.namespace).Create(ctx, stored, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("storing the peering token in ConfigMap %s: %w", stored.Name, err)
 	}
 	pc := PeerCommand{
 		TypeMeta: peerCommandType, Name: args.Name, AuthURL: args.AuthURL, ClusterID: args.ClusterID,

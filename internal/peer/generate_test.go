@@ -74,24 +74,24 @@ func newGenerate(kube *fake.Clientset) (*GenerateOptions, *bytes.Buffer, *bytes.
 	return o, out, errOut
 }
 
-func tokenSecrets(t *testing.T, kube *fake.Clientset) []corev1.Secret {
+func storedTokens(t *testing.T, kube *fake.Clientset) []corev1.ConfigMap {
 	t.Helper()
-	list, err := kube.CoreV1().Secrets(testNS).List(context.Background(), metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
+	list, err := kube.CoreV1().ConfigMaps(testNS).List(context.Background(), metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return list.Items
 }
 
-// onlyToken reads the one token Secret generate created; it fails the test
+// onlyToken reads the one token ConfigMap generate created; it fails the test
 // when there is not exactly one.
 func onlyToken(t *testing.T, kube *fake.Clientset) (peering.StoredToken, error) {
 	t.Helper()
-	secrets := tokenSecrets(t, kube)
-	if len(secrets) != 1 {
-		t.Fatalf("%d token Secrets, want 1", len(secrets))
+	stored := storedTokens(t, kube)
+	if len(stored) != 1 {
+		t.Fatalf("%d token ConfigMaps, want 1", len(stored))
 	}
-	return peering.ReadTokenSecret(&secrets[0])
+	return peering.ReadTokenConfigMap(&stored[0])
 }
 
 func TestGenerateCreatesNothingUntilTheClusterIsReady(t *testing.T) {
@@ -112,8 +112,8 @@ func TestGenerateCreatesNothingUntilTheClusterIsReady(t *testing.T) {
 			if err := o.Run(context.Background()); err == nil {
 				t.Fatal("generate succeeded")
 			}
-			if n := len(tokenSecrets(t, kube)); n != 0 || out.Len() != 0 {
-				t.Errorf("generate left %d token Secrets and printed %q", n, out.String())
+			if n := len(storedTokens(t, kube)); n != 0 || out.Len() != 0 {
+				t.Errorf("generate left %d tokens and printed %q", n, out.String())
 			}
 		})
 	}
@@ -140,14 +140,14 @@ func TestGeneratePrintsTheCommandForANewToken(t *testing.T) {
 	if !strings.Contains(errOut.String(), "Pod Security baseline") || !strings.Contains(errOut.String(), "always named by this cluster") || strings.Contains(errOut.String(), "root") {
 		t.Errorf("the note does not name the default policy, or warns about it: %q", errOut)
 	}
-	secrets := tokenSecrets(t, kube)
-	if len(secrets) != 1 || secrets[0].Name != peering.TokenSecretName(tok.ID) ||
-		string(secrets[0].Data[peering.UsageKey]) != peering.UsageSingle || string(secrets[0].Data[peering.ExpirationKey]) != "2030-01-01T13:00:00Z" {
-		t.Errorf("token Secrets = %+v, want one single-use Secret for %s expiring in an hour", secrets, tok.ID)
+	tokens := storedTokens(t, kube)
+	if len(tokens) != 1 || tokens[0].Name != peering.TokenConfigMapName(tok.ID) ||
+		tokens[0].Data[peering.UsageKey] != peering.UsageSingle || tokens[0].Data[peering.ExpirationKey] != "2030-01-01T13:00:00Z" {
+		t.Errorf("tokens = %+v, want one single-use ConfigMap for %s expiring in an hour", tokens, tok.ID)
 	}
-	stored, err := peering.ReadTokenSecret(&secrets[0])
+	stored, err := peering.ReadTokenConfigMap(&tokens[0])
 	if want := (offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}); err != nil || !stored.Policy.Equal(want) {
-		t.Errorf("the token Secret grants %+v (%v), want %+v", stored.Policy, err, want)
+		t.Errorf("the token grants %+v (%v), want %+v", stored.Policy, err, want)
 	}
 }
 
@@ -293,10 +293,10 @@ func TestAnUnknownPodSecurityErrorListsTheLevels(t *testing.T) {
 
 func TestTokensListAndRevoke(t *testing.T) {
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	valid := peering.NewTokenSecret(testNS, peering.Token{ID: "aaaaaa", Secret: "secretsecret0001"}, peering.TokenOptions{Expires: now.Add(time.Hour), Consumer: "edge-1"})
-	expired := peering.NewTokenSecret(testNS, peering.Token{ID: "bbbbbb", Secret: "secretsecret0002"}, peering.TokenOptions{Expires: now.Add(-time.Hour), Reusable: true})
-	used := peering.NewTokenSecret(testNS, peering.Token{ID: "cccccc", Secret: "secretsecret0003"}, peering.TokenOptions{Expires: now.Add(2 * time.Hour)})
-	used.Data[peering.UsedByKey], used.Data[peering.UsedAtKey] = []byte(testID), []byte(now.Format(time.RFC3339))
+	valid := peering.NewTokenConfigMap(testNS, peering.Token{ID: "aaaaaa", Secret: "secretsecret0001"}, peering.TokenOptions{Expires: now.Add(time.Hour), Consumer: "edge-1"})
+	expired := peering.NewTokenConfigMap(testNS, peering.Token{ID: "bbbbbb", Secret: "secretsecret0002"}, peering.TokenOptions{Expires: now.Add(-time.Hour), Reusable: true})
+	used := peering.NewTokenConfigMap(testNS, peering.Token{ID: "cccccc", Secret: "secretsecret0003"}, peering.TokenOptions{Expires: now.Add(2 * time.Hour)})
+	used.Data[peering.UsedByKey], used.Data[peering.UsedAtKey] = testID, now.Format(time.RFC3339)
 	kube := fake.NewClientset(valid, expired, used)
 
 	streams, _, out, _ := genericiooptions.NewTestIOStreams()
@@ -325,8 +325,8 @@ func TestTokensListAndRevoke(t *testing.T) {
 	if err := r.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "zzzzzz") {
 		t.Errorf("revoking an unknown ID: %v, want an error naming it", err)
 	}
-	if n := len(tokenSecrets(t, kube)); n != 2 || out.String() != "token aaaaaa revoked\n" {
-		t.Errorf("after revoke: %d token Secrets, output %q; want 2 and aaaaaa revoked", n, out)
+	if n := len(storedTokens(t, kube)); n != 2 || out.String() != "token aaaaaa revoked\n" {
+		t.Errorf("after revoke: %d tokens, output %q; want 2 and aaaaaa revoked", n, out)
 	}
 	r.IgnoreNotFound, r.IDs = true, []string{"aaaaaa"}
 	if err := r.Run(context.Background()); err != nil {

@@ -28,7 +28,7 @@ const (
 	TokenUsed    = "used"
 )
 
-// ErrTokenNotFound is wrapped by revoke's error for IDs without a token Secret.
+// ErrTokenNotFound is wrapped by revoke's error for IDs without a stored token.
 var ErrTokenNotFound = errors.New("peering token not found")
 
 var tokenIDRE = regexp.MustCompile(`^[a-z0-9]{6}$`)
@@ -123,20 +123,16 @@ func (o *TokensListOptions) Complete(f factory.Factory) error {
 // Validate checks the options.
 func (o *TokensListOptions) Validate() error { return o.Output.Validate() }
 
-// Run lists the token Secrets of the install namespace, oldest expiry first.
+// Run lists the peering tokens of the install namespace, oldest expiry first.
 func (o *TokensListOptions) Run(ctx context.Context) error {
-	list, err := o.kube.CoreV1().Secrets(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
+	list, err := o.kube.CoreV1().ConfigMaps(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
 	if err != nil {
 		return fmt.Errorf("listing the peering tokens in namespace %s: %w", o.namespace, err)
 	}
 	now := o.now()
 	out := TokenList{TypeMeta: tokenListType, Items: []TokenInfo{}}
 	for i := range list.Items {
-		s := &list.Items[i]
-		if s.Type != peering.TokenSecretType {
-			continue
-		}
-		t, err := peering.ReadTokenSecret(s)
+		t, err := peering.ReadTokenConfigMap(&list.Items[i])
 		if err != nil {
 			output.NewSteps(o.ErrOut).Warn("skipping %v", err)
 			continue
@@ -196,19 +192,19 @@ func (o *TokensRevokeOptions) Validate() error {
 	return nil
 }
 
-// Run deletes the token Secret of every ID and reports each to Out. Unknown
+// Run deletes the token ConfigMap of every ID and reports each to Out. Unknown
 // IDs are reported together at the end, unless IgnoreNotFound.
 func (o *TokensRevokeOptions) Run(ctx context.Context) error {
 	var missing []string
 	for _, id := range o.IDs {
-		name := peering.TokenSecretName(id)
-		s, err := o.kube.CoreV1().Secrets(o.namespace).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && s.Type != peering.TokenSecretType {
-			err = apierrors.NewNotFound(corev1.Resource("secrets"), name)
+		name := peering.TokenConfigMapName(id)
+		s, err := o.kube.CoreV1().ConfigMaps(o.namespace).Get(ctx, name, metav1.GetOptions{})
+		if _, token := s.Labels[peering.TokenIDLabel]; err == nil && !token {
+			err = apierrors.NewNotFound(corev1.Resource("configmaps"), name)
 		}
 		if err == nil {
 			uid := s.UID
-			err = o.kube.CoreV1().Secrets(o.namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			err = o.kube.CoreV1().ConfigMaps(o.namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		}
 		switch {
 		case apierrors.IsNotFound(err):

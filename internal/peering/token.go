@@ -76,20 +76,19 @@ func randomString(n int) (string, error) {
 	return string(b), nil
 }
 
-// The token Secret, in the install namespace of the provider.
+// The token ConfigMap, in the install namespace of the provider. It holds
+// the SHA-256 of the token's secret, never the secret: whoever can read it
+// cannot peer. So it is a ConfigMap, not a Secret, and the auth service,
+// which spends tokens, needs no access to the Secrets of the install
+// namespace (peer kubeconfigs, gateway keys).
 const (
-	// TokenSecretType is the type of token Secrets.
-	TokenSecretType corev1.SecretType = "offload.io/peering-token"
-	// TokenIDLabel labels a token Secret with its token ID.
+	// TokenIDLabel labels a token ConfigMap with its token ID; only
+	// ConfigMaps with it are tokens.
 	TokenIDLabel = "offload.io/token-id"
 	// TokenIDKey, TokenSecretHashKey, ExpirationKey and UsageKey are the
-	// data keys of a token Secret. The Secret holds the SHA-256 of the
-	// token's secret, never the secret: whoever can read it cannot peer.
-	// TokenSecretKey, the secret itself, is only read, from Secrets an
-	// older CLI wrote.
+	// data keys of a token ConfigMap.
 	TokenIDKey         = "token-id"
 	TokenSecretHashKey = "token-secret-sha256"
-	TokenSecretKey     = "token-secret"
 	ExpirationKey      = "expiration"
 	UsageKey           = "usage"
 	// UsedByKey records the consumer cluster ID that used a single-use
@@ -102,8 +101,7 @@ const (
 	// PodSecurityKey, NodePlacementKey and SameNameNamespacesKey hold the
 	// ConsumerPolicy the provider chose for the consumers that peer with
 	// the token: a PodSecurityLevel, then AllowedValue or nothing for each
-	// of the others. A Secret without them, written by an older CLI, means
-	// baseline, no node placement and no same-name namespaces.
+	// of the others.
 	PodSecurityKey        = "pod-security"
 	NodePlacementKey      = "node-placement"
 	SameNameNamespacesKey = "same-name-namespaces"
@@ -122,10 +120,10 @@ const (
 	AllowedValue = "true"
 )
 
-// TokenSecretName returns the name of the Secret holding token id.
-func TokenSecretName(id string) string { return "offload-peering-token-" + id }
+// TokenConfigMapName returns the name of the ConfigMap holding token id.
+func TokenConfigMapName(id string) string { return "offload-peering-token-" + id }
 
-// TokenOptions are what a token Secret records besides the token itself.
+// TokenOptions are what a token ConfigMap records besides the token itself.
 type TokenOptions struct {
 	// Expires is when the token stops being valid.
 	Expires time.Time
@@ -141,47 +139,46 @@ type TokenOptions struct {
 	Consumer string
 }
 
-// NewTokenSecret returns the Secret that stores tok in namespace, with the
-// expiry, usage and consumer policy of o.
-func NewTokenSecret(namespace string, tok Token, o TokenOptions) *corev1.Secret {
+// NewTokenConfigMap returns the ConfigMap that stores tok in namespace,
+// with the expiry, usage and consumer policy of o.
+func NewTokenConfigMap(namespace string, tok Token, o TokenOptions) *corev1.ConfigMap {
 	usage := UsageSingle
 	if o.Reusable {
 		usage = UsageReusable
 	}
-	s := &corev1.Secret{
+	c := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      TokenSecretName(tok.ID),
+			Name:      TokenConfigMapName(tok.ID),
 			Namespace: namespace,
 			Labels:    map[string]string{TokenIDLabel: tok.ID, "app.kubernetes.io/managed-by": "kubectl-offload"},
 		},
-		Type: TokenSecretType,
-		Data: map[string][]byte{
-			TokenIDKey:         []byte(tok.ID),
-			TokenSecretHashKey: []byte(hashSecret(tok.Secret)),
-			ExpirationKey:      []byte(o.Expires.UTC().Format(time.RFC3339)),
-			UsageKey:           []byte(usage),
-			PodSecurityKey:     []byte(o.Policy.Level()),
+		Data: map[string]string{
+			TokenIDKey:         tok.ID,
+			TokenSecretHashKey: hashSecret(tok.Secret),
+			ExpirationKey:      o.Expires.UTC().Format(time.RFC3339),
+			UsageKey:           usage,
+			PodSecurityKey:     string(o.Policy.Level()),
 		},
 	}
 	if o.Policy.NodePlacement {
-		s.Data[NodePlacementKey] = []byte(AllowedValue)
+		c.Data[NodePlacementKey] = AllowedValue
 	}
 	if o.Policy.SameNameNamespaces {
-		s.Data[SameNameNamespacesKey] = []byte(AllowedValue)
+		c.Data[SameNameNamespacesKey] = AllowedValue
 	}
 	if len(o.Policy.NodeSelector) > 0 {
-		s.Data[NodeSelectorKey] = []byte(offloadv1alpha1.NodeSelectorString(o.Policy.NodeSelector))
+		c.Data[NodeSelectorKey] = offloadv1alpha1.NodeSelectorString(o.Policy.NodeSelector)
 	}
 	if len(o.Policy.Tolerations) > 0 {
-		s.Data[TolerationsKey] = []byte(offloadv1alpha1.TolerationsString(o.Policy.Tolerations))
+		c.Data[TolerationsKey] = offloadv1alpha1.TolerationsString(o.Policy.Tolerations)
 	}
 	if o.Consumer != "" {
-		s.Data[ConsumerKey] = []byte(o.Consumer)
+		c.Data[ConsumerKey] = o.Consumer
 	}
-	return s
+	return c
 }
 
-// StoredToken is a token Secret as read back from the cluster.
+// StoredToken is a token ConfigMap as read back from the cluster.
 type StoredToken struct {
 	ID       string
 	Expires  time.Time
@@ -189,7 +186,7 @@ type StoredToken struct {
 	UsedBy   string
 	UsedAt   time.Time
 	// Policy is the consumer policy the token grants; its PodSecurity is
-	// always set, baseline for a Secret that does not say.
+	// always set.
 	Policy offloadv1alpha1.ConsumerPolicy
 	// Consumer is the consumer name the token is bound to; empty for any.
 	Consumer string
@@ -203,55 +200,56 @@ func hashSecret(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// ReadTokenSecret decodes a token Secret. A Secret without the policy keys,
-// written by an older CLI, grants baseline, no node placement and no
-// same-name namespaces.
-func ReadTokenSecret(s *corev1.Secret) (StoredToken, error) {
-	if s.Type != TokenSecretType {
-		return StoredToken{}, fmt.Errorf("secret %s is of type %s, not a peering token", s.Name, s.Type)
+// ReadTokenConfigMap decodes a token ConfigMap.
+func ReadTokenConfigMap(c *corev1.ConfigMap) (StoredToken, error) {
+	if _, ok := c.Labels[TokenIDLabel]; !ok {
+		return StoredToken{}, fmt.Errorf("ConfigMap %s has no label %s: it is not a peering token", c.Name, TokenIDLabel)
 	}
+	d := c.Data
 	t := StoredToken{
-		ID:         string(s.Data[TokenIDKey]),
-		Reusable:   string(s.Data[UsageKey]) == UsageReusable,
-		UsedBy:     string(s.Data[UsedByKey]),
-		Consumer:   string(s.Data[ConsumerKey]),
-		secretHash: string(s.Data[TokenSecretHashKey]),
+		ID:         d[TokenIDKey],
+		Reusable:   d[UsageKey] == UsageReusable,
+		UsedBy:     d[UsedByKey],
+		Consumer:   d[ConsumerKey],
+		secretHash: d[TokenSecretHashKey],
 	}
-	if t.secretHash == "" && len(s.Data[TokenSecretKey]) > 0 {
-		t.secretHash = hashSecret(string(s.Data[TokenSecretKey])) // written by an older CLI
+	invalid := func(key string, err error) error {
+		return fmt.Errorf("peering token %s has an invalid %s: %w: revoke the token and generate a new one with kubectl offload peer generate", c.Name, key, err)
 	}
 	if err := ValidateConsumerName(t.Consumer); t.Consumer != "" && err != nil {
-		return StoredToken{}, fmt.Errorf("secret %s has an invalid %s: %w: revoke the token and generate a new one with kubectl offload peer generate", s.Name, ConsumerKey, err)
+		return StoredToken{}, invalid(ConsumerKey, err)
 	}
-	exp, err := time.Parse(time.RFC3339, string(s.Data[ExpirationKey]))
+	exp, err := time.Parse(time.RFC3339, d[ExpirationKey])
 	if err != nil {
-		return StoredToken{}, fmt.Errorf("secret %s has no valid expiration", s.Name)
+		return StoredToken{}, fmt.Errorf("peering token %s has no valid expiration", c.Name)
 	}
 	t.Expires = exp
-	if v := s.Data[UsedAtKey]; len(v) > 0 {
-		if t.UsedAt, err = time.Parse(time.RFC3339, string(v)); err != nil {
-			return StoredToken{}, fmt.Errorf("secret %s has an invalid %s", s.Name, UsedAtKey)
+	if v := d[UsedAtKey]; v != "" {
+		if t.UsedAt, err = time.Parse(time.RFC3339, v); err != nil {
+			return StoredToken{}, invalid(UsedAtKey, err)
 		}
 	}
-	level, ok := offloadv1alpha1.ParsePodSecurityLevel(string(s.Data[PodSecurityKey]))
+	level, ok := offloadv1alpha1.ParsePodSecurityLevel(d[PodSecurityKey])
 	if !ok {
-		return StoredToken{}, fmt.Errorf("secret %s has an unknown %s %q, want %s: revoke the token and generate a new one with kubectl offload peer generate",
-			s.Name, PodSecurityKey, s.Data[PodSecurityKey], PodSecurityLevelList())
+		return StoredToken{}, invalid(PodSecurityKey, fmt.Errorf("unknown level %q, want %s", d[PodSecurityKey], PodSecurityLevelList()))
 	}
 	t.Policy.PodSecurity = level
-	if t.Policy.NodePlacement, err = readAllowed(s, NodePlacementKey); err != nil {
-		return StoredToken{}, err
+	for key, into := range map[string]*bool{NodePlacementKey: &t.Policy.NodePlacement, SameNameNamespacesKey: &t.Policy.SameNameNamespaces} {
+		switch v := d[key]; v {
+		case "", "false":
+		case AllowedValue:
+			*into = true
+		default:
+			return StoredToken{}, invalid(key, fmt.Errorf("%q, want %q or nothing", v, AllowedValue))
+		}
 	}
-	if t.Policy.SameNameNamespaces, err = readAllowed(s, SameNameNamespacesKey); err != nil {
-		return StoredToken{}, err
+	if t.Policy.NodeSelector, err = offloadv1alpha1.ParseNodeSelector(splitList(d[NodeSelectorKey])); err != nil {
+		return StoredToken{}, invalid(NodeSelectorKey, err)
 	}
-	if t.Policy.NodeSelector, err = offloadv1alpha1.ParseNodeSelector(splitList(s.Data[NodeSelectorKey])); err != nil {
-		return StoredToken{}, fmt.Errorf("secret %s has an invalid %s: %w: revoke the token and generate a new one with kubectl offload peer generate", s.Name, NodeSelectorKey, err)
-	}
-	for _, v := range splitList(s.Data[TolerationsKey]) {
+	for _, v := range splitList(d[TolerationsKey]) {
 		tol, err := offloadv1alpha1.ParseToleration(v)
 		if err != nil {
-			return StoredToken{}, fmt.Errorf("secret %s has an invalid %s: %w: revoke the token and generate a new one with kubectl offload peer generate", s.Name, TolerationsKey, err)
+			return StoredToken{}, invalid(TolerationsKey, err)
 		}
 		t.Policy.Tolerations = append(t.Policy.Tolerations, tol)
 	}
@@ -270,26 +268,12 @@ func ValidateConsumerName(name string) error {
 	return nil
 }
 
-// splitList splits a comma-separated Secret value; empty gives nothing.
-func splitList(v []byte) []string {
-	if len(v) == 0 {
+// splitList splits a comma-separated value; empty gives nothing.
+func splitList(v string) []string {
+	if v == "" {
 		return nil
 	}
-	return strings.Split(string(v), ",")
-}
-
-// readAllowed reads a policy key that holds AllowedValue or nothing; "false"
-// is read as nothing, anything else is an error naming the Secret.
-func readAllowed(s *corev1.Secret, key string) (bool, error) {
-	switch v := string(s.Data[key]); v {
-	case "", "false":
-		return false, nil
-	case AllowedValue:
-		return true, nil
-	default:
-		return false, fmt.Errorf("secret %s has an invalid %s %q, want %q or nothing: revoke the token and generate a new one with kubectl offload peer generate",
-			s.Name, key, v, AllowedValue)
-	}
+	return strings.Split(v, ",")
 }
 
 // PodSecurityLevelList returns the Pod Security levels as "a, b or c", for

@@ -2,6 +2,7 @@ package peering
 
 import (
 	"errors"
+	"maps"
 	"regexp"
 	"strings"
 	"testing"
@@ -131,9 +132,9 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := NewTokenSecret("offload-system", tok, tt.opts)
-			if s.Name != TokenSecretName(tok.ID) || s.Namespace != "offload-system" || s.Type != TokenSecretType || s.Labels[TokenIDLabel] != tok.ID {
-				t.Fatalf("unexpected token Secret metadata: %+v", s.ObjectMeta)
+			s := NewTokenConfigMap("offload-system", tok, tt.opts)
+			if s.Name != TokenConfigMapName(tok.ID) || s.Namespace != "offload-system" || s.Labels[TokenIDLabel] != tok.ID {
+				t.Fatalf("unexpected token ConfigMap metadata: %+v", s.ObjectMeta)
 			}
 			if got := string(s.Data[PodSecurityKey]); got != string(tt.wantPolicy.PodSecurity) {
 				t.Errorf("data %s = %q, want %q", PodSecurityKey, got, tt.wantPolicy.PodSecurity)
@@ -144,7 +145,7 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 			if v, ok := s.Data[SameNameNamespacesKey]; ok != tt.wantPolicy.SameNameNamespaces || (ok && string(v) != AllowedValue) {
 				t.Errorf("data %s = %q (present %v), want present only when same-name namespaces are allowed", SameNameNamespacesKey, v, ok)
 			}
-			got, err := ReadTokenSecret(s)
+			got, err := ReadTokenConfigMap(s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,25 +159,23 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 	}
 }
 
-func TestReadTokenSecretReadsThePolicy(t *testing.T) {
-	good := NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, TokenOptions{Expires: time.Now()})
-	with := func(data map[string]string) *corev1.Secret {
+func TestReadTokenConfigMapReadsThePolicy(t *testing.T) {
+	good := NewTokenConfigMap("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, TokenOptions{Expires: time.Now()})
+	with := func(data map[string]string) *corev1.ConfigMap {
 		s := good.DeepCopy()
 		delete(s.Data, PodSecurityKey)
 		delete(s.Data, NodePlacementKey)
 		delete(s.Data, SameNameNamespacesKey)
-		for k, v := range data {
-			s.Data[k] = []byte(v)
-		}
+		maps.Copy(s.Data, data)
 		return s
 	}
 	tests := []struct {
 		name    string
-		secret  *corev1.Secret
+		secret  *corev1.ConfigMap
 		want    offloadv1alpha1.ConsumerPolicy
 		wantErr bool
 	}{
-		{name: "a Secret of an older CLI without the keys grants baseline, no node placement and no same-name namespaces", secret: with(nil), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
+		{name: "a token without the keys grants baseline, no node placement and no same-name namespaces", secret: with(nil), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
 		{name: "an empty level grants baseline", secret: with(map[string]string{PodSecurityKey: ""}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
 		{name: "a restricted level is read", secret: with(map[string]string{PodSecurityKey: "restricted"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted}},
 		{name: "a privileged level is read", secret: with(map[string]string{PodSecurityKey: "privileged"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged}},
@@ -202,10 +201,10 @@ func TestReadTokenSecretReadsThePolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ReadTokenSecret(tt.secret)
+			got, err := ReadTokenConfigMap(tt.secret)
 			if tt.wantErr {
 				if err == nil || !strings.Contains(err.Error(), tt.secret.Name) {
-					t.Fatalf("ReadTokenSecret = %+v, %v; want an error naming Secret %s", got.Policy, err, tt.secret.Name)
+					t.Fatalf("ReadTokenConfigMap = %+v, %v; want an error naming ConfigMap %s", got.Policy, err, tt.secret.Name)
 				}
 				if strings.Contains(err.Error(), "0123456789abcdef") {
 					t.Errorf("the error contains the secret: %v", err)
@@ -213,7 +212,7 @@ func TestReadTokenSecretReadsThePolicy(t *testing.T) {
 				return
 			}
 			if err != nil || !got.Policy.Equal(tt.want) {
-				t.Fatalf("ReadTokenSecret = %+v, %v; want policy %+v", got.Policy, err, tt.want)
+				t.Fatalf("ReadTokenConfigMap = %+v, %v; want policy %+v", got.Policy, err, tt.want)
 			}
 		})
 	}
@@ -225,28 +224,28 @@ func TestPodSecurityLevelListNamesEveryLevel(t *testing.T) {
 	}
 }
 
-func TestReadTokenSecretRefusesOtherSecrets(t *testing.T) {
-	good := NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, TokenOptions{Expires: time.Now()})
-	otherType := good.DeepCopy()
-	otherType.Type = corev1.SecretTypeOpaque
+func TestReadTokenConfigMapRefusesOtherConfigMaps(t *testing.T) {
+	good := NewTokenConfigMap("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, TokenOptions{Expires: time.Now()})
+	unlabelled := good.DeepCopy()
+	delete(unlabelled.Labels, TokenIDLabel)
 	noExpiry := good.DeepCopy()
 	delete(noExpiry.Data, ExpirationKey)
 	badUsedAt := good.DeepCopy()
-	badUsedAt.Data[UsedAtKey] = []byte("yesterday")
+	badUsedAt.Data[UsedAtKey] = "yesterday"
 	badConsumer := good.DeepCopy()
-	badConsumer.Data[ConsumerKey] = []byte("Not_A_Label")
-	for name, s := range map[string]*corev1.Secret{"another type": otherType, "no expiry": noExpiry, "a bad used-at": badUsedAt, "a bad consumer": badConsumer} {
-		if _, err := ReadTokenSecret(s); err == nil {
-			t.Errorf("a Secret with %s was read as a token", name)
+	badConsumer.Data[ConsumerKey] = "Not_A_Label"
+	for name, s := range map[string]*corev1.ConfigMap{"no token label": unlabelled, "no expiry": noExpiry, "a bad used-at": badUsedAt, "a bad consumer": badConsumer} {
+		if _, err := ReadTokenConfigMap(s); err == nil {
+			t.Errorf("a ConfigMap with %s was read as a token", name)
 		} else if strings.Contains(err.Error(), "0123456789abcdef") {
-			t.Errorf("the error for a Secret with %s contains the secret: %v", name, err)
+			t.Errorf("the error for a ConfigMap with %s contains the secret: %v", name, err)
 		}
 	}
 }
 
 func TestMatchesNeedsTheIDAndTheSecret(t *testing.T) {
-	s := NewTokenSecret("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, TokenOptions{Expires: time.Now()})
-	st, err := ReadTokenSecret(s)
+	s := NewTokenConfigMap("ns", Token{ID: "abc123", Secret: "0123456789abcdef"}, TokenOptions{Expires: time.Now()})
+	st, err := ReadTokenConfigMap(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,32 +294,23 @@ func TestExpiredAndSpent(t *testing.T) {
 	}
 }
 
-// A token Secret holds a hash of the secret, never the secret, so reading
-// it does not let anyone peer; one an older CLI wrote with the secret in
-// clear still works.
-func TestATokenSecretHoldsAHashOfTheSecret(t *testing.T) {
+// A token ConfigMap holds a hash of the secret, never the secret, so
+// reading it does not let anyone peer.
+func TestATokenConfigMapHoldsAHashOfTheSecret(t *testing.T) {
 	tok := Token{ID: "abc123", Secret: "0123456789abcdef"}
-	s := NewTokenSecret("ns", tok, TokenOptions{Expires: time.Now().Add(time.Hour)})
+	s := NewTokenConfigMap("ns", tok, TokenOptions{Expires: time.Now().Add(time.Hour)})
 	for k, v := range s.Data {
-		if strings.Contains(string(v), tok.Secret) {
+		if strings.Contains(v, tok.Secret) {
 			t.Errorf("data %s holds the token's secret", k)
 		}
 	}
-	if _, ok := s.Data[TokenSecretKey]; ok {
-		t.Errorf("the Secret has key %s", TokenSecretKey)
-	}
-	old := s.DeepCopy()
-	delete(old.Data, TokenSecretHashKey)
-	old.Data[TokenSecretKey] = []byte(tok.Secret)
-	for name, sec := range map[string]*corev1.Secret{"new": s, "older": old} {
-		st, err := ReadTokenSecret(sec)
-		if err != nil || !st.Matches(tok) || st.Matches(Token{ID: tok.ID, Secret: "0123456789abcdeg"}) {
-			t.Errorf("the %s Secret: err %v, matches its token %v", name, err, st.Matches(tok))
-		}
+	st, err := ReadTokenConfigMap(s)
+	if err != nil || !st.Matches(tok) || st.Matches(Token{ID: tok.ID, Secret: "0123456789abcdeg"}) {
+		t.Errorf("err %v, matches its token %v", err, st.Matches(tok))
 	}
 	none := s.DeepCopy()
 	delete(none.Data, TokenSecretHashKey)
-	if st, err := ReadTokenSecret(none); err == nil && st.Matches(tok) {
-		t.Error("a Secret without the secret or its hash matches")
+	if st, err := ReadTokenConfigMap(none); err == nil && st.Matches(tok) {
+		t.Error("a token without the hash of its secret matches")
 	}
 }

@@ -29,7 +29,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 	if out, _, err := offload(t, c, "peer", "generate"); err == nil {
 		t.Errorf("peer generate before install succeeded:\n%s", out)
 	}
-	expectTokenSecrets(ctx, t, c, 0)
+	expectTokens(ctx, t, c, 0)
 
 	installAgent(t, c)
 	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
@@ -51,7 +51,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 			t.Errorf("peer generate %s succeeded", strings.Join(args, " "))
 		}
 	}
-	expectTokenSecrets(ctx, t, c, 0)
+	expectTokens(ctx, t, c, 0)
 
 	// The table output is the command, on one line, and nothing else.
 	start := time.Now()
@@ -111,10 +111,10 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 		t.Errorf("peer tokens list = %v, want %s and %s valid", got, tok.ID, tok2.ID)
 	}
 
-	// Revoking deletes the Secret; revoking again is an error unless told otherwise.
+	// Revoking deletes the token's ConfigMap; revoking again is an error unless told otherwise.
 	mustOffload(t, c, "peer", "tokens", "revoke", tok.ID)
-	if _, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.TokenSecretName(tok.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the revoked token's Secret is still there: %v", err)
+	if _, err := c.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, peering.TokenConfigMapName(tok.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the revoked token's ConfigMap is still there: %v", err)
 	}
 	if _, errOut, err := offload(t, c, "peer", "tokens", "revoke", tok.ID); err == nil {
 		t.Errorf("revoking a revoked token succeeded")
@@ -125,7 +125,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 		t.Errorf("revoke with a whole token: err=%v, stderr shows the secret: %v", err, strings.Contains(errOut, tok.Secret))
 	}
 	mustOffload(t, c, "peer", "tokens", "revoke", "--ignore-not-found", tok.ID)
-	expectTokenSecrets(ctx, t, c, 1)
+	expectTokens(ctx, t, c, 1)
 }
 
 // waitCASecret waits until the auth service has created its CA Secret and
@@ -149,26 +149,26 @@ func waitCASecret(ctx context.Context, t *testing.T, c *framework.Cluster) []byt
 
 func readToken(ctx context.Context, t *testing.T, c *framework.Cluster, id string) peering.StoredToken {
 	t.Helper()
-	s, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.TokenSecretName(id), metav1.GetOptions{})
+	s, err := c.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, peering.TokenConfigMapName(id), metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("token Secret for %s: %v", id, err)
+		t.Fatalf("token ConfigMap for %s: %v", id, err)
 	}
-	st, err := peering.ReadTokenSecret(s)
+	st, err := peering.ReadTokenConfigMap(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
 }
 
-// expectTokenSecrets checks the number of token Secrets in the install namespace.
-func expectTokenSecrets(ctx context.Context, t *testing.T, c *framework.Cluster, want int) {
+// expectTokens checks the number of peering tokens in the install namespace.
+func expectTokens(ctx context.Context, t *testing.T, c *framework.Cluster, want int) {
 	t.Helper()
-	list, err := c.Kube.CoreV1().Secrets(installNS).List(ctx, metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
+	list, err := c.Kube.CoreV1().ConfigMaps(installNS).List(ctx, metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := len(list.Items); got != want {
-		t.Errorf("%d token Secrets in %s, want %d", got, installNS, want)
+		t.Errorf("%d peering tokens in %s, want %d", got, installNS, want)
 	}
 }
 

@@ -31,7 +31,7 @@ const (
 // PeeringOptions configure the peering endpoints.
 type PeeringOptions struct {
 	// Namespace is the agent's namespace: it holds the identity ConfigMap
-	// and the token Secrets.
+	// and the peering token ConfigMaps.
 	Namespace string
 	// APIServerURL is the API server URL advertised to consumers.
 	APIServerURL string
@@ -180,20 +180,20 @@ func tokenError(reason, message string) error {
 	return &peering.Error{Reason: reason, Message: message, Status: http.StatusUnauthorized}
 }
 
-// checkToken finds tok's Secret and checks that its secret matches, in
+// checkToken finds tok's ConfigMap and checks that its secret matches, in
 // constant time, then that it has not expired nor been spent.
-func (p *Peering) checkToken(ctx context.Context, tok peering.Token, log klog.Logger) (*corev1.Secret, peering.StoredToken, error) {
-	var s corev1.Secret
-	err := p.client.Get(ctx, client.ObjectKey{Namespace: p.opts.Namespace, Name: peering.TokenSecretName(tok.ID)}, &s)
+func (p *Peering) checkToken(ctx context.Context, tok peering.Token, log klog.Logger) (*corev1.ConfigMap, peering.StoredToken, error) {
+	var s corev1.ConfigMap
+	err := p.client.Get(ctx, client.ObjectKey{Namespace: p.opts.Namespace, Name: peering.TokenConfigMapName(tok.ID)}, &s)
 	if apierrors.IsNotFound(err) {
 		return nil, peering.StoredToken{}, tokenError(peering.ReasonInvalidToken, invalidTokenMessage)
 	}
 	if err != nil {
-		return nil, peering.StoredToken{}, fmt.Errorf("reading the token Secret: %w", err)
+		return nil, peering.StoredToken{}, fmt.Errorf("reading the token ConfigMap: %w", err)
 	}
-	stored, err := peering.ReadTokenSecret(&s)
+	stored, err := peering.ReadTokenConfigMap(&s)
 	if err != nil {
-		log.Info("Ignoring a broken token Secret", "secret", klog.KObj(&s), "err", err.Error())
+		log.Info("Ignoring a broken peering token", "configMap", klog.KObj(&s), "err", err.Error())
 		return nil, peering.StoredToken{}, tokenError(peering.ReasonInvalidToken, invalidTokenMessage)
 	}
 	if !stored.Matches(tok) {
@@ -214,15 +214,16 @@ func tokenUsed() error {
 		"the peering token was already used and is single-use: generate a new one on the provider with `kubectl offload peer generate`")
 }
 
-// spend marks a single-use token used. The update carries the Secret's
+// spend marks a single-use token used. The update carries the ConfigMap's
 // resourceVersion, so of concurrent requests exactly one wins; the others
-// get a Conflict and are refused.
-func (p *Peering) spend(ctx context.Context, s *corev1.Secret, consumerID string) error {
+// get a Conflict and are refused. offload-auth-scope lets the auth service
+// change nothing else of a token.
+func (p *Peering) spend(ctx context.Context, s *corev1.ConfigMap, consumerID string) error {
 	if s.Data == nil {
-		s.Data = map[string][]byte{}
+		s.Data = map[string]string{}
 	}
-	s.Data[peering.UsedAtKey] = []byte(p.now().UTC().Format(time.RFC3339))
-	s.Data[peering.UsedByKey] = []byte(consumerID)
+	s.Data[peering.UsedAtKey] = p.now().UTC().Format(time.RFC3339)
+	s.Data[peering.UsedByKey] = consumerID
 	err := p.client.Update(ctx, s)
 	if apierrors.IsConflict(err) {
 		return tokenUsed()

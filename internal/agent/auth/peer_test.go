@@ -88,12 +88,12 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 			t.Errorf("the budget's status counts %s: used %s (set %v) of %s; want 0 of %s", name, used.String(), ok, hard.String(), want.String())
 		}
 	}
-	var secret corev1.Secret
-	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peering.TokenSecretName(tok.ID)}, &secret); err != nil {
+	var stored corev1.ConfigMap
+	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peering.TokenConfigMapName(tok.ID)}, &stored); err != nil {
 		t.Fatal(err)
 	}
-	if string(secret.Data[peering.UsedByKey]) != c.id || len(secret.Data[peering.UsedAtKey]) == 0 {
-		t.Errorf("the token is not marked used by %s: used-by %q", c.id, secret.Data[peering.UsedByKey])
+	if stored.Data[peering.UsedByKey] != c.id || stored.Data[peering.UsedAtKey] == "" {
+		t.Errorf("the token is not marked used by %s: used-by %q", c.id, stored.Data[peering.UsedByKey])
 	}
 
 	if got, wantUser := e.reviewToken(t, cred.Token), "system:serviceaccount:"+ns+":"+offloadv1alpha1.ConsumerServiceAccount; got != wantUser {
@@ -152,11 +152,11 @@ func TestPeeringRefusesBadRequestsAndLeavesNothingBehind(t *testing.T) {
 	valid := func() string { return e.newToken(t, time.Now().Add(time.Hour), false).String() }
 	spent := func() string {
 		tok := e.newToken(t, time.Now().Add(time.Hour), false)
-		var s corev1.Secret
-		if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peering.TokenSecretName(tok.ID)}, &s); err != nil {
+		var s corev1.ConfigMap
+		if err := e.admin.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: peering.TokenConfigMapName(tok.ID)}, &s); err != nil {
 			t.Fatal(err)
 		}
-		s.Data[peering.UsedAtKey], s.Data[peering.UsedByKey] = []byte(time.Now().UTC().Format(time.RFC3339)), []byte("someone")
+		s.Data[peering.UsedAtKey], s.Data[peering.UsedByKey] = time.Now().UTC().Format(time.RFC3339), "someone"
 		if err := e.admin.Update(ctx, &s); err != nil {
 			t.Fatal(err)
 		}

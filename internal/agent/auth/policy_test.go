@@ -53,10 +53,10 @@ func TestPeeringGivesTheTenantThePolicyOfTheToken(t *testing.T) {
 			want:  baselinePolicy,
 		},
 		{
-			name: "a token Secret of an older CLI, without the policy keys, gives baseline without node placement or same-name namespaces",
+			name: "a token without the policy keys gives baseline without node placement or same-name namespaces",
 			token: func(t *testing.T) peering.Token {
-				return e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
-					s := peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: everythingPolicy})
+				return e.newTokenConfigMap(t, func(tok peering.Token) *corev1.ConfigMap {
+					s := peering.NewTokenConfigMap(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: everythingPolicy})
 					delete(s.Data, peering.PodSecurityKey)
 					delete(s.Data, peering.NodePlacementKey)
 					delete(s.Data, peering.SameNameNamespacesKey)
@@ -97,9 +97,9 @@ func TestPeeringGivesTheTenantThePolicyOfTheToken(t *testing.T) {
 
 func TestATokenWithAnUnknownPodSecurityLevelPeersNobody(t *testing.T) {
 	e := newPeeringEnv(t)
-	tok := e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
-		s := peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour)})
-		s.Data[peering.PodSecurityKey] = []byte("root")
+	tok := e.newTokenConfigMap(t, func(tok peering.Token) *corev1.ConfigMap {
+		s := peering.NewTokenConfigMap(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour)})
+		s.Data[peering.PodSecurityKey] = "root"
 		return s
 	})
 	c := newConsumer()
@@ -109,9 +109,9 @@ func TestATokenWithAnUnknownPodSecurityLevelPeersNobody(t *testing.T) {
 
 func TestATokenWithAnInvalidSameNameNamespacesPeersNobody(t *testing.T) {
 	e := newPeeringEnv(t)
-	tok := e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
-		s := peering.NewTokenSecret(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour)})
-		s.Data[peering.SameNameNamespacesKey] = []byte("yes")
+	tok := e.newTokenConfigMap(t, func(tok peering.Token) *corev1.ConfigMap {
+		s := peering.NewTokenConfigMap(e.namespace, tok, peering.TokenOptions{Expires: time.Now().Add(time.Hour)})
+		s.Data[peering.SameNameNamespacesKey] = "yes"
 		return s
 	})
 	c := newConsumer()

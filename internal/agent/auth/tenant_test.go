@@ -193,8 +193,9 @@ func (e *peeringEnv) authSAConfig(t *testing.T) *rest.Config {
 	mustCreate(t, e.admin, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "offload-auth", Namespace: e.namespace},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{CASecretName}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "update", "delete"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete"}},
 		},
 	})
@@ -210,7 +211,7 @@ func (e *peeringEnv) authSAConfig(t *testing.T) *rest.Config {
 	}
 	framework.WaitAuthorized(t, cfg,
 		authorizationv1.ResourceAttributes{Verb: "create", Group: offloadv1alpha1.GroupVersion.Group, Resource: "tenants"},
-		authorizationv1.ResourceAttributes{Namespace: e.namespace, Verb: "get", Resource: "secrets"})
+		authorizationv1.ResourceAttributes{Namespace: e.namespace, Verb: "get", Resource: "configmaps"})
 	return cfg
 }
 
@@ -231,8 +232,8 @@ func (e *peeringEnv) newToken(t *testing.T, expires time.Time, reusable bool) pe
 // tokenWith stores a peering token made with o in the install namespace.
 func (e *peeringEnv) tokenWith(t *testing.T, o peering.TokenOptions) peering.Token {
 	t.Helper()
-	return e.newTokenSecret(t, func(tok peering.Token) *corev1.Secret {
-		return peering.NewTokenSecret(e.namespace, tok, o)
+	return e.newTokenConfigMap(t, func(tok peering.Token) *corev1.ConfigMap {
+		return peering.NewTokenConfigMap(e.namespace, tok, o)
 	})
 }
 
@@ -243,16 +244,16 @@ func (e *peeringEnv) boundToken(t *testing.T, name string) peering.Token {
 	return e.tokenWith(t, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Consumer: name})
 }
 
-// newTokenSecret stores in the install namespace the token Secret that
+// newTokenConfigMap stores in the install namespace the token ConfigMap that
 // secret makes for a new token.
-func (e *peeringEnv) newTokenSecret(t *testing.T, secret func(peering.Token) *corev1.Secret) peering.Token {
+func (e *peeringEnv) newTokenConfigMap(t *testing.T, stored func(peering.Token) *corev1.ConfigMap) peering.Token {
 	t.Helper()
 	tok, err := peering.GenerateToken()
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.remember(tok.Secret)
-	mustCreate(t, e.admin, secret(tok))
+	mustCreate(t, e.admin, stored(tok))
 	return tok
 }
 
