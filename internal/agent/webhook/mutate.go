@@ -86,7 +86,6 @@ func Mutate(pod *corev1.Pod, no *offloadv1alpha1.NamespaceOffloading, opts Optio
 	return !apiequality.Semantic.DeepEqual(before, &pod.Spec)
 }
 
-
 // selects tells whether sel restricts the peers: a nil selector, or one
 // without terms, selects them all.
 func selects(sel *corev1.NodeSelector) bool { return sel != nil && len(sel.NodeSelectorTerms) > 0 }
