@@ -12,9 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // In its own namespace, the auth service's identity reads no Secret but the
@@ -142,6 +145,81 @@ func TestTheAuthServiceSpendsTokensAndReadsNoSecretOfItsNamespace(t *testing.T) 
 		forbidden(t, err, true)
 		if err := auth.CoreV1().ConfigMaps(ns).Delete(ctx, token.Name, metav1.DeleteOptions{}); err != nil {
 			t.Errorf("removing a token: %v", err)
+		}
+	})
+}
+
+// The auth service's identity writes no Tenant policy: it makes Tenants with
+// the pending policy and the name of their peering token, and the
+// controller-manager gives them the token's policy.
+func TestTheAuthServiceWritesNoTenantPolicy(t *testing.T) {
+	s := enforcedAuthPolicy(t)
+	cfg := framework.APIServer(t)
+	admin := framework.NewClient(t, cfg)
+	framework.InstallCRDs(t, admin)
+	authCfg := rest.CopyConfig(cfg)
+	authCfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + s.release + ":offload-auth",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + s.release, "system:authenticated"},
+	}
+	auth := framework.NewClient(t, authCfg)
+	ctx := t.Context()
+	name := "c" + rand.String(6)
+	tenant := func(policy offloadv1alpha1.ConsumerPolicy) *offloadv1alpha1.Tenant {
+		return &offloadv1alpha1.Tenant{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{offloadv1alpha1.AnnotationPeeringToken: "abc123"}},
+			Spec:       offloadv1alpha1.TenantSpec{ClusterID: "id-" + name, ClusterName: name, TenantNamespace: offloadv1alpha1.TenantNamespace(name), Policy: policy},
+		}
+	}
+	refused := func(t *testing.T, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), authPolicyName) || !strings.Contains(err.Error(), "writes no Tenant policy") {
+			t.Fatalf("got %v, want it refused by %s", err, authPolicyName)
+		}
+	}
+	for level, policy := range map[string]offloadv1alpha1.ConsumerPolicy{
+		"privileged":                       {PodSecurity: offloadv1alpha1.PodSecurityPrivileged},
+		"baseline":                         {PodSecurity: offloadv1alpha1.PodSecurityBaseline},
+		"restricted with node placement":   {PodSecurity: offloadv1alpha1.PodSecurityRestricted, NodePlacement: true},
+		"restricted with chosen nodes":     {PodSecurity: offloadv1alpha1.PodSecurityRestricted, NodeSelector: map[string]string{"pool": "a"}},
+		"restricted, same-name namespaces": {PodSecurity: offloadv1alpha1.PodSecurityRestricted, SameNameNamespaces: true},
+	} {
+		t.Run("creating a "+level+" Tenant is refused", func(t *testing.T) {
+			refused(t, auth.Create(ctx, tenant(policy), client.DryRunAll))
+		})
+	}
+	t.Run("claiming the policy was adopted is refused", func(t *testing.T) {
+		tn := tenant(offloadv1alpha1.PendingPolicy())
+		tn.Annotations[offloadv1alpha1.AnnotationPolicyFromToken] = "abc123"
+		refused(t, auth.Create(ctx, tn, client.DryRunAll))
+	})
+	created := tenant(offloadv1alpha1.PendingPolicy())
+	if err := auth.Create(ctx, created); err != nil {
+		t.Fatalf("creating a Tenant with the pending policy: %v", err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.WithoutCancel(ctx), created) })
+	// The controller-manager (here the admin) gives it its token's policy.
+	adopted := created.DeepCopy()
+	adopted.Spec.Policy = offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}
+	adopted.Annotations[offloadv1alpha1.AnnotationPolicyFromToken] = "abc123"
+	if err := admin.Update(ctx, adopted); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("changing a Tenant's policy is refused", func(t *testing.T) {
+		u := adopted.DeepCopy()
+		u.Spec.Policy.PodSecurity = offloadv1alpha1.PodSecurityPrivileged
+		refused(t, auth.Update(ctx, u, client.DryRunAll))
+	})
+	t.Run("taking the adoption back, so that another token's policy is adopted unchecked, is refused", func(t *testing.T) {
+		u := adopted.DeepCopy()
+		delete(u.Annotations, offloadv1alpha1.AnnotationPolicyFromToken)
+		refused(t, auth.Update(ctx, u, client.DryRunAll))
+	})
+	t.Run("naming the token of a new peering is admitted", func(t *testing.T) {
+		u := adopted.DeepCopy()
+		u.Annotations[offloadv1alpha1.AnnotationPeeringToken] = "def456"
+		if err := auth.Update(ctx, u, client.DryRunAll); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

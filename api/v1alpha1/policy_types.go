@@ -137,6 +137,21 @@ const (
 	AnnotationTolerations  = "offload.io/tolerations"
 )
 
+// AnnotationPeeringToken names, on a Tenant, the peering token that last
+// peered it; the auth service writes it, and never the Tenant's policy.
+// AnnotationPolicyFromToken names the token whose policy the provider's
+// controller-manager then gave the Tenant: it reads the policy from the
+// token the provider's admin made, which the auth service cannot change.
+const (
+	AnnotationPeeringToken    = "offload.io/peering-token"
+	AnnotationPolicyFromToken = "offload.io/policy-from-token"
+)
+
+// PendingPolicy is the policy of a Tenant the auth service makes, until
+// the controller-manager gives it its token's: Pod Security restricted and
+// nothing else, no more than any token grants.
+func PendingPolicy() ConsumerPolicy { return ConsumerPolicy{PodSecurity: PodSecurityRestricted} }
+
 // PodNodesPolicyName is the ValidatingAdmissionPolicy, and its binding,
 // that keeps the pods of twin namespaces on the nodes their provider chose
 // (AnnotationNodeSelector), node placement or not.

@@ -6,6 +6,11 @@ import (
 	"net/netip"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 )
 
@@ -14,6 +19,7 @@ const (
 	setPodCIDR     = "kubectl offload upgrade --pod-cidr CIDR"
 	setServiceCIDR = "kubectl offload upgrade --service-cidr CIDR"
 	setRemapPools  = "kubectl offload upgrade --set 'network.remapPools={CIDR}'"
+	setReserved    = "kubectl offload upgrade --set 'network.reservedCIDRs={CIDR}'"
 )
 
 // cidrChecker checks that the pod and service CIDRs are set and that they
@@ -22,7 +28,7 @@ type cidrChecker struct{}
 
 func (cidrChecker) Name() string { return "cidrs" }
 
-func (cidrChecker) Check(_ context.Context, d *DoctorEnv) Section {
+func (cidrChecker) Check(ctx context.Context, d *DoctorEnv) Section {
 	s := Section{Title: "CIDRs"}
 	rel, c := releaseOrCheck(d.Env)
 	if c != nil {
@@ -35,8 +41,82 @@ func (cidrChecker) Check(_ context.Context, d *DoctorEnv) Section {
 		{Name: "serviceCIDR", Label: "Service CIDR", Value: strings.Join(svc, ", ")},
 		{Name: "remapPools", Label: "Remap pools", Value: strings.Join(pools, ", ")},
 	}
-	s.Checks = cidrChecks(pod, svc, pools, boolValue(rel.Values, "network", "enabled"))
+	fabric := boolValue(rel.Values, "network", "enabled")
+	s.Checks = cidrChecks(pod, svc, pools, fabric)
+	reserved := cidrList(rel.Values, "reservedCIDRs")
+	s.Fields = append(s.Fields, Field{Name: "reservedCIDRs", Label: "Reserved", Value: strings.Join(reserved, ", ")})
+	addrs, err := nodeAddresses(ctx, d.Kube)
+	if err != nil {
+		s.Checks = append(s.Checks, warn("reservedCIDRs", "cannot list the nodes to check network.reservedCIDRs: %v", err))
+		return s
+	}
+	s.Checks = append(s.Checks, reservedCheck(reserved, addrs, pools, fabric))
 	return s
+}
+
+// nodeAddresses lists the internal addresses of this cluster's real nodes.
+func nodeAddresses(ctx context.Context, kube kubernetes.Interface) ([]netip.Addr, error) {
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelType + "!=" + offloadv1alpha1.TypeVirtualNode})
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
+				out = append(out, ip)
+			}
+		}
+	}
+	return out, nil
+}
+
+// reservedCheck judges network.reservedCIDRs against the nodes' addresses:
+// a node address in a remap pool, and not reserved, could become a peer's
+// view; an empty list reserves nothing of the node network but the nodes'
+// own addresses, which the agent keeps out of views by itself.
+func reservedCheck(reserved []string, nodes []netip.Addr, pools []string, fabric bool) Check {
+	const name = "reservedCIDRs"
+	if !fabric {
+		return ok(name, "the network fabric is off")
+	}
+	prefixes, err := ipam.ParsePrefixes("reserved range", reserved)
+	if err != nil {
+		return fail(name, "%v; run %s", err, setReserved)
+	}
+	poolPrefixes, _ := ipam.ParsePrefixes("remap pool", pools)
+	covered := func(a netip.Addr, in []netip.Prefix) (netip.Prefix, bool) {
+		for _, p := range in {
+			if p.Contains(a) {
+				return p, true
+			}
+		}
+		return netip.Prefix{}, false
+	}
+	var outside []string
+	for _, a := range nodes {
+		if _, ok := covered(a, prefixes); ok {
+			continue
+		}
+		if p, in := covered(a, poolPrefixes); in {
+			return fail(name, "node address %s lies in the remap pool %s and is not reserved: a peer's view could take this node's subnet; run %s with the node network, or move the pool",
+				a, p.Masked(), setReserved)
+		}
+		outside = append(outside, a.String())
+	}
+	switch {
+	case len(reserved) == 0:
+		nodesAt := ""
+		if len(outside) > 0 {
+			nodesAt = " (nodes at " + strings.Join(outside, ", ") + ")"
+		}
+		return warn(name, "network.reservedCIDRs is empty: peers' views avoid the nodes' and API server's own addresses, not the rest of their network%s; run %s with it",
+			nodesAt, setReserved)
+	case len(outside) > 0:
+		return warn(name, "node addresses %s are outside network.reservedCIDRs (%s); run %s with the node network",
+			strings.Join(outside, ", "), strings.Join(reserved, ", "), setReserved)
+	}
+	return ok(name, "network.reservedCIDRs (%s) holds every node's address", strings.Join(reserved, ", "))
 }
 
 // cidrList reads network.NAME, a CIDR, a comma-separated list of them or

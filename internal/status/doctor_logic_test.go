@@ -1,6 +1,7 @@
 package status
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,36 @@ func TestCIDRChecks(t *testing.T) {
 			}
 			if c.Status != tt.want || !strings.Contains(c.Message, tt.says) {
 				t.Errorf("%s = %s %q, want %s saying %q", tt.check, c.Status, c.Message, tt.want, tt.says)
+			}
+		})
+	}
+}
+
+func TestReservedCheckWantsTheNodeNetworkReserved(t *testing.T) {
+	nodes := []netip.Addr{netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("192.168.1.11")}
+	pools := []string{"10.64.0.0/12"}
+	tests := []struct {
+		name     string
+		reserved []string
+		nodes    []netip.Addr
+		pools    []string
+		fabric   bool
+		want     Status
+		says     string
+	}{
+		{"nothing to check with the fabric off", nil, nodes, pools, false, StatusOK, "fabric is off"},
+		{"an empty list warns and names the nodes", nil, nodes, pools, true, StatusWarning, "192.168.1.10, 192.168.1.11"},
+		{"a list holding every node passes", []string{"192.168.1.0/24"}, nodes, pools, true, StatusOK, "every node"},
+		{"a node outside the list warns", []string{"192.168.1.10/32"}, nodes, pools, true, StatusWarning, "192.168.1.11"},
+		{"a node in a remap pool and not reserved fails", nil, []netip.Addr{netip.MustParseAddr("10.64.3.4")}, pools, true, StatusFailed, "remap pool 10.64.0.0/12"},
+		{"a node in a remap pool but reserved passes", []string{"10.64.3.0/24"}, []netip.Addr{netip.MustParseAddr("10.64.3.4")}, pools, true, StatusOK, "every node"},
+		{"a list that does not parse fails", []string{"node-net"}, nodes, pools, true, StatusFailed, "network.reservedCIDRs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := reservedCheck(tt.reserved, tt.nodes, tt.pools, tt.fabric)
+			if c.Status != tt.want || !strings.Contains(c.Message, tt.says) {
+				t.Errorf("reservedCIDRs = %s %q, want %s saying %q", c.Status, c.Message, tt.want, tt.says)
 			}
 		})
 	}

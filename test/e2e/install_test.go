@@ -300,12 +300,20 @@ func checkRBAC(ctx context.Context, t *testing.T, c *framework.Cluster) {
 			{"bind", "rbac.authorization.k8s.io", "clusterroles", "", "", false},
 			// Only EndpointSlice kubernetes, by name, in default.
 			{"list", "discovery.k8s.io", "endpointslices", "", "default", false},
+			// Gateway Deployments, never deleted by it (they go with their Tunnel).
+			{"create", "apps", "deployments", "", installNS, true},
+			{"delete", "apps", "deployments", "", installNS, false},
 		},
 		"offload-auth": {
 			{"create", "offload.io", "tenants", "", "", true},
 			{"create", "", "serviceaccounts", "token", "offload-tenant-x", true},
 			{"create", "rbac.authorization.k8s.io", "rolebindings", "", "offload-tenant-x", true},
-			{"get", "", "secrets", "", installNS, true},
+			// Of its namespace's Secrets only its CA, by name (below).
+			{"get", "", "secrets", "", installNS, false},
+			{"list", "", "secrets", "", installNS, false},
+			// Peering tokens are ConfigMaps, made by the admin.
+			{"update", "", "configmaps", "", installNS, true},
+			{"create", "", "configmaps", "", installNS, false},
 			{"get", "", "secrets", "", "default", false},
 			{"list", "", "secrets", "", "", false},
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
@@ -336,6 +344,21 @@ func checkRBAC(ctx context.Context, t *testing.T, c *framework.Cluster) {
 				}
 				t.Errorf("%s: %s %s/%s %s (%s): allowed=%t, want %t", sa, a.verb, a.resource, a.subresource, a.group, where, got.Status.Allowed, a.allowed)
 			}
+		}
+	}
+	// The auth service reads its CA, and no other Secret of its namespace
+	// (this cluster's peer kubeconfigs, its gateways' keys).
+	for name, want := range map[string]bool{offloadv1alpha1.AuthCASecret: true, "offload-peer-provider-kubeconfig": false, "offload-gateway-provider": false} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + installNS + ":offload-auth",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: installNS, Name: name},
+		}}
+		got, err := c.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != want {
+			t.Errorf("offload-auth: get secret %s/%s: allowed=%t, want %t", installNS, name, got.Status.Allowed, want)
 		}
 	}
 	// The auth service can bind only the tenant role.

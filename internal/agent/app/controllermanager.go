@@ -252,7 +252,7 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		// Provider side: the one owner of a consumer's tenant teardown.
 		func(mgr ctrlmanager.Manager) error {
-			return (&tenant.Reconciler{Client: mgr.GetClient(), CredentialGrace: o.CredentialGrace, AbandonedAfter: o.AbandonedAfter}).SetupWithManager(mgr)
+			return (&tenant.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, CredentialGrace: o.CredentialGrace, AbandonedAfter: o.AbandonedAfter}).SetupWithManager(mgr)
 		},
 		// Provider side: each consumer recorded as a ForeignCluster.
 		func(mgr ctrlmanager.Manager) error {

@@ -155,7 +155,7 @@ func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.L
 			return nil, err
 		}
 	}
-	t, undo, err := p.provision(ctx, req.ClusterID, req.ClusterName, stored.Policy, *log)
+	t, undo, err := p.provision(ctx, req.ClusterID, req.ClusterName, stored.ID, *log)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t *testing.T) {
@@ -49,13 +50,19 @@ func TestPeeringWithAValidTokenCreatesATenantWhoseTokenWorksOnlyInItsNamespace(t
 	if err := e.admin.Get(ctx, client.ObjectKey{Name: c.name}, &tenant); err != nil {
 		t.Fatal(err)
 	}
-	want := offloadv1alpha1.TenantSpec{
-		ClusterID: c.id, ClusterName: c.name, TenantNamespace: ns,
-		Policy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline},
+	// The auth service names the token and writes no policy: the
+	// controller-manager (running here) gives the tenant the token's.
+	want := offloadv1alpha1.TenantSpec{ClusterID: c.id, ClusterName: c.name, TenantNamespace: ns}
+	got := tenant.Spec
+	got.Policy = offloadv1alpha1.ConsumerPolicy{}
+	if !apiequality.Semantic.DeepEqual(got, want) || tenant.Annotations[offloadv1alpha1.AnnotationPeeringToken] != tok.ID {
+		t.Errorf("tenant spec %+v, annotations %v; want %+v and the token %s named", tenant.Spec, tenant.Annotations, want, tok.ID)
 	}
-	if !apiequality.Semantic.DeepEqual(tenant.Spec, want) {
-		t.Errorf("tenant spec %+v, want %+v", tenant.Spec, want)
-	}
+	framework.Eventually(t, 30*time.Second, "the tenant has its token's policy", func(ctx context.Context) bool {
+		var tn offloadv1alpha1.Tenant
+		return e.admin.Get(ctx, client.ObjectKey{Name: c.name}, &tn) == nil &&
+			tn.Spec.Policy.Equal(offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline})
+	})
 	if tenant.Status.CredentialExpiry == nil || !tenant.Status.CredentialExpiry.Time.Equal(cred.ExpirationTimestamp) {
 		t.Errorf("tenant credentialExpiry %v, want %v", tenant.Status.CredentialExpiry, cred.ExpirationTimestamp)
 	}
@@ -267,10 +274,7 @@ func TestAnExistingTenantIsPeeredAgainOnlyWithATokenBoundToIt(t *testing.T) {
 		t.Fatalf("first peering: %d %s", r.status, r.body)
 	}
 	first := r.response(t).Credentials
-	var before offloadv1alpha1.Tenant
-	if err := e.admin.Get(ctx, client.ObjectKey{Name: c.name}, &before); err != nil {
-		t.Fatal(err)
-	}
+	before := e.waitPolicyAdopted(t, c.name)
 
 	singleUse := e.newToken(t, time.Now().Add(time.Hour), false)
 	boundToOther := e.boundToken(t, "someone-else")

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/tenant"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -27,17 +28,25 @@ func (e *peeringEnv) policyToken(t *testing.T, policy offloadv1alpha1.ConsumerPo
 	return e.tokenWith(t, peering.TokenOptions{Expires: time.Now().Add(time.Hour), Policy: policy})
 }
 
-// peerAndGetPolicy peers c with tok and returns its Tenant's policy.
+// peerAndGetPolicy peers c with tok and returns its Tenant's policy, once
+// the controller-manager gave it its token's (tenant.AdoptTokenPolicy, run
+// here as the controller-manager runs it).
 func (e *peeringEnv) peerAndGetPolicy(t *testing.T, tok peering.Token, c consumer) offloadv1alpha1.ConsumerPolicy {
 	t.Helper()
 	if r := e.post(t, peering.PeerPath, e.peerRequest(tok.String(), c), ""); r.status != http.StatusOK {
 		t.Fatalf("peering %s: %d %s", c.name, r.status, r.body)
 	}
-	var tenant offloadv1alpha1.Tenant
-	if err := e.admin.Get(context.Background(), client.ObjectKey{Name: c.name}, &tenant); err != nil {
+	var t0 offloadv1alpha1.Tenant
+	if err := e.admin.Get(context.Background(), client.ObjectKey{Name: c.name}, &t0); err != nil {
 		t.Fatal(err)
 	}
-	return tenant.Spec.Policy
+	if _, err := tenant.AdoptTokenPolicy(context.Background(), e.admin, e.admin, e.namespace, &t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admin.Get(context.Background(), client.ObjectKey{Name: c.name}, &t0); err != nil {
+		t.Fatal(err)
+	}
+	return t0.Spec.Policy
 }
 
 func TestPeeringGivesTheTenantThePolicyOfTheToken(t *testing.T) {

@@ -24,7 +24,7 @@ import (
 // controller-manager does after every change of the Tenant, with no grace.
 func (e *peeringEnv) retire(t *testing.T, c consumer) {
 	t.Helper()
-	r := &tenant.Reconciler{Client: e.admin, CredentialGrace: time.Nanosecond}
+	r := &tenant.Reconciler{Client: e.admin, Reader: e.admin, Namespace: e.namespace, CredentialGrace: time.Nanosecond}
 	// A conflict is retried, as the controller's queue does.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: c.name}})

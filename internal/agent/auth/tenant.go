@@ -99,14 +99,18 @@ func verifyTenant(t *offloadv1alpha1.Tenant, id, name string) error {
 	return nil
 }
 
-// provision creates, in order, the Tenant with policy, its namespace, its
-// budget (a ResourceQuota), the consumer's ServiceAccount and its
-// RoleBinding, and adopts those that
-// already exist for the same consumer. When a step fails it deletes what
-// this call created, so no half-made tenant is left behind. Once every step
-// succeeded, a Tenant that already existed gets policy: the policy of the
-// newest token is the provider's newest choice.
-func (p *Peering) provision(ctx context.Context, id, name string, policy offloadv1alpha1.ConsumerPolicy, log klog.Logger) (_ *offloadv1alpha1.Tenant, _ func(), err error) {
+// provision creates, in order, the Tenant, its namespace, its budget (a
+// ResourceQuota), the consumer's ServiceAccount and its RoleBinding, and
+// adopts those that already exist for the same consumer. When a step fails
+// it deletes what this call created, so no half-made tenant is left behind.
+//
+// The Tenant names token tokenID, which peered it, and has
+// PendingPolicy: the auth service never writes a policy
+// (offload-auth-scope); the controller-manager gives the Tenant the one its
+// token grants (tenant.AdoptTokenPolicy). Once every step succeeded, a
+// Tenant that already existed is given tokenID's name: the newest token is
+// the provider's newest choice.
+func (p *Peering) provision(ctx context.Context, id, name, tokenID string, log klog.Logger) (_ *offloadv1alpha1.Tenant, _ func(), err error) {
 	var created []client.Object
 	undo := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -143,10 +147,11 @@ func (p *Peering) provision(ctx context.Context, id, name string, policy offload
 	t := &offloadv1alpha1.Tenant{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Labels: map[string]string{offloadv1alpha1.LabelTenant: id},
+			Annotations: map[string]string{offloadv1alpha1.AnnotationPeeringToken: tokenID},
 			// The tenant controller of the controller-manager owns the teardown.
 			Finalizers: []string{offloadv1alpha1.FinalizerTenant},
 		},
-		Spec: offloadv1alpha1.TenantSpec{ClusterID: id, ClusterName: name, TenantNamespace: ns, Policy: policy},
+		Spec: offloadv1alpha1.TenantSpec{ClusterID: id, ClusterName: name, TenantNamespace: ns, Policy: offloadv1alpha1.PendingPolicy()},
 	}
 	if err := step(t, func() error { return verifyTenant(t, id, name) }); err != nil {
 		return nil, nil, err
@@ -192,27 +197,27 @@ func (p *Peering) provision(ctx context.Context, id, name string, policy offload
 	}); err != nil {
 		return nil, nil, err
 	}
-	if err := p.setPolicy(ctx, t, policy, log); err != nil {
+	if err := p.nameToken(ctx, t, tokenID, log); err != nil {
 		return nil, nil, err
 	}
 	return t, undo, nil
 }
 
-// setPolicy gives the Tenant t policy, when it has another one.
-func (p *Peering) setPolicy(ctx context.Context, t *offloadv1alpha1.Tenant, policy offloadv1alpha1.ConsumerPolicy, log klog.Logger) error {
-	if t.Spec.Policy.Equal(policy) {
+// nameToken records on Tenant t that token tokenID peered it last, when
+// another one did before.
+func (p *Peering) nameToken(ctx context.Context, t *offloadv1alpha1.Tenant, tokenID string, log klog.Logger) error {
+	if t.Annotations[offloadv1alpha1.AnnotationPeeringToken] == tokenID {
 		return nil
 	}
-	old := t.Spec.Policy
 	patch := client.MergeFrom(t.DeepCopy())
-	t.Spec.Policy = policy
-	if err := p.client.Patch(ctx, t, patch); err != nil {
-		return fmt.Errorf("setting the policy of tenant %s from the new peering token: %w", t.Name, err)
+	if t.Annotations == nil {
+		t.Annotations = map[string]string{}
 	}
-	log.Info("Changed the tenant's policy to the new peering token's", "tenant", t.Name,
-		"podSecurity", policy.Level(), "nodePlacement", policy.NodePlacement,
-		"nodeSelector", offloadv1alpha1.NodeSelectorString(policy.NodeSelector), "tolerations", offloadv1alpha1.TolerationsString(policy.Tolerations),
-		"previousPodSecurity", old.Level(), "previousNodePlacement", old.NodePlacement)
+	t.Annotations[offloadv1alpha1.AnnotationPeeringToken] = tokenID
+	if err := p.client.Patch(ctx, t, patch); err != nil {
+		return fmt.Errorf("recording the new peering token on tenant %s: %w", t.Name, err)
+	}
+	log.Info("The tenant peered again: it gets the new peering token's policy", "tenant", t.Name, "tokenID", tokenID)
 	return nil
 }
 

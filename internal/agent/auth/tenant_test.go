@@ -80,7 +80,8 @@ func newPeeringEnvWith(t *testing.T, l limits) *peeringEnv {
 	})
 	authClient := framework.NewClient(t, e.authSAConfig(t))
 	// The tenant controller of the controller-manager tears Tenants down.
-	framework.StartManager(t, cfg, (&tenant.Reconciler{Client: admin}).SetupWithManager)
+	// It also gives them their token's policy.
+	framework.StartManager(t, cfg, (&tenant.Reconciler{Client: admin, Namespace: ns}).SetupWithManager)
 
 	ports := make([]int, 2)
 	for i := range ports {
@@ -255,6 +256,18 @@ func (e *peeringEnv) newTokenConfigMap(t *testing.T, stored func(peering.Token) 
 	e.remember(tok.Secret)
 	mustCreate(t, e.admin, stored(tok))
 	return tok
+}
+
+// waitPolicyAdopted waits until the tenant controller gave Tenant name the
+// policy of the token that last peered it, and returns the Tenant.
+func (e *peeringEnv) waitPolicyAdopted(t *testing.T, name string) offloadv1alpha1.Tenant {
+	t.Helper()
+	var tn offloadv1alpha1.Tenant
+	framework.Eventually(t, 30*time.Second, "tenant "+name+" has its token's policy", func(ctx context.Context) bool {
+		return e.admin.Get(ctx, client.ObjectKey{Name: name}, &tn) == nil && tn.Annotations[offloadv1alpha1.AnnotationPeeringToken] != "" &&
+			tn.Annotations[offloadv1alpha1.AnnotationPolicyFromToken] == tn.Annotations[offloadv1alpha1.AnnotationPeeringToken]
+	})
+	return tn
 }
 
 // consumer is a consumer cluster with a fresh name.

@@ -36,6 +36,10 @@ const ControllerName = "tenant"
 // down deleted ones.
 type Reconciler struct {
 	Client client.Client
+	// Reader reads peering tokens, uncached, from Namespace, the install
+	// namespace (AdoptTokenPolicy).
+	Reader    client.Reader
+	Namespace string
 	// CredentialGrace is how long replaced credentials keep working; zero
 	// means DefaultCredentialGrace.
 	CredentialGrace time.Duration
@@ -51,14 +55,18 @@ const DefaultAbandonedAfter = 24 * time.Hour
 
 // SetupWithManager registers the reconciler with mgr.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Reader == nil {
+		r.Reader = mgr.GetAPIReader()
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&offloadv1alpha1.Tenant{}).
 		Complete(r)
 }
 
-// Reconcile keeps the finalizer on a live Tenant and retires its replaced
-// credentials, and tears a deleted one down.
+// Reconcile keeps the finalizer on a live Tenant, gives it its peering
+// token's policy and retires its replaced credentials, and tears a deleted
+// one down.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var t offloadv1alpha1.Tenant
 	if err := r.Client.Get(ctx, req.NamespacedName, &t); err != nil {
@@ -71,6 +79,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			if err := r.Client.Update(ctx, &t); err != nil {
 				return ctrl.Result{}, fmt.Errorf("adding the finalizer of Tenant %s: %w", t.Name, err)
 			}
+		}
+		if _, err := AdoptTokenPolicy(ctx, r.Client, r.Reader, r.Namespace, &t); err != nil {
+			return ctrl.Result{}, err
 		}
 		deleted, left, err := r.collectAbandoned(ctx, &t)
 		if err != nil || deleted {
