@@ -23,8 +23,32 @@ const (
 	ReasonPodCIDRsChanged = "PodCIDRsChanged"
 )
 
+// AnnotationRefusedAnnouncement, on a NetworkPeering, is the consumer's
+// word to the provider that it refuses the provider's announcement (its
+// pod CIDRs or its views): "reason: message". The provider shows it, as
+// hostile text (cleaned, bounded), on its side's NetworkReady with
+// ReasonRefusedByConsumer; the consumer removes it once it accepts.
+const AnnotationRefusedAnnouncement = "offload.io/refused-announcement"
+
+// ReasonRefusedByConsumer is NetworkReady's reason on the provider when
+// the consumer refuses what the provider announced.
+const ReasonRefusedByConsumer = "RefusedByConsumer"
+
 // refusal is a peer announcement this cluster does not route.
 type refusal struct{ reason, message string }
+
+// String is the refusal as AnnotationRefusedAnnouncement holds it.
+func (r *refusal) String() string {
+	if r == nil {
+		return ""
+	}
+	return r.reason + ": " + r.message
+}
+
+// isRefusal tells whether reason is one of a refused announcement.
+func isRefusal(reason string) bool {
+	return reason == ReasonRefusedPodCIDRs || reason == ReasonPodCIDRsChanged
+}
 
 // checkPeerCIDRs checks the pod CIDRs the peer announced, for Tunnel t that
 // holds what was agreed before: within this cluster's peer ranges, and,

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -59,7 +60,7 @@ func newProviderAlone(t *testing.T) *providerAlone {
 	framework.InstallCRDs(t, admin)
 	ctx := t.Context()
 	suffix := rand.String(5)
-	p := &providerAlone{admin: admin, consumer: "hostile-" + suffix, id: "hostile-id-" + suffix,
+	p := &providerAlone{admin: admin, consumer: "hostile-" + suffix, id: string(uuid.NewUUID()),
 		pns: framework.NewNamespace(t, admin, "offload-p")}
 	p.tenantNS = offloadv1alpha1.TenantNamespace(p.consumer)
 	p.tunnel = client.ObjectKey{Namespace: p.pns, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, p.consumer)}
@@ -136,6 +137,11 @@ func (p *providerAlone) mappings(t *testing.T) []offloadv1alpha1.CIDRMapping {
 // pool, and, once agreed, its CIDRs change only with the admin's approval.
 func TestAConsumerCannotSteerTheProvidersRoutes(t *testing.T) {
 	p := newProviderAlone(t)
+	// The provider's record of the consumer shows the refusal too.
+	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: p.consumer},
+		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: p.id, ClusterName: p.consumer}}
+	must(t, p.admin.Create(t.Context(), fc))
+	t.Cleanup(func() { _ = p.admin.Delete(context.Background(), fc) })
 	for _, cidrs := range [][]string{{"169.254.169.254/32"}, {"128.0.0.0/1"}, {"10.244.0.0/16", "8.8.8.0/24"}, {"10.0.0.0/8"}} {
 		ready := p.announce(t, cidrs...)
 		if ready.Status != metav1.ConditionFalse || ready.Reason != ReasonRefusedPodCIDRs || !strings.Contains(ready.Message, "nothing was routed") {
@@ -144,6 +150,7 @@ func TestAConsumerCannotSteerTheProvidersRoutes(t *testing.T) {
 		if m := p.mappings(t); m != nil {
 			t.Errorf("announcing %v left Tunnel mappings %v", cidrs, m)
 		}
+		p.waitNetworkReady(t, fc, ReasonRefusedPodCIDRs, cidrs[len(cidrs)-1])
 	}
 
 	// The provider node's own network: remapped, so the provider's nodes
@@ -179,6 +186,45 @@ func TestAConsumerCannotSteerTheProvidersRoutes(t *testing.T) {
 		m := p.mappings(t)
 		return len(m) == 1 && m[0].Real == "172.20.0.0/16"
 	})
+
+	// The consumer refusing the provider's announcement shows here, its
+	// words cleaned of what a terminal would obey.
+	np := &offloadv1alpha1.NetworkPeering{}
+	must(t, p.admin.Get(t.Context(), client.ObjectKey{Namespace: p.tenantNS, Name: offloadv1alpha1.NetworkPeeringName}, np))
+	np.Annotations = map[string]string{AnnotationRefusedAnnouncement: "RefusedPodCIDRs: your views\x1b[2J are wrong\x07"}
+	must(t, p.admin.Update(t.Context(), np))
+	c := p.waitNetworkReady(t, fc, ReasonRefusedByConsumer, "your views")
+	if strings.ContainsAny(c.Message, "\x1b\x07") || !strings.Contains(c.Message, "consumer "+p.consumer) {
+		t.Errorf("NetworkReady %q: want the consumer named and no control character", c.Message)
+	}
+	must(t, p.admin.Get(t.Context(), client.ObjectKeyFromObject(np), np))
+	delete(np.Annotations, AnnotationRefusedAnnouncement)
+	must(t, p.admin.Update(t.Context(), np))
+	framework.Eventually(t, 20*time.Second, "the consumer's withdrawn refusal leaves the provider's record", func(ctx context.Context) bool {
+		var got offloadv1alpha1.ForeignCluster
+		if p.admin.Get(ctx, client.ObjectKeyFromObject(fc), &got) != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)
+		return c != nil && c.Reason != ReasonRefusedByConsumer
+	})
+}
+
+// waitNetworkReady waits for NetworkReady False with reason on the
+// provider's ForeignCluster fc of the consumer, its message saying says.
+func (p *providerAlone) waitNetworkReady(t *testing.T, fc *offloadv1alpha1.ForeignCluster, reason, says string) *metav1.Condition {
+	t.Helper()
+	var c *metav1.Condition
+	framework.Eventually(t, 20*time.Second, "NetworkReady "+reason+" on the provider's record of the consumer", func(ctx context.Context) bool {
+		var got offloadv1alpha1.ForeignCluster
+		if p.admin.Get(ctx, client.ObjectKeyFromObject(fc), &got) != nil {
+			return false
+		}
+		c = meta.FindStatusCondition(got.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason && strings.Contains(c.Message, says) &&
+			got.Status.Network == offloadv1alpha1.PhaseFailed
+	})
+	return c
 }
 
 // A provider's NetworkPeering status is hostile input for the consumer:
@@ -221,6 +267,22 @@ func TestAProviderCannotSteerTheConsumersRoutes(t *testing.T) {
 		must(t, w.admin.Get(ctx, clientTunnel, &tn))
 		return tn.Spec.Mappings
 	}
+	// told waits until the consumer told the provider, on the
+	// NetworkPeering, of its refusal (starting with prefix), or that it
+	// refuses nothing (prefix empty).
+	told := func(what, prefix string) {
+		t.Helper()
+		framework.Eventually(t, 30*time.Second, what+": the provider is told", func(ctx context.Context) bool {
+			if w.admin.Get(ctx, client.ObjectKeyFromObject(np), np) != nil {
+				return false
+			}
+			v, ok := np.Annotations[AnnotationRefusedAnnouncement]
+			if prefix == "" {
+				return !ok
+			}
+			return strings.HasPrefix(v, prefix)
+		})
+	}
 
 	for _, tc := range []struct {
 		name     string
@@ -235,6 +297,7 @@ func TestAProviderCannotSteerTheConsumersRoutes(t *testing.T) {
 		if c := networkReady(ReasonRefusedPodCIDRs); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "nothing was routed") {
 			t.Errorf("%s: NetworkReady %+v", tc.name, c)
 		}
+		told(tc.name, ReasonRefusedPodCIDRs+": ")
 		if m := mappings(); len(m) != 0 {
 			t.Errorf("%s: the consumer's Tunnel maps %v", tc.name, m)
 		}
@@ -245,6 +308,7 @@ func TestAProviderCannotSteerTheConsumersRoutes(t *testing.T) {
 		m := mappings()
 		return len(m) == 1 && m[0].Real == "10.42.0.0/16"
 	})
+	told("an accepted announcement", "")
 	agreed := mappings()
 	answer([]string{"10.43.0.0/16"}, good)
 	if c := networkReady(ReasonPodCIDRsChanged); !strings.Contains(c.Message, AnnotationApprovedPodCIDRs+"=10.43.0.0/16") {

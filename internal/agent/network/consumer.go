@@ -152,6 +152,9 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 	if bad == nil {
 		bad = r.Settings.checkPeerViews(np.Status.ConsumerViews)
 	}
+	if err := tellRefusal(ctx, p, np, bad); err != nil {
+		return "", metav1.Condition{}, err
+	}
 	if bad != nil {
 		return offloadv1alpha1.PhaseFailed, metav1.Condition{Status: metav1.ConditionFalse, Reason: bad.reason, Message: bad.message}, nil
 	}
@@ -214,6 +217,27 @@ func applyTunnelOwned(ctx context.Context, c client.Client, t *offloadv1alpha1.T
 		}
 	}
 	return applyTunnel(ctx, c, t, spec)
+}
+
+// tellRefusal tells the provider, on np, that this cluster refuses its
+// announcement (bad), or that it no longer does (bad is nil).
+func tellRefusal(ctx context.Context, c client.Client, np *offloadv1alpha1.NetworkPeering, bad *refusal) error {
+	if np.Annotations[AnnotationRefusedAnnouncement] == bad.String() {
+		return nil
+	}
+	patch := client.MergeFrom(np.DeepCopy())
+	if bad == nil {
+		delete(np.Annotations, AnnotationRefusedAnnouncement)
+	} else {
+		if np.Annotations == nil {
+			np.Annotations = map[string]string{}
+		}
+		np.Annotations[AnnotationRefusedAnnouncement] = bad.String()
+	}
+	if err := c.Patch(ctx, np, patch); err != nil {
+		return fmt.Errorf("telling the provider about its refused announcement (NetworkPeering %s): %w", klog.KObj(np), err)
+	}
+	return nil
 }
 
 // askForTunnel creates or updates the NetworkPeering in the tenant

@@ -30,6 +30,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // ProviderControllerName names the provider side's controller.
@@ -170,13 +171,29 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if err != nil {
 		log.Error(err, "Serving the network peering", "networkPeering", klog.KObj(&np))
 	}
-	return reconcile.Result{}, r.mirror(ctx, np.Spec.ClusterID, tunnel)
+	return reconcile.Result{}, r.mirror(ctx, np.Spec.ClusterID, tunnel, refusedHere(ready, &np, consumer))
+}
+
+// refusedHere is what the provider shows of a refused announcement: its
+// own refusal of the consumer's (ready), or the consumer's refusal of its
+// own, from the NetworkPeering's annotation, which the consumer wrote and
+// is cleaned before it is shown. Nil when neither side refuses.
+func refusedHere(ready metav1.Condition, np *offloadv1alpha1.NetworkPeering, consumer string) *metav1.Condition {
+	if ready.Status == metav1.ConditionFalse && isRefusal(ready.Reason) {
+		c := ready
+		return &c
+	}
+	if v := np.Annotations[AnnotationRefusedAnnouncement]; v != "" {
+		return &metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonRefusedByConsumer,
+			Message: "consumer " + consumer + " refuses what this cluster announced, and routes none of it: " + peering.CleanText(v)}
+	}
+	return nil
 }
 
 // mirror shows the server tunnel on the consumer's ForeignCluster here:
-// NetworkReady and the NETWORK column. When this cluster also consumes
-// that peer, the consumer side owns them.
-func (r *ProviderReconciler) mirror(ctx context.Context, consumerID string, tunnel *offloadv1alpha1.Tunnel) error {
+// NetworkReady and the NETWORK column, or refused, the refusal. When this
+// cluster also consumes that peer, the consumer side owns them.
+func (r *ProviderReconciler) mirror(ctx context.Context, consumerID string, tunnel *offloadv1alpha1.Tunnel, refused *metav1.Condition) error {
 	var fcs offloadv1alpha1.ForeignClusterList
 	if err := r.Client.List(ctx, &fcs); err != nil {
 		return err
@@ -185,6 +202,9 @@ func (r *ProviderReconciler) mirror(ctx context.Context, consumerID string, tunn
 		fc := &fcs.Items[i]
 		if fc.Spec.ClusterID != consumerID || fc.Spec.OutgoingPeering.Enabled || !fc.DeletionTimestamp.IsZero() {
 			continue
+		}
+		if refused != nil {
+			return setNetwork(ctx, r.Client, fc, offloadv1alpha1.PhaseFailed, *refused)
 		}
 		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); err != nil {
 			return client.IgnoreNotFound(err)
