@@ -388,6 +388,8 @@ func TestTheAuthScopePolicyLeavesAdminsAlone(t *testing.T) {
 type authScope struct {
 	release     string
 	admin, auth kubernetes.Interface
+	// authConfig is auth's client configuration.
+	authConfig *rest.Config
 }
 
 var authPolicy struct {
@@ -510,7 +512,7 @@ func applyAuthPolicy(t *testing.T, admin kubernetes.Interface) (authScope, error
 	if _, err := auth.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		return authScope{}, fmt.Errorf("the auth service lists Secrets of kube-system (error %v): RBAC is not enforced", err)
 	}
-	return authScope{release: release, admin: admin, auth: auth}, nil
+	return authScope{release: release, admin: admin, auth: auth, authConfig: cfg}, nil
 }
 
 // renderIn renders the embedded chart with vals for release namespace ns,

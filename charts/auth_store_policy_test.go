@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -154,15 +153,9 @@ func TestTheAuthServiceSpendsTokensAndReadsNoSecretOfItsNamespace(t *testing.T) 
 // controller-manager gives them the token's policy.
 func TestTheAuthServiceWritesNoTenantPolicy(t *testing.T) {
 	s := enforcedAuthPolicy(t)
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
+	admin := framework.NewClient(t, framework.APIServer(t))
 	framework.InstallCRDs(t, admin)
-	authCfg := rest.CopyConfig(cfg)
-	authCfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + s.release + ":offload-auth",
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + s.release, "system:authenticated"},
-	}
-	auth := framework.NewClient(t, authCfg)
+	auth := framework.NewClient(t, s.authConfig)
 	ctx := t.Context()
 	name := "c" + rand.String(6)
 	tenant := func(policy offloadv1alpha1.ConsumerPolicy) *offloadv1alpha1.Tenant {

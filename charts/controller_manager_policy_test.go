@@ -9,6 +9,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -115,6 +116,16 @@ func controllerManagerUnder(t *testing.T, admin kubernetes.Interface, policyName
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), policyName)
 	})
 	return agent
+}
+
+// agentRelease returns the release namespace of the controller-manager's
+// identity that agent acts as: the namespace its ServiceAccount lives in.
+func agentRelease(ctx context.Context, agent kubernetes.Interface) (string, error) {
+	review, err := agent.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return strings.Split(review.Status.UserInfo.Username, ":")[2], nil
 }
 
 func node(name string, virtual bool) *corev1.Node {

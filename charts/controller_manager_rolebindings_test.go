@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,12 +38,10 @@ func TestTheControllerManagerBindsOnlyItsOwnRoleBindings(t *testing.T) {
 			sa("kube-system", "default")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})
-	// The release namespace is the one the agent's identity lives in.
-	review, err := agent.AuthenticationV1().SelfSubjectReviews().Create(t.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	release, err := agentRelease(t.Context(), agent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := strings.Split(review.Status.UserInfo.Username, ":")[2]
 	self := sa(release, offloadv1alpha1.ControllerManager)
 	offloaded := newNamespace(t, admin, map[string]string{offloadv1alpha1.LabelOffloaded: "true"})
 	plain := newNamespace(t, admin, nil)

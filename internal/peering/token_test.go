@@ -181,13 +181,13 @@ func TestReadTokenConfigMapReadsThePolicy(t *testing.T) {
 		{name: "a privileged level is read", secret: with(map[string]string{PodSecurityKey: "privileged"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged}},
 		{name: "node placement true is read", secret: with(map[string]string{NodePlacementKey: "true"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodePlacement: true}},
 		{name: "node placement false grants none", secret: with(map[string]string{NodePlacementKey: "false"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
-		{name: "an unknown level is an error naming the Secret", secret: with(map[string]string{PodSecurityKey: "root"}), wantErr: true},
+		{name: "an unknown level is an error naming the token", secret: with(map[string]string{PodSecurityKey: "root"}), wantErr: true},
 		{name: "a level in another case is an error", secret: with(map[string]string{PodSecurityKey: "Privileged"}), wantErr: true},
-		{name: "an unknown node placement is an error naming the Secret", secret: with(map[string]string{NodePlacementKey: "yes"}), wantErr: true},
+		{name: "an unknown node placement is an error naming the token", secret: with(map[string]string{NodePlacementKey: "yes"}), wantErr: true},
 		{name: "same-name namespaces true is read", secret: with(map[string]string{SameNameNamespacesKey: "true"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, SameNameNamespaces: true}},
 		{name: "same-name namespaces false grants none", secret: with(map[string]string{SameNameNamespacesKey: "false"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
 		{name: "same-name namespaces are read apart from node placement", secret: with(map[string]string{NodePlacementKey: "true", SameNameNamespacesKey: "true"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodePlacement: true, SameNameNamespaces: true}},
-		{name: "an unknown same-name namespaces is an error naming the Secret", secret: with(map[string]string{SameNameNamespacesKey: "yes"}), wantErr: true},
+		{name: "an unknown same-name namespaces is an error naming the token", secret: with(map[string]string{SameNameNamespacesKey: "yes"}), wantErr: true},
 		{name: "same-name namespaces in capitals is an error", secret: with(map[string]string{SameNameNamespacesKey: "True"}), wantErr: true},
 		{name: "a node selector is read", secret: with(map[string]string{NodeSelectorKey: "a=b,pool=tenants"}),
 			want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodeSelector: map[string]string{"a": "b", "pool": "tenants"}}},
@@ -195,9 +195,9 @@ func TestReadTokenConfigMapReadsThePolicy(t *testing.T) {
 			want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, Tolerations: []corev1.Toleration{
 				{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tenants", Effect: corev1.TaintEffectNoSchedule},
 				{Key: "spot", Operator: corev1.TolerationOpExists}}}},
-		{name: "a node selector without a value is an error naming the Secret", secret: with(map[string]string{NodeSelectorKey: "pool"}), wantErr: true},
-		{name: "a toleration with an unknown effect is an error naming the Secret", secret: with(map[string]string{TolerationsKey: "a:Sometimes"}), wantErr: true},
-		{name: "a toleration without a key is an error naming the Secret", secret: with(map[string]string{TolerationsKey: "=x:NoSchedule"}), wantErr: true},
+		{name: "a node selector without a value is an error naming the token", secret: with(map[string]string{NodeSelectorKey: "pool"}), wantErr: true},
+		{name: "a toleration with an unknown effect is an error naming the token", secret: with(map[string]string{TolerationsKey: "a:Sometimes"}), wantErr: true},
+		{name: "a toleration without a key is an error naming the token", secret: with(map[string]string{TolerationsKey: "=x:NoSchedule"}), wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

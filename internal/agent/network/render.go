@@ -229,7 +229,7 @@ func ensureGateway(ctx context.Context, c client.Client, reader client.Reader, t
 			binding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}
 			binding.Subjects = []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: t.Namespace}}
 		}},
-		{deploy, func() { deploy.Spec = deploymentSpec(t, name, labels, template) }},
+		{deploy, func() { deploy.Spec = GatewayDeployment(t, template).Spec }},
 	} {
 		if _, err := controllerutil.CreateOrUpdate(ctx, c, o.obj, func() error {
 			o.mutate()
