@@ -9,8 +9,7 @@ import (
 const NetworkPeeringName = "network"
 
 // CIDRMapping is how one of a peer's real pod CIDRs is seen from a
-// cluster: as itself when it clashes with nothing there, else as a block of
-// the same size from that cluster's remap pools.
+// cluster: as a block of the same size from that cluster's remap pools.
 type CIDRMapping struct {
 	// Real is the peer's pod CIDR.
 	Real string `json:"real"`

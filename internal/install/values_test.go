@@ -95,6 +95,7 @@ func TestRemapPoolsAreCheckedBeforeAnythingIsWritten(t *testing.T) {
 		"network.remapPools={10.64.0.0/12,10.70.0.0/16}": "remap pools 10.64.0.0/12 and 10.70.0.0/16 overlap",
 		"network.remapPools={10.64.1.0/12}":              "remap pool 10.64.1.0/12 is not an IPv4 network address",
 		"network.reservedCIDRs={ten}":                    `invalid network.reservedCIDRs: reserved range "ten" is not a CIDR`,
+		"network.remapPools=null":                        "no remap pool is set",
 	} {
 		if _, err := check(set); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: %v, want %q", set, err, want)

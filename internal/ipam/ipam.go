@@ -1,7 +1,9 @@
-// Package ipam picks this cluster's view of a peer's pod CIDRs: the real
-// CIDR where it clashes with nothing here, else a free block of the same
-// size from the remap pools. It is pure: the allocations it must respect
-// come from the caller (the Tunnels, which persist them across restarts).
+// Package ipam picks this cluster's view of a peer's pod CIDRs: always a
+// free block of the same size from this cluster's remap pools, never the
+// peer's real range, so what a peer announces can only ever be routed here
+// as a range this cluster set aside for views. It is pure: the allocations
+// it must respect come from the caller (the Tunnels, which persist them
+// across restarts).
 package ipam
 
 import (
@@ -15,8 +17,7 @@ import (
 // Space is what a cluster's views must stay clear of, and where remapped
 // views come from.
 type Space struct {
-	// Pools are the remap pools: where a view comes from when the peer's
-	// real CIDR clashes.
+	// Pools are the remap pools: where every view comes from.
 	Pools []netip.Prefix
 	// Reserved must never be used by a view: this cluster's pod, service
 	// and node CIDRs, and the ranges the chart reserves.
@@ -28,6 +29,9 @@ type Space struct {
 // Validate says what is wrong with the pools and reserved ranges.
 func (s Space) Validate() error {
 	var errs []error
+	if len(s.Pools) == 0 {
+		errs = append(errs, errors.New("no remap pool is set, and every peer's pod CIDR is seen through a block of one: set network.remapPools, such as 10.64.0.0/12"))
+	}
 	for _, p := range s.Pools {
 		if !p.IsValid() || !p.Addr().Is4() || p != p.Masked() {
 			errs = append(errs, fmt.Errorf("remap pool %v is not an IPv4 network address", p))
@@ -48,17 +52,17 @@ func (s Space) Validate() error {
 	return errors.Join(errs...)
 }
 
-// View returns the view of the peer's real CIDR: real itself when it
-// overlaps nothing reserved or taken, else the first free block of its
-// size in the pools.
+// View returns the view of the peer's real CIDR: the first block of its
+// size in the pools that overlaps nothing reserved or taken. The real
+// range is never its own view, even when it clashes with nothing known
+// here: this cluster cannot know every range its hosts use (node networks,
+// DNS upstreams, a VPN), and a peer's range routed as itself could steer
+// traffic meant for one of them.
 func (s Space) View(real netip.Prefix) (netip.Prefix, error) {
 	if !real.IsValid() || !real.Addr().Is4() {
 		return netip.Prefix{}, fmt.Errorf("the peer's pod CIDR %v is not an IPv4 CIDR", real)
 	}
 	real = real.Masked()
-	if s.free(real) {
-		return real, nil
-	}
 	for _, pool := range s.Pools {
 		if pool.Bits() > real.Bits() {
 			continue
@@ -74,28 +78,24 @@ func (s Space) View(real netip.Prefix) (netip.Prefix, error) {
 			b = next
 		}
 	}
-	return netip.Prefix{}, fmt.Errorf("the peer's pod CIDR %v overlaps %s here, and no free /%d is left in the remap pools %s: add a pool (install --set network.remapPools=…) or free one by unpeering",
-		real, strings.Join(s.clashes(real), ", "), real.Bits(), join(s.Pools))
+	return netip.Prefix{}, fmt.Errorf("no free /%d is left in the remap pools %s for the peer's pod CIDR %v: add a pool (install --set network.remapPools=…) or free one by unpeering",
+		real.Bits(), join(s.Pools), real)
+}
+
+// InPools tells whether v lies inside one of the remap pools, as every
+// view must.
+func (s Space) InPools(v netip.Prefix) bool {
+	return within(v.Masked(), s.Pools)
 }
 
 // free tells whether b overlaps nothing reserved or taken.
 func (s Space) free(b netip.Prefix) bool {
-	return len(s.clashes(b)) == 0
-}
-
-func (s Space) clashes(b netip.Prefix) []string {
-	var out []string
-	for _, r := range s.Reserved {
+	for _, r := range slices.Concat(s.Reserved, s.Taken) {
 		if r.IsValid() && r.Overlaps(b) {
-			out = append(out, "reserved "+r.String())
+			return false
 		}
 	}
-	for _, t := range s.Taken {
-		if t.IsValid() && t.Overlaps(b) {
-			out = append(out, "another peer's view "+t.String())
-		}
-	}
-	return out
+	return true
 }
 
 // nextBlock is the block of b's size right after b.

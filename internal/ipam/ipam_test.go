@@ -14,7 +14,7 @@ func prefixes(s ...string) []netip.Prefix {
 	return out
 }
 
-func TestViewsAreRealUnlessTheyClashThenTheFirstFreeBlockOfTheSameSize(t *testing.T) {
+func TestViewsAreTheFirstFreeBlockOfTheSameSizeInThePools(t *testing.T) {
 	local := prefixes("10.244.0.0/16", "10.96.0.0/12", "10.99.0.0/24")
 	for _, tc := range []struct {
 		name  string
@@ -22,8 +22,10 @@ func TestViewsAreRealUnlessTheyClashThenTheFirstFreeBlockOfTheSameSize(t *testin
 		real  string
 		want  string
 	}{
-		{"a CIDR that clashes with nothing is seen as itself",
-			Space{Pools: prefixes("10.64.0.0/12"), Reserved: local}, "10.42.0.0/16", "10.42.0.0/16"},
+		{"a CIDR that clashes with nothing known here is remapped all the same",
+			Space{Pools: prefixes("10.64.0.0/12"), Reserved: local}, "10.42.0.0/16", "10.64.0.0/16"},
+		{"a CIDR inside the pool gets a block of the pool like any other",
+			Space{Pools: prefixes("10.64.0.0/12"), Reserved: local, Taken: prefixes("10.64.0.0/16")}, "10.66.0.0/16", "10.65.0.0/16"},
 		{"the same CIDR as ours is remapped into the pool",
 			Space{Pools: prefixes("10.64.0.0/12"), Reserved: local}, "10.244.0.0/16", "10.64.0.0/16"},
 		{"a CIDR overlapping our service CIDR is remapped",
@@ -54,13 +56,17 @@ func TestAFullPoolSaysWhatClashesAndWhatToDo(t *testing.T) {
 	if err == nil {
 		t.Fatal("a full pool gave a view")
 	}
-	for _, want := range []string{"overlaps reserved 10.244.0.0/16", "no free /16", "10.64.0.0/15", "network.remapPools"} {
+	for _, want := range []string{"no free /16", "10.64.0.0/15", "10.244.0.0/16", "network.remapPools"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if _, err := (Space{}).View(netip.MustParsePrefix("10.244.0.0/16")); err != nil {
-		t.Errorf("with nothing reserved, a CIDR is its own view: %v", err)
+	if v, err := (Space{}).View(netip.MustParsePrefix("10.244.0.0/16")); err == nil {
+		t.Errorf("with no pool, a CIDR got the view %v: it must never be its own", v)
+	}
+	s = Space{Pools: prefixes("10.64.0.0/12")}
+	if !s.InPools(netip.MustParsePrefix("10.65.0.0/16")) || s.InPools(netip.MustParsePrefix("10.244.0.0/16")) || s.InPools(netip.MustParsePrefix("10.0.0.0/8")) {
+		t.Error("InPools is wrong about 10.65.0.0/16, 10.244.0.0/16 or 10.0.0.0/8 against the pool 10.64.0.0/12")
 	}
 }
 
@@ -83,6 +89,7 @@ func TestValidateRefusesOverlappingOrMisalignedPools(t *testing.T) {
 		{[]string{"10.64.0.0/12", "10.70.0.0/16"}, "overlap"},
 		{[]string{"10.64.1.0/12"}, "not an IPv4 network address"},
 		{[]string{"10.64.0.0/12", "10.80.0.0/12"}, ""},
+		{nil, "no remap pool is set"},
 	} {
 		var pools []netip.Prefix
 		for _, p := range tc.pools {

@@ -177,7 +177,7 @@ func remapPoolsCheck(pools []string, pod, svc []netip.Prefix, fabric bool) Check
 	const name = "remapPools"
 	if len(pools) == 0 {
 		if fabric {
-			return warn(name, "there are no remap pools: a peer whose pod CIDR overlaps this cluster's cannot be reached; run %s", setRemapPools)
+			return fail(name, "there are no remap pools: every peer's pod CIDR is seen through a block of one, so no peer can be reached; run %s", setRemapPools)
 		}
 		return ok(name, "there are no remap pools; the network fabric is off")
 	}

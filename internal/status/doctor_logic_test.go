@@ -86,7 +86,7 @@ func TestCIDRChecks(t *testing.T) {
 		{"a pool overlapping the service CIDR fails", []string{"10.244.0.0/16"}, []string{"10.64.0.0/24"}, pool, true, "remapPools", StatusFailed, "overlaps the service CIDR"},
 		{"pools overlapping each other fail", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, []string{"10.64.0.0/12", "10.65.0.0/16"}, true, "remapPools", StatusFailed, "overlap"},
 		{"a pool that does not parse fails", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, []string{"ten/8"}, true, "remapPools", StatusFailed, "network.remapPools"},
-		{"no pools warn with the fabric on", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, nil, true, "remapPools", StatusWarning, "network.remapPools"},
+		{"no pools fail with the fabric on", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, nil, true, "remapPools", StatusFailed, "network.remapPools"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

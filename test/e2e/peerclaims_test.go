@@ -15,19 +15,27 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/network"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // nodeFabricRoutes are the routes the fabric added in network namespace
-// netns (protocol 0x6f), one per line.
+// netns (protocol 0x6f, in any table) and the rules to its table, one per
+// line.
 func nodeFabricRoutes(netns string) (string, error) {
-	b, err := exec.Command("ip", "-n", netns, "route", "show", "proto", "0x6f").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%w: %s", err, b)
+	var out []string
+	for _, args := range [][]string{{"route", "show", "table", "all", "proto", "0x6f"}, {"rule", "show", "table", fmt.Sprint(fabric.RouteTable)}} {
+		b, err := exec.Command("ip", append([]string{"-n", netns}, args...)...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, b)
+		}
+		if s := strings.TrimSpace(string(b)); s != "" {
+			out = append(out, s)
+		}
 	}
-	return strings.TrimSpace(string(b)), nil
+	return strings.Join(out, "\n"), nil
 }
 
 // fabricRoutes are the routes the fabric added on every real node of c.

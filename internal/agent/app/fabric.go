@@ -15,10 +15,12 @@ every real node (host network, NET_ADMIN).
 It routes each peer's view of pod addresses to that peer's gateway pod:
 directly on the gateway's node, through the gateway's node elsewhere. It
 also keeps the node's CNI from masquerading pods' traffic to the views, so
-the peer sees which pod called. The routes carry protocol 0x6f and the
-rules live in nftables table offload-fabric: on SIGTERM or SIGINT (an
-uninstall, or the node leaving the DaemonSet) both are removed, and a
-restart after a crash replaces whatever was left.`
+the peer sees which pod called. The routes live in routing table 28518
+(protocol 0x6f), which policy rules consult only for pod sources and for
+traffic the node forwards, never for the node's own; the nftables rule
+lives in table offload-fabric. On SIGTERM or SIGINT (an uninstall, or the
+node leaving the DaemonSet) all are removed, and a restart after a crash
+replaces whatever was left.`
 
 const fabricExample = `  # In the DaemonSet's pod, as the chart runs it
   offload-agent fabric --node-name "$NODE_NAME"`

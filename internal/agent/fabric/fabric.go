@@ -3,9 +3,13 @@
 // it routes each peer's view to that peer's gateway pod (through the
 // gateway's node when it runs elsewhere), and keeps the node's CNI from
 // masquerading pods' traffic to the views, so the peer sees which pod
-// called. Routes carry a protocol number of their own and the rules live in
-// a table of their own, so removal is exact, also after a crash. See
-// docs/networking.md.
+// called. The routes live in a routing table of the fabric's own, which
+// policy rules consult only for traffic the node forwards and for pod
+// sources, never for the node's own traffic: whatever a peer announces,
+// the host's routing (to its API server, DNS, metadata, node network) is
+// never steered into a tunnel. Routes carry a protocol number of their own
+// and the nftables rules live in a table of their own, so removal is
+// exact, also after a crash. See docs/networking.md.
 package fabric
 
 import (
@@ -26,7 +30,17 @@ import (
 const (
 	// RouteProtocol marks the fabric's routes (ip route … proto 0x6f).
 	RouteProtocol netlink.RouteProtocol = 0x6f
-	tableName                           = "offload-fabric"
+	// RouteTable is the fabric's routing table (ip route show table 28518).
+	RouteTable = 0x6f66
+	// sourceRulePriority and forwardRulePriority are the priorities of
+	// the policy rules that send traffic to RouteTable, ahead of the main
+	// table (32766): from the local pod CIDRs (pods' packets, and the
+	// reverse-path check of packets coming back to them), and for every
+	// packet the node forwards (a NodePort Service's backend in a view).
+	// The node's own packets match neither.
+	sourceRulePriority  = 0x6f66
+	forwardRulePriority = 0x6f67
+	tableName           = "offload-fabric"
 	// natPriority runs before every CNI's and kube-proxy's source NAT
 	// (100): the binding it sets makes the kernel skip theirs.
 	natPriority = 90
@@ -70,7 +84,7 @@ func Apply(p Plan) error {
 	for _, r := range p.Routes {
 		want[r.View] = true
 		if err := netlink.RouteReplace(&netlink.Route{
-			Dst: prefixNet(r.View), Gw: r.Via.AsSlice(), Protocol: RouteProtocol,
+			Dst: prefixNet(r.View), Gw: r.Via.AsSlice(), Protocol: RouteProtocol, Table: RouteTable,
 		}); err != nil {
 			errs = append(errs, fmt.Errorf("routing %v via %v: %w", r.View, r.Via, err))
 		}
@@ -80,7 +94,86 @@ func Apply(p Plan) error {
 			errs = append(errs, deleteRoute(r.View))
 		}
 	}
-	errs = append(errs, applyRules(p))
+	errs = append(errs, removeMainTableRoutes(), applyPolicy(p), applyRules(p))
+	return errors.Join(errs...)
+}
+
+// policy are the rules that send traffic to the fabric's table: none
+// without a route.
+func (p Plan) policy() []netlink.Rule {
+	if len(p.Routes) == 0 {
+		return nil
+	}
+	var out []netlink.Rule
+	for _, c := range p.LocalPodCIDRs {
+		r := fabricRule(sourceRulePriority)
+		r.Src = prefixNet(c)
+		out = append(out, *r)
+	}
+	r := fabricRule(forwardRulePriority)
+	r.IifName, r.Invert = "lo", true // not from the node itself
+	return append(out, *r)
+}
+
+func fabricRule(priority int) *netlink.Rule {
+	r := netlink.NewRule()
+	r.Family, r.Table, r.Priority = unix.AF_INET, RouteTable, priority
+	return r
+}
+
+// sameRule tells whether two of the fabric's rules select the same traffic.
+func sameRule(a, b netlink.Rule) bool {
+	return a.Priority == b.Priority && a.IifName == b.IifName && a.Invert == b.Invert && a.Src.String() == b.Src.String()
+}
+
+// applyPolicy makes the rules to the fabric's table those of p.
+func applyPolicy(p Plan) error {
+	have, err := policyRules()
+	if err != nil {
+		return err
+	}
+	want := p.policy()
+	var errs []error
+	for _, r := range have {
+		if !slices.ContainsFunc(want, func(w netlink.Rule) bool { return sameRule(r, w) }) {
+			if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("deleting the rule %v: %w", r, err))
+			}
+		}
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(have, func(r netlink.Rule) bool { return sameRule(r, w) }) {
+			if err := netlink.RuleAdd(&w); err != nil && !errors.Is(err, unix.EEXIST) {
+				errs = append(errs, fmt.Errorf("adding the rule %v: %w", w, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// policyRules are the node's rules to the fabric's table.
+func policyRules() ([]netlink.Rule, error) {
+	rules, err := netlink.RuleListFiltered(unix.AF_INET, &netlink.Rule{Table: RouteTable}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("listing rules: %w", err)
+	}
+	return rules, nil
+}
+
+// removeMainTableRoutes deletes the fabric's routes from the main table,
+// where versions before its own table put them.
+func removeMainTableRoutes() error {
+	routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("listing routes: %w", err)
+	}
+	var errs []error
+	for _, r := range routes {
+		if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("deleting the route to %v: %w", r.Dst, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -94,6 +187,7 @@ func Remove() error {
 	for _, r := range have {
 		errs = append(errs, deleteRoute(r.View))
 	}
+	errs = append(errs, removeMainTableRoutes(), applyPolicy(Plan{}))
 	c := &nftables.Conn{}
 	nftexpr.DeleteTable(c, tableName)
 	if err := c.Flush(); err != nil {
@@ -104,7 +198,7 @@ func Remove() error {
 
 // Routes lists the fabric's routes on this node, by view.
 func Routes() ([]Route, error) {
-	routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
+	routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: RouteProtocol, Table: RouteTable},
 		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)
@@ -126,7 +220,7 @@ func Routes() ([]Route, error) {
 }
 
 func deleteRoute(view netip.Prefix) error {
-	err := netlink.RouteDel(&netlink.Route{Dst: prefixNet(view), Protocol: RouteProtocol})
+	err := netlink.RouteDel(&netlink.Route{Dst: prefixNet(view), Protocol: RouteProtocol, Table: RouteTable})
 	if err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("deleting the route to %v: %w", view, err)
 	}

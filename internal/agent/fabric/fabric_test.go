@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -65,6 +66,7 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 	node := l.Node("node")
 	pod := l.Pod(node, "pod", "10.244.1.5", 1500)
 	gw := l.Pod(node, "gw", "10.244.1.9", 1500)
+	outside := l.Pod(node, "ext", "192.168.50.2", 1500)
 	l.Sh("ip", "-n", gw, "addr", "add", "10.64.1.6/32", "dev", "lo") // the view's pod, as the gateway delivers it
 	l.Serve(gw, "remote")
 	l.NFT(node, func(c *nftables.Conn, tb *nftables.Table) {
@@ -94,6 +96,25 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 	if out, err := framework.Call(pod, "10.64.1.6:8080", 0); err != nil || out != "remote 10.244.1.5" {
 		t.Errorf("with the fabric: %q, %v; want the pod's own address 10.244.1.5", out, err)
 	}
+	// The views are in the fabric's own table: traffic the node forwards
+	// (a NodePort client's, here a host outside the pod CIDRs behind the
+	// node) reaches them; the node's own traffic never does, and its main
+	// table holds no route of the fabric.
+	if out, err := framework.Call(outside, "10.64.1.6:8080", 0); err != nil || out != "remote 192.168.50.2" {
+		t.Errorf("forwarded from outside the pod CIDRs: %q, %v; want the caller's own address 192.168.50.2", out, err)
+	}
+	if out, err := framework.Call(node, "10.64.1.6:8080", 0); err == nil {
+		t.Errorf("the node's own connection reached a view: %q", out)
+	}
+	if main, err := exec.Command("ip", "-n", node, "route", "show", "table", "main", "proto", "0x6f").CombinedOutput(); err != nil || len(main) != 0 {
+		t.Errorf("the main table holds fabric routes: %q, %v", main, err)
+	}
+	// With strict reverse-path filtering, answers to pods still pass: the
+	// source rule gives the reverse-path lookup the fabric's table.
+	l.Sysctl(node, "net.ipv4.conf.all.rp_filter", "1")
+	if out, err := framework.Call(pod, "10.64.1.6:8080", 0); err != nil || out != "remote 10.244.1.5" {
+		t.Errorf("with strict rp_filter: %q, %v; want the pod's own address 10.244.1.5", out, err)
+	}
 	// A view that went is routed no more; removal leaves nothing.
 	if err := framework.InNetNS(node, func() error {
 		if err := Apply(Plan{LocalPodCIDRs: p.LocalPodCIDRs}); err != nil {
@@ -101,6 +122,9 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 		}
 		if have, err := Routes(); err != nil || len(have) != 0 {
 			t.Errorf("routes left after their view went: %v %v", have, err)
+		}
+		if rules, err := policyRules(); err != nil || len(rules) != 0 {
+			t.Errorf("rules left after the last view went: %v %v", rules, err)
 		}
 		if tables, _ := (&nftables.Conn{}).ListTables(); slices.ContainsFunc(tables, func(tb *nftables.Table) bool { return tb.Name == tableName }) {
 			t.Errorf("table %s left after the last view went", tableName)
@@ -113,6 +137,9 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 		}
 		if have, err := Routes(); err != nil || len(have) != 0 {
 			t.Errorf("routes left after Remove: %v %v", have, err)
+		}
+		if rules, err := policyRules(); err != nil || len(rules) != 0 {
+			t.Errorf("rules left after Remove: %v %v", rules, err)
 		}
 		tables, err := (&nftables.Conn{}).ListTables()
 		for _, tb := range tables {

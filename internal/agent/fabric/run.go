@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
@@ -165,9 +166,16 @@ func plan(ctx context.Context, c client.Reader, o Options) (Plan, error) {
 	return PlanFor(o.NodeName, tunnels.Items, pods.Items, ips), nil
 }
 
-// drifted tells whether the node's routes differ from p's (someone
-// deleted one).
+// drifted tells whether the node's routes or rules differ from p's
+// (someone deleted one).
 func drifted(p Plan) bool {
 	have, err := Routes()
-	return err != nil || !slices.Equal(have, p.Routes)
+	if err != nil || !slices.Equal(have, p.Routes) {
+		return true
+	}
+	rules, err := policyRules()
+	want := p.policy()
+	return err != nil || len(rules) != len(want) || slices.ContainsFunc(want, func(w netlink.Rule) bool {
+		return !slices.ContainsFunc(rules, func(r netlink.Rule) bool { return sameRule(r, w) })
+	})
 }

@@ -58,8 +58,9 @@ const (
 )
 
 // Mapping is how one of the peer's real pod CIDRs is seen from this
-// cluster: as itself when it clashes with nothing here (View == Real), else
-// as a block of the same size from this cluster's remap pool.
+// cluster: as a block of the same size from this cluster's remap pools.
+// Peerings made before views were always remapped may still hold a view
+// equal to its real CIDR until their Tunnel is rendered again.
 type Mapping struct {
 	Real netip.Prefix `json:"real"`
 	View netip.Prefix `json:"view"`

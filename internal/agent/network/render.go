@@ -37,8 +37,8 @@ type Settings struct {
 	Namespace string
 	// PodCIDRs and ServiceCIDRs are this cluster's; they are reserved.
 	PodCIDRs, ServiceCIDRs []netip.Prefix
-	// Pools are where clashing peer CIDRs are remapped; Reserved are
-	// further ranges no view may use (node networks, say).
+	// Pools are where every peer CIDR is remapped; Reserved are further
+	// ranges no view may use (node networks, say).
 	Pools, Reserved []netip.Prefix
 	// PeerRanges bound what a peer may announce as its pod CIDRs.
 	PeerRanges ipam.PeerRanges
@@ -73,7 +73,7 @@ func (s Settings) podCIDRStrings() []string {
 var allocation sync.Mutex
 
 // views returns the views of the peer's real CIDRs for Tunnel self: those
-// it already holds for the same real CIDRs are kept, so restarts and
+// it already holds in the pools for the same real CIDRs are kept, so restarts and
 // re-reconciles never renumber; the rest are allocated around every other
 // Tunnel's views. When it allocates, it holds the allocation lock and
 // reads the Tunnels uncached (reader), so that no two Tunnels get the same
@@ -81,9 +81,15 @@ var allocation sync.Mutex
 // caller calls it once it wrote self's Tunnel with the views, or gave up.
 func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv1alpha1.Tunnel, reals []string) (out []offloadv1alpha1.CIDRMapping, done func(), err error) {
 	done = func() {}
+	// A view is kept only while it lies in the pools: one from before
+	// views were always remapped, or from a pool the admin has since
+	// removed, is allocated again.
 	kept := map[string]string{}
+	pools := ipam.Space{Pools: s.Pools}
 	for _, m := range self.Spec.Mappings {
-		kept[m.Real] = m.View
+		if v, err := netip.ParsePrefix(m.View); err == nil && pools.InPools(v) {
+			kept[m.Real] = m.View
+		}
 	}
 	if out, ok := keptViews(kept, reals); ok {
 		return out, done, nil
