@@ -244,7 +244,7 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			return (&remotenamespace.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, Reserved: o.ReservedNamespaces,
+			return (&remotenamespace.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: o.Namespace, Reserved: o.ReservedNamespaces,
 				PodCIDRs: pods, FlatCIDRs: flat}).SetupWithManager(mgr)
 		},
 		func(mgr ctrlmanager.Manager) error {

@@ -12,12 +12,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// hostAddresses are this cluster's own addresses, as /32s: every address
-// of every node, and the API server's endpoints (EndpointSlice kubernetes
-// in namespace default). A peer's view never covers them, so that no
-// announcement can route a node's or the control plane's traffic into a
-// tunnel: a peer CIDR that overlaps them is remapped.
-func hostAddresses(ctx context.Context, reader client.Reader) ([]netip.Prefix, error) {
+// HostAddresses are this cluster's own addresses, as /32s: every address
+// of every node (read from nodes), and the API server's endpoints
+// (EndpointSlice kubernetes in namespace default, read from apiServer, which
+// must not be a cache: the agent may get that one slice only). No view
+// covers them, and tenant pods may not open connections to them.
+func HostAddresses(ctx context.Context, nodes, apiServer client.Reader) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	add := func(s string) {
 		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
@@ -25,7 +25,7 @@ func hostAddresses(ctx context.Context, reader client.Reader) ([]netip.Prefix, e
 		}
 	}
 	var list corev1.NodeList
-	if err := reader.List(ctx, &list); err != nil {
+	if err := nodes.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("listing the nodes, whose addresses no view may cover: %w", err)
 	}
 	for _, n := range list.Items {
@@ -34,7 +34,7 @@ func hostAddresses(ctx context.Context, reader client.Reader) ([]netip.Prefix, e
 		}
 	}
 	var slice discoveryv1.EndpointSlice
-	err := reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, &slice)
+	err := apiServer.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, &slice)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading the API server's endpoints, which no view may cover: %w", err)
 	}

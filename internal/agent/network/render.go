@@ -116,7 +116,7 @@ func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv
 			}
 		}
 	}
-	host, err := hostAddresses(ctx, reader)
+	host, err := HostAddresses(ctx, reader, reader)
 	if err != nil {
 		return nil, done, err
 	}

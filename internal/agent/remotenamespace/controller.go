@@ -80,6 +80,9 @@ const (
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
+	// APIReader reads the API server's EndpointSlice, which the agent may
+	// get by name only (no cache).
+	APIReader client.Reader
 	// Namespace is the agent's install namespace, never given to a consumer.
 	Namespace string
 	// Reserved are more namespaces never given to a consumer, besides the
@@ -117,6 +120,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.LimitRange{}, byAnnotation, owned).
 		Watches(&networkingv1.NetworkPolicy{}, byAnnotation, owned).
 		Watches(&schedulingv1.PriorityClass{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfAll), builder.WithPredicates(defaultChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfAll), builder.WithPredicates(publicAddressesChanged)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the %s controller: %w", ControllerName, err)

@@ -2,6 +2,7 @@ package remotenamespace
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -11,9 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/network"
 	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 )
 
@@ -70,11 +74,12 @@ func (a tenantAddresses) endpointCIDRs() string {
 // from the consumer's pods; not from other tenants' pods. They open
 // connections to DNS (port 53, wherever the cluster serves it), to the
 // tenant's twin namespaces, to the consumer's pods (through the tunnel) and
-// to public addresses (PrivateRanges excepted); not to this cluster's
-// nodes, its API server's private address, its other pods or the cloud's
+// to public addresses (PrivateRanges and publicHosts excepted); not to
+// this cluster's nodes or API server (publicHosts are their addresses
+// outside PrivateRanges, see PublicHosts), its other pods or the cloud's
 // metadata service. It holds where the cluster's network plugin enforces
 // NetworkPolicy.
-func NetworkPolicyFor(tenantID string, consumerCIDRs []string) networkingv1.NetworkPolicySpec {
+func NetworkPolicyFor(tenantID string, consumerCIDRs, publicHosts []string) networkingv1.NetworkPolicySpec {
 	tenant := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{offloadv1alpha1.LabelTenant: tenantID}}}
 	from := []networkingv1.NetworkPolicyPeer{
 		{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
@@ -82,7 +87,7 @@ func NetworkPolicyFor(tenantID string, consumerCIDRs []string) networkingv1.Netw
 		tenant,
 	}
 	to := []networkingv1.NetworkPolicyPeer{tenant,
-		{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: slices.Clone(PrivateRanges)}}}
+		{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: slices.Concat(PrivateRanges, publicHosts)}}}
 	for _, c := range consumerCIDRs {
 		from = append(from, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: c}})
 		to = append(to, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: c}})
@@ -106,9 +111,30 @@ func NetworkPolicyFor(tenantID string, consumerCIDRs []string) networkingv1.Netw
 // cloud's metadata service) and loopback.
 var PrivateRanges = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}
 
+// PublicHosts are the addresses of hosts (this cluster's nodes and API
+// server) outside PrivateRanges, sorted: a node's public address, or a
+// managed control plane's, is no destination for a tenant's pods either.
+func PublicHosts(hosts []netip.Prefix) []string {
+	var private []netip.Prefix
+	for _, r := range PrivateRanges {
+		private = append(private, netip.MustParsePrefix(r))
+	}
+	var out []string
+	for _, h := range hosts {
+		if !slices.ContainsFunc(private, func(r netip.Prefix) bool { return r.Overlaps(h) }) {
+			out = append(out, h.String())
+		}
+	}
+	return ipam.CanonicalCIDRs(out)
+}
+
 func (r *Reconciler) ensureNetworkPolicy(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, tenant *offloadv1alpha1.Tenant, a tenantAddresses) error {
+	hosts, err := network.HostAddresses(ctx, r.Client, r.APIReader)
+	if err != nil {
+		return err
+	}
 	want := &networkingv1.NetworkPolicy{ObjectMeta: managedMeta(rn, NetworkPolicyName, rn.Spec.TargetNamespace),
-		Spec: NetworkPolicyFor(tenant.Spec.ClusterID, a.consumer)}
+		Spec: NetworkPolicyFor(tenant.Spec.ClusterID, a.consumer, PublicHosts(hosts))}
 	return ensureObject(ctx, r.Client, want, &networkingv1.NetworkPolicy{}, func(have *networkingv1.NetworkPolicy) bool {
 		if equality.Semantic.DeepEqual(have.Spec, want.Spec) {
 			return false
@@ -116,6 +142,31 @@ func (r *Reconciler) ensureNetworkPolicy(ctx context.Context, rn *offloadv1alpha
 		have.Spec = want.Spec
 		return true
 	})
+}
+
+// publicAddressesChanged passes the events of nodes whose addresses
+// outside PrivateRanges change: the twin namespaces' NetworkPolicies keep
+// tenant pods from them. Nodes with private addresses only, the usual
+// case, cost no reconcile.
+var publicAddressesChanged = predicate.Funcs{
+	CreateFunc:  func(e event.CreateEvent) bool { return len(publicNodeAddresses(e.Object)) > 0 },
+	DeleteFunc:  func(e event.DeleteEvent) bool { return len(publicNodeAddresses(e.Object)) > 0 },
+	UpdateFunc:  func(e event.UpdateEvent) bool { return !slices.Equal(publicNodeAddresses(e.ObjectOld), publicNodeAddresses(e.ObjectNew)) },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func publicNodeAddresses(o client.Object) []string {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return nil
+	}
+	var hosts []netip.Prefix
+	for _, a := range n.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+			hosts = append(hosts, netip.PrefixFrom(ip, 32))
+		}
+	}
+	return PublicHosts(hosts)
 }
 
 // requestsOfTunnel maps a server Tunnel, whose views bound the tenant's

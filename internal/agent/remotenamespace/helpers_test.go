@@ -43,7 +43,7 @@ func newEnv(t *testing.T) *env {
 	if err := c.Create(context.Background(), role); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	e := &env{t: t, cfg: cfg, c: c, r: &Reconciler{Client: c, Namespace: installNamespace}}
+	e := &env{t: t, cfg: cfg, c: c, r: &Reconciler{Client: c, APIReader: c, Namespace: installNamespace}}
 	e.tenant = e.newTenant("11111111-2222-4333-8444-" + rand.String(12))
 	return e
 }

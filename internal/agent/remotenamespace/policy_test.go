@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/network"
+	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -186,13 +188,19 @@ func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 			t.Errorf("annotation %s = %q, want %q", offloadv1alpha1.AnnotationEndpointCIDRs, got, want)
 		}
 	}
+	// The public addresses of the nodes other tests made here.
+	hosts, err := network.HostAddresses(context.Background(), e.c, e.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publicHosts := PublicHosts(hosts)
 	wantPolicy := func(ipBlocks ...string) {
 		t.Helper()
 		var np networkingv1.NetworkPolicy
 		if err := e.c.Get(context.Background(), key(rn.Spec.TargetNamespace, NetworkPolicyName), &np); err != nil {
 			t.Fatal(err)
 		}
-		want := NetworkPolicyFor(e.tenant.Spec.ClusterID, ipBlocks)
+		want := NetworkPolicyFor(e.tenant.Spec.ClusterID, ipBlocks, publicHosts)
 		if !equality.Semantic.DeepEqual(np.Spec, want) {
 			t.Errorf("NetworkPolicy %s = %+v, want %+v", NetworkPolicyName, np.Spec, want)
 		}
@@ -237,10 +245,34 @@ func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 	e.reconcile(rn)
 	wantCIDRs("10.244.0.0/16,10.71.0.0/16,192.168.50.0/24")
 	wantPolicy("10.71.0.0/16", "192.168.50.0/24")
+
+	// A node with a public address: tenant pods may not open connections
+	// to it, though they may to other public addresses. Its private
+	// address is excepted already. A change of its public address
+	// reconciles every twin namespace.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "public-" + rand.String(5)}}
+	e.create(node)
+	t.Cleanup(func() { _ = e.c.Delete(context.Background(), node) })
+	old := node.DeepCopy()
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.99.0.7"}, {Type: corev1.NodeExternalIP, Address: "198.51.100.7"}}
+	if err := e.c.Status().Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	if !publicAddressesChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: node}) ||
+		publicAddressesChanged.Create(event.CreateEvent{Object: old}) ||
+		publicAddressesChanged.Update(event.UpdateEvent{ObjectOld: node, ObjectNew: node.DeepCopy()}) {
+		t.Error("the node watch does not pass exactly the changes of public addresses")
+	}
+	e.reconcile(rn)
+	if slices.Contains(publicHosts, "198.51.100.7/32") {
+		t.Fatal("the node's public address was excepted before the node had it")
+	}
+	publicHosts = ipam.CanonicalCIDRs(append(publicHosts, "198.51.100.7/32"))
+	wantPolicy("10.71.0.0/16", "192.168.50.0/24")
 }
 
 func TestTheNetworkPolicyLetsInTheProviderTheTenantAndItsConsumerOnly(t *testing.T) {
-	spec := NetworkPolicyFor("tenant-a", []string{"10.71.0.0/16"})
+	spec := NetworkPolicyFor("tenant-a", []string{"10.71.0.0/16"}, nil)
 	if !slices.Equal(spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) ||
 		len(spec.PodSelector.MatchLabels)+len(spec.PodSelector.MatchExpressions) != 0 {
 		t.Fatalf("the policy must select every pod of the namespace for ingress and egress: %+v", spec)
@@ -324,7 +356,11 @@ func egressAllows(t *testing.T, spec networkingv1.NetworkPolicySpec, ip string, 
 }
 
 func TestTheNetworkPolicyLetsTenantPodsOutOnlyToTheirOwnAndThePublic(t *testing.T) {
-	spec := NetworkPolicyFor("tenant-a", []string{"10.71.0.0/16"})
+	hosts := PublicHosts([]netip.Prefix{netip.MustParsePrefix("198.51.100.7/32"), netip.MustParsePrefix("10.99.1.1/32"), netip.MustParsePrefix("172.18.0.2/32")})
+	if !slices.Equal(hosts, []string{"198.51.100.7/32"}) {
+		t.Errorf("PublicHosts = %v, want the one public address", hosts)
+	}
+	spec := NetworkPolicyFor("tenant-a", []string{"10.71.0.0/16"}, hosts)
 	for _, tc := range []struct {
 		name string
 		ip   string
@@ -336,6 +372,7 @@ func TestTheNetworkPolicyLetsTenantPodsOutOnlyToTheirOwnAndThePublic(t *testing.
 		{"a pod of a twin namespace of the same tenant", "10.244.3.4", 8080, labels.Set{offloadv1alpha1.LabelTenant: "tenant-a"}, true},
 		{"the consumer's pods, through the tunnel", "10.71.3.4", 8080, nil, true},
 		{"a public address", "203.0.113.9", 443, nil, true},
+		{"a provider node's public address", "198.51.100.7", 10250, nil, false},
 		{"the cloud's metadata service", "169.254.169.254", 80, nil, false},
 		{"a provider node's kubelet", "10.99.1.1", 10250, nil, false},
 		{"the provider's API server", "172.18.0.2", 6443, nil, false},

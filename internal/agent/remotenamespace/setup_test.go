@@ -16,7 +16,7 @@ func TestBothControllersRegisterWithAManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&Reconciler{Client: mgr.GetClient(), Namespace: installNamespace, skipNameValidation: true}).SetupWithManager(mgr); err != nil {
+	if err := (&Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: installNamespace, skipNameValidation: true}).SetupWithManager(mgr); err != nil {
 		t.Error(err)
 	}
 	if err := (&GarbageCollector{Client: mgr.GetClient(), skipNameValidation: true}).SetupWithManager(mgr); err != nil {
