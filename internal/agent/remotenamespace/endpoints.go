@@ -149,9 +149,11 @@ func (r *Reconciler) ensureNetworkPolicy(ctx context.Context, rn *offloadv1alpha
 // tenant pods from them. Nodes with private addresses only, the usual
 // case, cost no reconcile.
 var publicAddressesChanged = predicate.Funcs{
-	CreateFunc:  func(e event.CreateEvent) bool { return len(publicNodeAddresses(e.Object)) > 0 },
-	DeleteFunc:  func(e event.DeleteEvent) bool { return len(publicNodeAddresses(e.Object)) > 0 },
-	UpdateFunc:  func(e event.UpdateEvent) bool { return !slices.Equal(publicNodeAddresses(e.ObjectOld), publicNodeAddresses(e.ObjectNew)) },
+	CreateFunc: func(e event.CreateEvent) bool { return len(publicNodeAddresses(e.Object)) > 0 },
+	DeleteFunc: func(e event.DeleteEvent) bool { return len(publicNodeAddresses(e.Object)) > 0 },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !slices.Equal(publicNodeAddresses(e.ObjectOld), publicNodeAddresses(e.ObjectNew))
+	},
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
