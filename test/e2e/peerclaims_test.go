@@ -80,13 +80,28 @@ func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testin
 		t.Fatal(err)
 	}
 	routesBefore := fabricRoutes(t, provider)
+	apiHost, _, _ := strings.Cut(strings.TrimPrefix(provider.PeerAPIServerURL(), "https://"), ":")
+	// How each provider node reaches its API server: the path the kubelet
+	// and the node's agents take, which no announcement may change.
+	apiPath := func() []string {
+		t.Helper()
+		var out []string
+		for _, n := range provider.RealNodes() {
+			b, err := exec.Command("ip", "-n", n.NetNS, "route", "get", apiHost).CombinedOutput()
+			if err != nil {
+				t.Fatalf("ip route get %s on %s: %v: %s", apiHost, n.Name, err, b)
+			}
+			out = append(out, n.Name+": "+strings.TrimSpace(string(b)))
+		}
+		return out
+	}
+	apiPathBefore := apiPath()
 	var np offloadv1alpha1.NetworkPeering
 	key := client.ObjectKey{Namespace: h.namespace, Name: offloadv1alpha1.NetworkPeeringName}
 	if err := tenant.Get(ctx, key, &np); err != nil {
 		t.Fatal(err)
 	}
 	honest := slices.Clone(np.Spec.PodCIDRs)
-	apiHost, _, _ := strings.Cut(strings.TrimPrefix(provider.PeerAPIServerURL(), "https://"), ":")
 	for _, tc := range []struct {
 		name   string
 		cidrs  []string
@@ -123,6 +138,12 @@ func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testin
 			}
 			if routes := fabricRoutes(t, provider); !slices.Equal(routes, routesBefore) {
 				t.Errorf("the provider's fabric routes changed:\n%s\nbefore:\n%s", strings.Join(routes, "\n"), strings.Join(routesBefore, "\n"))
+			}
+			if path := apiPath(); !slices.Equal(path, apiPathBefore) {
+				t.Errorf("the provider nodes' path to their API server changed:\n%s\nbefore:\n%s", strings.Join(path, "\n"), strings.Join(apiPathBefore, "\n"))
+			}
+			if ready := nodeReady(ctx, provider, provider.Node.Name); ready != corev1.ConditionTrue {
+				t.Errorf("the provider's node is %q during the announcement", ready)
 			}
 		})
 	}
