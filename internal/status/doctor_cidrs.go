@@ -71,10 +71,13 @@ func nodeAddresses(ctx context.Context, kube kubernetes.Interface) ([]netip.Addr
 	return out, nil
 }
 
-// reservedCheck judges network.reservedCIDRs against the nodes' addresses:
-// a node address in a remap pool, and not reserved, could become a peer's
-// view; an empty list reserves nothing of the node network but the nodes'
-// own addresses, which the agent keeps out of views by itself.
+// reservedCheck judges the remap pools against the nodes' addresses. Views
+// come only from the pools, so what matters is what of the hosts' networks
+// lies in them: a node address in a pool, not reserved, fails (a view
+// could take that node's subnet); a node whose /16 reaches into a pool,
+// not reserved, warns (the node network may, and a view there would hide
+// its hosts from pods). The nodes' and API server's own addresses the
+// agent keeps out of views by itself.
 func reservedCheck(reserved []string, nodes []netip.Addr, pools []string, fabric bool) Check {
 	const name = "reservedCIDRs"
 	if !fabric {
@@ -85,38 +88,40 @@ func reservedCheck(reserved []string, nodes []netip.Addr, pools []string, fabric
 		return fail(name, "%v; run %s", err, setReserved)
 	}
 	poolPrefixes, _ := ipam.ParsePrefixes("remap pool", pools)
-	covered := func(a netip.Addr, in []netip.Prefix) (netip.Prefix, bool) {
-		for _, p := range in {
-			if p.Contains(a) {
-				return p, true
+	overlapping := func(p netip.Prefix, in []netip.Prefix) (netip.Prefix, bool) {
+		for _, q := range in {
+			if q.Overlaps(p) {
+				return q, true
 			}
 		}
 		return netip.Prefix{}, false
 	}
-	var outside []string
+	var near []string
 	for _, a := range nodes {
-		if _, ok := covered(a, prefixes); ok {
+		host := netip.PrefixFrom(a, 32)
+		if _, ok := overlapping(host, prefixes); ok {
 			continue
 		}
-		if p, in := covered(a, poolPrefixes); in {
+		if p, in := overlapping(host, poolPrefixes); in {
 			return fail(name, "node address %s lies in the remap pool %s and is not reserved: a peer's view could take this node's subnet; run %s with the node network, or move the pool",
 				a, p.Masked(), setReserved)
 		}
-		outside = append(outside, a.String())
-	}
-	switch {
-	case len(reserved) == 0:
-		nodesAt := ""
-		if len(outside) > 0 {
-			nodesAt = " (nodes at " + strings.Join(outside, ", ") + ")"
+		net16, _ := a.Prefix(16)
+		if p, in := overlapping(net16, poolPrefixes); in {
+			if _, held := overlapping(net16, prefixes); !held {
+				near = append(near, fmt.Sprintf("%s (pool %s)", a, p.Masked()))
+			}
 		}
-		return warn(name, "network.reservedCIDRs is empty: peers' views avoid the nodes' and API server's own addresses, not the rest of their network%s; run %s with it",
-			nodesAt, setReserved)
-	case len(outside) > 0:
-		return warn(name, "node addresses %s are outside network.reservedCIDRs (%s); run %s with the node network",
-			strings.Join(outside, ", "), strings.Join(reserved, ", "), setReserved)
 	}
-	return ok(name, "network.reservedCIDRs (%s) holds every node's address", strings.Join(reserved, ", "))
+	if len(near) > 0 {
+		return warn(name, "the nodes at %s are in the same /16 as a remap pool: if their network reaches into the pool, a view there would hide its hosts from pods; run %s with the node network, or move the pool",
+			strings.Join(near, ", "), setReserved)
+	}
+	list := "none"
+	if len(reserved) > 0 {
+		list = strings.Join(reserved, ", ")
+	}
+	return ok(name, "views come only from the remap pools (%s), which hold no node address; reserved within them: %s", strings.Join(pools, ", "), list)
 }
 
 // cidrList reads network.NAME, a CIDR, a comma-separated list of them or

@@ -102,7 +102,7 @@ func TestCIDRChecks(t *testing.T) {
 	}
 }
 
-func TestReservedCheckWantsTheNodeNetworkReserved(t *testing.T) {
+func TestReservedCheckWantsTheNodeNetworkOutOfThePools(t *testing.T) {
 	nodes := []netip.Addr{netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("192.168.1.11")}
 	pools := []string{"10.64.0.0/12"}
 	tests := []struct {
@@ -115,11 +115,11 @@ func TestReservedCheckWantsTheNodeNetworkReserved(t *testing.T) {
 		says     string
 	}{
 		{"nothing to check with the fabric off", nil, nodes, pools, false, StatusOK, "fabric is off"},
-		{"an empty list warns and names the nodes", nil, nodes, pools, true, StatusWarning, "192.168.1.10, 192.168.1.11"},
-		{"a list holding every node passes", []string{"192.168.1.0/24"}, nodes, pools, true, StatusOK, "every node"},
-		{"a node outside the list warns", []string{"192.168.1.10/32"}, nodes, pools, true, StatusWarning, "192.168.1.11"},
+		{"nodes far from the pools pass with nothing reserved", nil, nodes, pools, true, StatusOK, "hold no node address"},
 		{"a node in a remap pool and not reserved fails", nil, []netip.Addr{netip.MustParseAddr("10.64.3.4")}, pools, true, StatusFailed, "remap pool 10.64.0.0/12"},
-		{"a node in a remap pool but reserved passes", []string{"10.64.3.0/24"}, []netip.Addr{netip.MustParseAddr("10.64.3.4")}, pools, true, StatusOK, "every node"},
+		{"a node in a remap pool but reserved passes", []string{"10.64.3.0/24"}, []netip.Addr{netip.MustParseAddr("10.64.3.4")}, pools, true, StatusOK, "hold no node address"},
+		{"a node in the same /16 as a pool warns", nil, []netip.Addr{netip.MustParseAddr("10.80.0.4")}, []string{"10.80.128.0/17"}, true, StatusWarning, "10.80.0.4 (pool 10.80.128.0/17)"},
+		{"a node in the same /16 as a pool, its /16 reserved, passes", []string{"10.80.0.0/16"}, []netip.Addr{netip.MustParseAddr("10.80.0.4")}, []string{"10.80.128.0/17"}, true, StatusOK, "10.80.0.0/16"},
 		{"a list that does not parse fails", []string{"node-net"}, nodes, pools, true, StatusFailed, "network.reservedCIDRs"},
 	}
 	for _, tt := range tests {
