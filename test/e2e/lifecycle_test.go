@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,12 +178,32 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 			return false, nil
 		})
 	}()
+	// Meanwhile an attacker floods the provider's auth service with bad
+	// tokens from the consumer node's own address, which the agent's
+	// requests leave by: the flood is refused, the agent's refresh is not.
+	flood := startAuthFlood(ctx, consumer.Node.NetNS, a.AuthURL, 4) // half the connections a source may hold
 	var renewed heldCredentials
 	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Until(first.expiry), true, func(ctx context.Context) (bool, error) {
 		renewed = readHeldCredentials(ctx, t, consumer, a.Name)
 		return renewed.tokenFingerprint != first.tokenFingerprint, nil
 	}); err != nil {
-		t.Fatalf("the credentials were not renewed before they expired at %s", first.expiry.Format(time.RFC3339))
+		flood.end()
+		t.Fatalf("the credentials were not renewed before they expired at %s, during a flood of bad tokens from the consumer node's address", first.expiry.Format(time.RFC3339))
+	}
+	answers, failed := flood.end()
+	t.Logf("the flood from %s got %v (HTTP status: count) and %d requests without an answer", consumer.Node.IP, answers, failed)
+	if answers[http.StatusTooManyRequests] == 0 {
+		t.Errorf("the flood of bad tokens from %s was never refused with 429: it did not reach the limiter, so the renewal proves nothing: %v, %d failed", consumer.Node.IP, answers, failed)
+	}
+	// The address the auth service refused the flood from is the one it
+	// saw the consumer's refresh come from (both logged).
+	if logs, err := kubectl(t, provider, "-n", installNS, "logs", "deployment/"+offloadv1alpha1.Auth, "--tail=-1"); err != nil {
+		t.Errorf("reading the auth service's logs: %v", err)
+	} else if refreshed, refused := logSources(logs, "Refreshed credentials"), logSources(logs, "Refusing requests from a source"); len(refreshed) == 0 ||
+		!slices.Contains(refused, refreshed[len(refreshed)-1]) {
+		t.Errorf("the auth service saw the refresh come from %v and refused the flood from %v: not the same address, so the flood did not share the consumer's", refreshed, refused)
+	} else {
+		t.Logf("the auth service refused the flood from %s, the address of the consumer's refresh", refreshed[len(refreshed)-1])
 	}
 	t.Logf("credentials renewed %s after issue (%s before expiry); new expiry %s",
 		renewed.issued.Sub(first.issued).Round(time.Second), first.expiry.Sub(renewed.issued).Round(time.Second), renewed.expiry.Format(time.RFC3339))
@@ -308,4 +330,19 @@ func expectNoSecretInLogs(t *testing.T, clusters []*framework.Cluster, secrets .
 		}
 	}
 	t.Logf("read %d log lines at -v=10 of both agents on %d clusters: no token, credential or key", lines, len(clusters))
+}
+
+// sourceRE is the source address in an auth service log line.
+var sourceRE = regexp.MustCompile(`source="([^"]+)"`)
+
+// logSources are the source addresses of the log lines holding msg, in
+// order.
+func logSources(logs, msg string) []string {
+	var out []string
+	for _, l := range strings.Split(logs, "\n") {
+		if m := sourceRE.FindStringSubmatch(l); m != nil && strings.Contains(l, msg) {
+			out = append(out, m[1])
+		}
+	}
+	return out
 }

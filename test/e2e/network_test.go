@@ -263,6 +263,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 
 	// A consumer announcing what it must not: nothing moves on the provider.
 	expectAConsumerCannotSteerTheProvidersRoutes(ctx, t, consumer, provider)
+	expectAProviderCannotSteerTheConsumersRoutes(ctx, t, consumer, provider)
 
 	// unpeer leaves no gateway, object, route or rule behind.
 	mustOffload(t, consumer, "unoffload", "namespace", "net", "--timeout", "2m")

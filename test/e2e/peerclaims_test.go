@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -55,6 +56,118 @@ func fabricRoutes(t *testing.T, c *framework.Cluster) []string {
 	return out
 }
 
+// apiServerHost is the host of c's API server as its peers reach it.
+func apiServerHost(c *framework.Cluster) string {
+	host, _, _ := strings.Cut(strings.TrimPrefix(c.PeerAPIServerURL(), "https://"), ":")
+	return host
+}
+
+// apiServerPaths are how each real node of c reaches its API server
+// (ip route get): the path the kubelet and the node's agents take, which
+// no announcement of a peer may change.
+func apiServerPaths(t *testing.T, c *framework.Cluster) []string {
+	t.Helper()
+	host := apiServerHost(c)
+	var out []string
+	for _, n := range c.RealNodes() {
+		b, err := exec.Command("ip", "-n", n.NetNS, "route", "get", host).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip route get %s on %s: %v: %s", host, n.Name, err, b)
+		}
+		out = append(out, n.Name+": "+strings.TrimSpace(string(b)))
+	}
+	return out
+}
+
+// expectAProviderCannotSteerTheConsumersRoutes plays a provider that uses
+// its own admin rights to announce, in the status of the consumer's
+// NetworkPeering, the cloud metadata address, half the internet, and the
+// consumer node's and API server's addresses as its pod CIDRs. The
+// consumer refuses them all (NetworkReady=False RefusedPodCIDRs, and the
+// provider is told), and nothing moves on the consumer: the same Tunnel,
+// the same routes on every node, the same path to its API server, its node
+// Ready. The provider's agent is stopped meanwhile (it would put its real
+// status back), and started again at the end.
+func expectAProviderCannotSteerTheConsumersRoutes(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster) {
+	t.Helper()
+	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
+	clientKey := client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider.Name)}
+	var before offloadv1alpha1.Tunnel
+	if err := cc.Get(ctx, clientKey, &before); err != nil {
+		t.Fatal(err)
+	}
+	routesBefore, pathsBefore := fabricRoutes(t, consumer), apiServerPaths(t, consumer)
+	h := readHeldCredentials(ctx, t, consumer, provider.Name)
+	npKey := client.ObjectKey{Namespace: h.namespace, Name: offloadv1alpha1.NetworkPeeringName}
+	fcKey := client.ObjectKey{Name: provider.Name}
+	// nudge makes the consumer read the provider's answer now rather than
+	// at its next poll (a minute once established).
+	nudge := func(ctx context.Context) {
+		patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"e2e.offload.io/nudge":%q}}}`, time.Now().Format(time.RFC3339Nano)))
+		_ = cc.Patch(ctx, &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: provider.Name}}, client.RawPatch(types.MergePatchType, patch))
+	}
+	networkReady := func(what string, want func(*metav1.Condition) bool) {
+		t.Helper()
+		waitFor(ctx, t, time.Minute, what, func(ctx context.Context) (bool, string) {
+			var fc offloadv1alpha1.ForeignCluster
+			if err := cc.Get(ctx, fcKey, &fc); err != nil {
+				return false, err.Error()
+			}
+			c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)
+			if c != nil && want(c) {
+				return true, ""
+			}
+			nudge(ctx)
+			return false, fmt.Sprintf("%+v", c)
+		})
+	}
+
+	scaleAgent(ctx, t, provider, 0)
+	start := time.Now()
+	hostile := []string{"169.254.169.254/32", "128.0.0.0/1", consumer.Node.IP + "/32", apiServerHost(consumer) + "/32"}
+	var np offloadv1alpha1.NetworkPeering
+	if err := pc.Get(ctx, npKey, &np); err != nil {
+		t.Fatal(err)
+	}
+	np.Status.PodCIDRs = hostile
+	if err := pc.Status().Update(ctx, &np); err != nil {
+		t.Fatalf("the provider's admin could not write the NetworkPeering's status: %v", err)
+	}
+	networkReady("the consumer to refuse "+strings.Join(hostile, ","), func(c *metav1.Condition) bool {
+		return c.Status == metav1.ConditionFalse && c.Reason == network.ReasonRefusedPodCIDRs
+	})
+	var after offloadv1alpha1.Tunnel
+	if err := cc.Get(ctx, clientKey, &after); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(after.Spec.Mappings, before.Spec.Mappings) {
+		t.Errorf("the consumer's Tunnel maps %v after the provider's announcement, %v before", after.Spec.Mappings, before.Spec.Mappings)
+	}
+	if routes := fabricRoutes(t, consumer); !slices.Equal(routes, routesBefore) {
+		t.Errorf("the consumer's fabric routes changed:\n%s\nbefore:\n%s", strings.Join(routes, "\n"), strings.Join(routesBefore, "\n"))
+	}
+	if paths := apiServerPaths(t, consumer); !slices.Equal(paths, pathsBefore) {
+		t.Errorf("the consumer nodes' path to their API server changed:\n%s\nbefore:\n%s", strings.Join(paths, "\n"), strings.Join(pathsBefore, "\n"))
+	}
+	if ready := nodeReady(ctx, consumer, consumer.Node.Name); ready != corev1.ConditionTrue {
+		t.Errorf("the consumer's node is %q after the provider's announcement", ready)
+	}
+	waitFor(ctx, t, time.Minute, "the consumer to tell the provider of its refusal", func(ctx context.Context) (bool, string) {
+		if err := pc.Get(ctx, npKey, &np); err != nil {
+			return false, err.Error()
+		}
+		v := np.Annotations[network.AnnotationRefusedAnnouncement]
+		return strings.HasPrefix(v, network.ReasonRefusedPodCIDRs+": "), v
+	})
+
+	t.Logf("the consumer refused the provider's announcement of %s and told it, %s after it was written; nothing moved",
+		strings.Join(hostile, ","), time.Since(start).Round(time.Millisecond))
+	scaleAgent(ctx, t, provider, 1)
+	networkReady("the consumer to take the provider's real answer again", func(c *metav1.Condition) bool {
+		return c.Status == metav1.ConditionTrue
+	})
+}
+
 // expectAConsumerCannotSteerTheProvidersRoutes plays a consumer that uses
 // its tenant credentials to announce, in its NetworkPeering, the cloud
 // metadata address, half the internet, and the provider node's own address
@@ -80,22 +193,8 @@ func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testin
 		t.Fatal(err)
 	}
 	routesBefore := fabricRoutes(t, provider)
-	apiHost, _, _ := strings.Cut(strings.TrimPrefix(provider.PeerAPIServerURL(), "https://"), ":")
-	// How each provider node reaches its API server: the path the kubelet
-	// and the node's agents take, which no announcement may change.
-	apiPath := func() []string {
-		t.Helper()
-		var out []string
-		for _, n := range provider.RealNodes() {
-			b, err := exec.Command("ip", "-n", n.NetNS, "route", "get", apiHost).CombinedOutput()
-			if err != nil {
-				t.Fatalf("ip route get %s on %s: %v: %s", apiHost, n.Name, err, b)
-			}
-			out = append(out, n.Name+": "+strings.TrimSpace(string(b)))
-		}
-		return out
-	}
-	apiPathBefore := apiPath()
+	apiHost := apiServerHost(provider)
+	apiPathBefore := apiServerPaths(t, provider)
 	var np offloadv1alpha1.NetworkPeering
 	key := client.ObjectKey{Namespace: h.namespace, Name: offloadv1alpha1.NetworkPeeringName}
 	if err := tenant.Get(ctx, key, &np); err != nil {
@@ -139,7 +238,7 @@ func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testin
 			if routes := fabricRoutes(t, provider); !slices.Equal(routes, routesBefore) {
 				t.Errorf("the provider's fabric routes changed:\n%s\nbefore:\n%s", strings.Join(routes, "\n"), strings.Join(routesBefore, "\n"))
 			}
-			if path := apiPath(); !slices.Equal(path, apiPathBefore) {
+			if path := apiServerPaths(t, provider); !slices.Equal(path, apiPathBefore) {
 				t.Errorf("the provider nodes' path to their API server changed:\n%s\nbefore:\n%s", strings.Join(path, "\n"), strings.Join(apiPathBefore, "\n"))
 			}
 			if ready := nodeReady(ctx, provider, provider.Node.Name); ready != corev1.ConditionTrue {

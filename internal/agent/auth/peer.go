@@ -99,7 +99,7 @@ func (p *Peering) handlePeer(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, log, "Refused a peering request", err)
 		return
 	}
-	log.Info("Peered", "tenantNamespace", resp.Credentials.TenantNamespace, "expires", resp.Credentials.ExpirationTimestamp)
+	log.Info("Peered", "tenantNamespace", resp.Credentials.TenantNamespace, "expires", resp.Credentials.ExpirationTimestamp, "source", sourceKey(r.RemoteAddr))
 	writeJSON(w, resp)
 }
 

@@ -40,7 +40,7 @@ func (p *Peering) handleRefresh(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, log, "Refreshing credentials", err)
 		return
 	}
-	log.Info("Refreshed credentials", "expires", resp.Credentials.ExpirationTimestamp)
+	log.Info("Refreshed credentials", "expires", resp.Credentials.ExpirationTimestamp, "source", sourceKey(r.RemoteAddr))
 	writeJSON(w, resp)
 }
 
