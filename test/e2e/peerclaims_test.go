@@ -79,6 +79,44 @@ func apiServerPaths(t *testing.T, c *framework.Cluster) []string {
 	return out
 }
 
+// steerable is what a peer's announcement could move on a cluster: its
+// Tunnel's mappings, the fabric's routes and rules on every node, and each
+// node's path to its API server.
+type steerable struct {
+	mappings      []offloadv1alpha1.CIDRMapping
+	routes, paths []string
+}
+
+func readSteerable(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel client.ObjectKey) steerable {
+	t.Helper()
+	var tn offloadv1alpha1.Tunnel
+	if err := ctrlClient(t, c).Get(ctx, tunnel, &tn); err != nil {
+		t.Fatal(err)
+	}
+	return steerable{mappings: tn.Spec.Mappings, routes: fabricRoutes(t, c), paths: apiServerPaths(t, c)}
+}
+
+// expectNothingMoved checks that c holds what it held before an
+// announcement, and that its node is Ready.
+func expectNothingMoved(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel client.ObjectKey, before steerable) {
+	t.Helper()
+	now := readSteerable(ctx, t, c, tunnel)
+	if !slices.Equal(now.mappings, before.mappings) {
+		t.Errorf("the %s's Tunnel maps %v after the announcement, %v before", c.Name, now.mappings, before.mappings)
+	}
+	for _, d := range []struct {
+		what        string
+		now, before []string
+	}{{"fabric routes and rules", now.routes, before.routes}, {"nodes' paths to their API server", now.paths, before.paths}} {
+		if !slices.Equal(d.now, d.before) {
+			t.Errorf("the %s's %s changed:\n%s\nbefore:\n%s", c.Name, d.what, strings.Join(d.now, "\n"), strings.Join(d.before, "\n"))
+		}
+	}
+	if ready := nodeReady(ctx, c, c.Node.Name); ready != corev1.ConditionTrue {
+		t.Errorf("the %s's node is %q after the announcement", c.Name, ready)
+	}
+}
+
 // expectAProviderCannotSteerTheConsumersRoutes plays a provider that uses
 // its own admin rights to announce, in the status of the consumer's
 // NetworkPeering, the cloud metadata address, half the internet, and the
@@ -92,11 +130,7 @@ func expectAProviderCannotSteerTheConsumersRoutes(ctx context.Context, t *testin
 	t.Helper()
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
 	clientKey := client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider.Name)}
-	var before offloadv1alpha1.Tunnel
-	if err := cc.Get(ctx, clientKey, &before); err != nil {
-		t.Fatal(err)
-	}
-	routesBefore, pathsBefore := fabricRoutes(t, consumer), apiServerPaths(t, consumer)
+	before := readSteerable(ctx, t, consumer, clientKey)
 	h := readHeldCredentials(ctx, t, consumer, provider.Name)
 	npKey := client.ObjectKey{Namespace: h.namespace, Name: offloadv1alpha1.NetworkPeeringName}
 	fcKey := client.ObjectKey{Name: provider.Name}
@@ -136,22 +170,7 @@ func expectAProviderCannotSteerTheConsumersRoutes(ctx context.Context, t *testin
 	networkReady("the consumer to refuse "+strings.Join(hostile, ","), func(c *metav1.Condition) bool {
 		return c.Status == metav1.ConditionFalse && c.Reason == network.ReasonRefusedPodCIDRs
 	})
-	var after offloadv1alpha1.Tunnel
-	if err := cc.Get(ctx, clientKey, &after); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(after.Spec.Mappings, before.Spec.Mappings) {
-		t.Errorf("the consumer's Tunnel maps %v after the provider's announcement, %v before", after.Spec.Mappings, before.Spec.Mappings)
-	}
-	if routes := fabricRoutes(t, consumer); !slices.Equal(routes, routesBefore) {
-		t.Errorf("the consumer's fabric routes changed:\n%s\nbefore:\n%s", strings.Join(routes, "\n"), strings.Join(routesBefore, "\n"))
-	}
-	if paths := apiServerPaths(t, consumer); !slices.Equal(paths, pathsBefore) {
-		t.Errorf("the consumer nodes' path to their API server changed:\n%s\nbefore:\n%s", strings.Join(paths, "\n"), strings.Join(pathsBefore, "\n"))
-	}
-	if ready := nodeReady(ctx, consumer, consumer.Node.Name); ready != corev1.ConditionTrue {
-		t.Errorf("the consumer's node is %q after the provider's announcement", ready)
-	}
+	expectNothingMoved(ctx, t, consumer, clientKey, before)
 	waitFor(ctx, t, time.Minute, "the consumer to tell the provider of its refusal", func(ctx context.Context) (bool, string) {
 		if err := pc.Get(ctx, npKey, &np); err != nil {
 			return false, err.Error()
@@ -186,15 +205,9 @@ func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := ctrlClient(t, provider)
 	serverKey := client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, consumer.Name)}
-	var before offloadv1alpha1.Tunnel
-	if err := pc.Get(ctx, serverKey, &before); err != nil {
-		t.Fatal(err)
-	}
-	routesBefore := fabricRoutes(t, provider)
+	before := readSteerable(ctx, t, provider, serverKey)
 	apiHost := apiServerHost(provider)
-	apiPathBefore := apiServerPaths(t, provider)
 	var np offloadv1alpha1.NetworkPeering
 	key := client.ObjectKey{Namespace: h.namespace, Name: offloadv1alpha1.NetworkPeeringName}
 	if err := tenant.Get(ctx, key, &np); err != nil {
@@ -228,22 +241,7 @@ func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testin
 				c := meta.FindStatusCondition(np.Status.Conditions, offloadv1alpha1.ConditionReady)
 				return c != nil && c.ObservedGeneration == gen && c.Status == metav1.ConditionFalse && c.Reason == tc.reason, fmt.Sprintf("%+v", c)
 			})
-			var after offloadv1alpha1.Tunnel
-			if err := pc.Get(ctx, serverKey, &after); err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(after.Spec.Mappings, before.Spec.Mappings) {
-				t.Errorf("the provider's Tunnel maps %v after the announcement, %v before", after.Spec.Mappings, before.Spec.Mappings)
-			}
-			if routes := fabricRoutes(t, provider); !slices.Equal(routes, routesBefore) {
-				t.Errorf("the provider's fabric routes changed:\n%s\nbefore:\n%s", strings.Join(routes, "\n"), strings.Join(routesBefore, "\n"))
-			}
-			if path := apiServerPaths(t, provider); !slices.Equal(path, apiPathBefore) {
-				t.Errorf("the provider nodes' path to their API server changed:\n%s\nbefore:\n%s", strings.Join(path, "\n"), strings.Join(apiPathBefore, "\n"))
-			}
-			if ready := nodeReady(ctx, provider, provider.Node.Name); ready != corev1.ConditionTrue {
-				t.Errorf("the provider's node is %q during the announcement", ready)
-			}
+			expectNothingMoved(ctx, t, provider, serverKey, before)
 		})
 	}
 	if err := tenant.Get(ctx, key, &np); err != nil {
