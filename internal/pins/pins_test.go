@@ -28,8 +28,8 @@ func TestKubernetesModulesArePinnedInLockstep(t *testing.T) {
 		t.Fatalf("k8s.io modules are on several versions, pin them to one: %v", versions)
 	}
 	for v := range versions {
-		if !strings.HasPrefix(v, "v0.35.") {
-			t.Errorf("k8s.io modules are on %s, the design pins v0.35.x", v)
+		if !strings.HasPrefix(v, "v0.37.") {
+			t.Errorf("k8s.io modules are on %s, the design pins v0.37.x", v)
 		}
 	}
 }
@@ -40,9 +40,9 @@ func TestPinnedDependencyMinorVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for mod, prefix := range map[string]string{
-		"sigs.k8s.io/controller-runtime":             "v0.23.",
-		"helm.sh/helm/v3":                            "v3.21.",
-		"github.com/virtual-kubelet/virtual-kubelet": "v1.13.0",
+		"sigs.k8s.io/controller-runtime":             "v0.25.",
+		"helm.sh/helm/v3":                            "v3.22.",
+		"github.com/virtual-kubelet/virtual-kubelet": "v1.14.1",
 	} {
 		re := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(mod) + ` (\S+)`)
 		m := re.FindStringSubmatch(string(b))
