@@ -126,26 +126,38 @@ func sameRule(a, b netlink.Rule) bool {
 	return a.Priority == b.Priority && a.IifName == b.IifName && a.Invert == b.Invert && a.Src.String() == b.Src.String()
 }
 
+// policyDiff returns the rules of have that want lacks, and those of want
+// that have lacks.
+func policyDiff(have, want []netlink.Rule) (stale, missing []netlink.Rule) {
+	for _, r := range have {
+		if !slices.ContainsFunc(want, func(w netlink.Rule) bool { return sameRule(r, w) }) {
+			stale = append(stale, r)
+		}
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(have, func(r netlink.Rule) bool { return sameRule(r, w) }) {
+			missing = append(missing, w)
+		}
+	}
+	return stale, missing
+}
+
 // applyPolicy makes the rules to the fabric's table those of p.
 func applyPolicy(p Plan) error {
 	have, err := policyRules()
 	if err != nil {
 		return err
 	}
-	want := p.policy()
+	stale, missing := policyDiff(have, p.policy())
 	var errs []error
-	for _, r := range have {
-		if !slices.ContainsFunc(want, func(w netlink.Rule) bool { return sameRule(r, w) }) {
-			if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
-				errs = append(errs, fmt.Errorf("deleting the rule %v: %w", r, err))
-			}
+	for _, r := range stale {
+		if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("deleting the rule %v: %w", r, err))
 		}
 	}
-	for _, w := range want {
-		if !slices.ContainsFunc(have, func(r netlink.Rule) bool { return sameRule(r, w) }) {
-			if err := netlink.RuleAdd(&w); err != nil && !errors.Is(err, unix.EEXIST) {
-				errs = append(errs, fmt.Errorf("adding the rule %v: %w", w, err))
-			}
+	for _, w := range missing {
+		if err := netlink.RuleAdd(&w); err != nil && !errors.Is(err, unix.EEXIST) {
+			errs = append(errs, fmt.Errorf("adding the rule %v: %w", w, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
@@ -174,8 +173,9 @@ func drifted(p Plan) bool {
 		return true
 	}
 	rules, err := policyRules()
-	want := p.policy()
-	return err != nil || len(rules) != len(want) || slices.ContainsFunc(want, func(w netlink.Rule) bool {
-		return !slices.ContainsFunc(rules, func(r netlink.Rule) bool { return sameRule(r, w) })
-	})
+	if err != nil {
+		return true
+	}
+	stale, missing := policyDiff(rules, p.policy())
+	return len(stale)+len(missing) > 0
 }
