@@ -111,17 +111,23 @@ func NetworkPolicyFor(tenantID string, consumerCIDRs, publicHosts []string) netw
 // cloud's metadata service) and loopback.
 var PrivateRanges = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}
 
+// privatePrefixes are PrivateRanges, parsed once: PublicHosts runs on
+// every node event.
+var privatePrefixes = func() []netip.Prefix {
+	out := make([]netip.Prefix, len(PrivateRanges))
+	for i, r := range PrivateRanges {
+		out[i] = netip.MustParsePrefix(r)
+	}
+	return out
+}()
+
 // PublicHosts are the addresses of hosts (this cluster's nodes and API
 // server) outside PrivateRanges, sorted: a node's public address, or a
 // managed control plane's, is no destination for a tenant's pods either.
 func PublicHosts(hosts []netip.Prefix) []string {
-	var private []netip.Prefix
-	for _, r := range PrivateRanges {
-		private = append(private, netip.MustParsePrefix(r))
-	}
 	var out []string
 	for _, h := range hosts {
-		if !slices.ContainsFunc(private, func(r netip.Prefix) bool { return r.Overlaps(h) }) {
+		if !slices.ContainsFunc(privatePrefixes, func(r netip.Prefix) bool { return r.Overlaps(h) }) {
 			out = append(out, h.String())
 		}
 	}
