@@ -13,7 +13,7 @@ var (
 	// GroupVersion is the group and version of this API.
 	GroupVersion = schema.GroupVersion{Group: "offload.io", Version: "v1alpha1"}
 	// SchemeBuilder registers the types of this API.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion} //nolint:staticcheck // SA1019 since controller-runtime v0.25: moving to runtime.NewSchemeBuilder touches every API type file (issue 27)
 	// AddToScheme adds the types of this API to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
