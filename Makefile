@@ -54,6 +54,10 @@ bench: ## Run the cluster benchmarks under bench/ once each; they print figures.
 conformance: ## Run Kubernetes' pod conformance tests (sig-node, ConfigMap/Secret/Downward API/Projected volumes) through the virtual node; needs root.
 	@hack/conformance.sh
 
+.PHONY: compat
+compat: ## Run TestCompatibility on every Kubernetes version pair of the matrix (hack/versions.env) and write its table into docs/compatibility.md; needs root.
+	@hack/compat.sh
+
 .PHONY: bench-offload
 bench-offload: ## Run BenchmarkOffload (direct vs offloaded, N from OFFLOAD_BENCH_N, default 100,1000,5000; OFFLOAD_BENCH_CPUS isolated,shared) and write docs/benchmarks.md with its charts; needs root.
 	@hack/setup.sh

@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // lintValues are the values `kubectl offload install` always sets.
@@ -169,4 +172,27 @@ func onlyVerbs(rule map[string]any, allowed ...string) bool {
 		}
 	}
 	return true
+}
+
+// The chart refuses exactly the Kubernetes versions the peering policy
+// refuses: its kubeVersion says internal/peering's supported range.
+func TestTheChartsKubeVersionIsThePeeringPolicysRange(t *testing.T) {
+	files, err := loadFiles(Offload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := loader.LoadFiles(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	constraint := c.Metadata.KubeVersion
+	for minor := peering.OldestKubernetesMinor - 2; minor <= peering.NewestKubernetesMinor+2; minor++ {
+		for _, v := range []string{fmt.Sprintf("v1.%d.0", minor), fmt.Sprintf("v1.%d.7+k3s1", minor)} {
+			chart := chartutil.IsCompatibleRange(constraint, v)
+			policy := peering.CheckKubernetes("the cluster", v) == nil
+			if chart != policy {
+				t.Errorf("Kubernetes %s: the chart's kubeVersion %q accepts it: %t; the peering policy (%s): %t", v, constraint, chart, peering.SupportedKubernetes(), policy)
+			}
+		}
+	}
 }

@@ -16,6 +16,8 @@ phase() {
 
 export PATH="/usr/local/go/bin:${PATH}"
 phase "setup and tool build" hack/setup.sh
+# TestCompatibility's skewed pair runs its provider on another Kubernetes.
+phase "Kubernetes of the skewed pair" bash -c 'source hack/versions.env && OFFLOAD_KUBE_VERSION="${KUBE_SKEW_VERSION}" hack/tools.sh kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy'
 phase "unit tests" bash -c 'go test -count=1 $(go list ./... | grep -v /test/e2e)'
 # Budgets are counts of executions (about 10 s each here), not durations:
 # with a -fuzztime duration, Go before 1.27 can fail a target with a bare

@@ -5,6 +5,12 @@
 # for another version (recorded in .cache/bin/.stamps/<tool>).
 #
 # Usage: hack/tools.sh [tool ...]   (default: every control-plane tool)
+#
+# The Kubernetes commands of each version live in .cache/bin/kubernetes-vX.Y.Z/,
+# so the versions of the compatibility matrix (make compat) sit side by side;
+# those of the pinned KUBE_VERSION are linked from .cache/bin as well.
+# OFFLOAD_KUBE_VERSION=vX.Y.Z builds the Kubernetes commands of that version
+# instead of the pinned one (and links nothing).
 # Tools: kube-apiserver kube-controller-manager kube-scheduler kubectl
 #        kubelet kube-proxy etcd kwok kwokctl coredns metrics-server
 #        controller-gen
@@ -13,12 +19,16 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "${ROOT}/hack/versions.env"
+PINNED_KUBE_VERSION="${KUBE_VERSION}"
+KUBE_VERSION="${OFFLOAD_KUBE_VERSION:-${KUBE_VERSION}}"
+[[ "${KUBE_VERSION}" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || { echo "OFFLOAD_KUBE_VERSION=${KUBE_VERSION}: want a Kubernetes release such as v1.36.3" >&2; exit 2; }
 
 CACHE="${OFFLOAD_CACHE_DIR:-${ROOT}/.cache}"
 BIN="${CACHE}/bin"
 SRC="${CACHE}/src"
 STAMPS="${BIN}/.stamps"
-mkdir -p "${BIN}" "${SRC}" "${STAMPS}"
+KUBE_BIN="${BIN}/kubernetes-${KUBE_VERSION}"
+mkdir -p "${BIN}" "${SRC}" "${STAMPS}" "${KUBE_BIN}"
 
 export GOFLAGS="${GOFLAGS:-} -mod=mod"
 export CGO_ENABLED=0
@@ -123,14 +133,27 @@ KUBE_COMMANDS=(kube-apiserver kube-controller-manager kube-proxy kube-scheduler 
 build_kube() {
   local missing=() tool
   for tool in "$@"; do
-    up_to_date "${tool}" "${KUBE_VERSION}" || missing+=("${tool}")
+    [[ -x "${KUBE_BIN}/${tool}" ]] || missing+=("${tool}")
   done
-  [[ ${#missing[@]} -gt 0 ]] || return 0
-  local dir
-  dir="$(kube_module kubernetes "${KUBE_COMMANDS[@]/#/k8s.io/kubernetes/cmd/}")"
-  building "kubernetes-${KUBE_VERSION}" bash -c 'cd "$1" && shift && go build -trimpath -ldflags "$1" -o "$2/" "${@:3}"' _ \
-    "${dir}" "$(kube_ldflags)" "${BIN}" "${missing[@]/#/k8s.io/kubernetes/cmd/}"
-  for tool in "${missing[@]}"; do stamp "${tool}" "${KUBE_VERSION}"; done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    local dir
+    dir="$(kube_module kubernetes "${KUBE_COMMANDS[@]/#/k8s.io/kubernetes/cmd/}")"
+    building "kubernetes-${KUBE_VERSION}" bash -c 'cd "$1" && shift && go build -trimpath -ldflags "$1" -o "$2/" "${@:3}"' _ \
+      "${dir}" "$(kube_ldflags)" "${KUBE_BIN}" "${missing[@]/#/k8s.io/kubernetes/cmd/}"
+  fi
+  link_kube "$@"
+}
+
+# link_kube TOOL... links the pinned version's Kubernetes commands into
+# .cache/bin, where kubectl, envtest (with etcd) and the scripts find them.
+link_kube() {
+  [[ "${KUBE_VERSION}" == "${PINNED_KUBE_VERSION}" ]] || return 0
+  local tool
+  for tool in "$@"; do
+    up_to_date "${tool}" "${KUBE_VERSION}" && [[ -L "${BIN}/${tool}" ]] && continue
+    ln -sfn "kubernetes-${KUBE_VERSION}/${tool}" "${BIN}/${tool}"
+    stamp "${tool}" "${KUBE_VERSION}"
+  done
 }
 
 # build_e2e TOOL builds the upstream e2e suite (e2e.test) or one of its test
@@ -218,10 +241,11 @@ KUBE_TOOLS=()
 kube_step=0
 for t in "${tools[@]}"; do
   is_kube "$t" && KUBE_TOOLS+=("$t")
-  up_to_date "$t" "$(tool_version "$t")" && continue
   if is_kube "$t"; then
+    [[ -x "${KUBE_BIN}/$t" ]] && continue
     kube_step=1
   else
+    up_to_date "$t" "$(tool_version "$t")" && continue
     STEPS=$(( STEPS + 1 ))
   fi
 done

@@ -133,5 +133,5 @@ type ForeignClusterList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&ForeignCluster{}, &ForeignClusterList{})
+	register(&ForeignCluster{}, &ForeignClusterList{})
 }

@@ -5,15 +5,29 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the group and version of this API.
 	GroupVersion = schema.GroupVersion{Group: "offload.io", Version: "v1alpha1"}
-	// SchemeBuilder registers the types of this API.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion} //nolint:staticcheck // SA1019 since controller-runtime v0.25: moving to runtime.NewSchemeBuilder touches every API type file (issue 27)
+	// SchemeBuilder registers the types of this API. It is apimachinery's,
+	// so that importing the API needs nothing but apimachinery.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	// AddToScheme adds the types of this API to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
+
+	// knownTypes are the types the type files register in their init.
+	knownTypes []runtime.Object
 )
+
+// register adds objects to the types AddToScheme adds.
+func register(objects ...runtime.Object) { knownTypes = append(knownTypes, objects...) }
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, knownTypes...)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

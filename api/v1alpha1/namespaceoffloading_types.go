@@ -165,5 +165,5 @@ type RemoteNamespaceList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&NamespaceOffloading{}, &NamespaceOffloadingList{}, &RemoteNamespace{}, &RemoteNamespaceList{})
+	register(&NamespaceOffloading{}, &NamespaceOffloadingList{}, &RemoteNamespace{}, &RemoteNamespaceList{})
 }

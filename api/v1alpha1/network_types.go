@@ -200,5 +200,5 @@ type TunnelList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&NetworkPeering{}, &NetworkPeeringList{}, &Tunnel{}, &TunnelList{})
+	register(&NetworkPeering{}, &NetworkPeeringList{}, &Tunnel{}, &TunnelList{})
 }

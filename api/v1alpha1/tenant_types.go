@@ -146,5 +146,5 @@ type ResourceOfferList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Tenant{}, &TenantList{}, &ResourceOffer{}, &ResourceOfferList{})
+	register(&Tenant{}, &TenantList{}, &ResourceOffer{}, &ResourceOfferList{})
 }

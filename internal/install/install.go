@@ -145,6 +145,11 @@ func (o *Options) Run(ctx context.Context) error {
 			return fmt.Errorf("cannot reach the cluster at %s: %w (check --kubeconfig and --context)", o.restHost, err)
 		}
 		serverVersion = v.GitVersion
+		// Before anything changes: the chart's kubeVersion says the same,
+		// in Helm's words, only once the release is being made.
+		if err := peering.CheckKubernetes("this cluster", serverVersion); err != nil {
+			return fmt.Errorf("%v; nothing was installed", err)
+		}
 		return nil
 	}); err != nil {
 		return err

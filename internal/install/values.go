@@ -139,7 +139,7 @@ func (s settings) show(steps *output.Steps, serverVersion string) {
 		}
 		steps.Done(fmt.Sprintf("%-16s %s (%s)", name, value, v.source))
 	}
-	steps.Done(fmt.Sprintf("%-16s %s", "Kubernetes", serverVersion))
+	steps.Done(fmt.Sprintf("%-16s %s (supported: %s; peers any two of them)", "Kubernetes", serverVersion, peering.SupportedKubernetes()))
 	line("Cluster name", s.clusterName)
 	line("Provider", s.provider)
 	line("Pod CIDR", s.podCIDR)

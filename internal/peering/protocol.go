@@ -22,6 +22,10 @@ type PeerRequest struct {
 	// ProviderClusterID is the cluster ID the consumer expects to reach
 	// (--cluster-id); the provider refuses when it is not its own.
 	ProviderClusterID string `json:"providerClusterID"`
+	// KubernetesVersion is the consumer's Kubernetes version; the provider
+	// refuses a pair outside the policy (CheckKubernetesPair). Agents
+	// before it was added send none.
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 }
 
 // Credentials are what a consumer gets to act in its tenant namespace.
@@ -44,6 +48,10 @@ type PeerResponse struct {
 	ClusterID   string      `json:"clusterID"`
 	ClusterName string      `json:"clusterName"`
 	Credentials Credentials `json:"credentials"`
+	// KubernetesVersion is the provider's Kubernetes version, which the
+	// consumer checks against its own policy. Agents before it was added
+	// send none.
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 }
 
 // RefreshRequest is the body of POST /v1/refresh and POST /v1/unpeer; the

@@ -220,6 +220,19 @@ func TestKubeVersionCheck(t *testing.T) {
 	}
 }
 
+func TestProvidersVersionCheckFailsAProviderOutsideTheSkewPolicy(t *testing.T) {
+	node := func(name, kubelet string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: kubelet}}}
+	}
+	if c := providersVersionCheck("v1.37.2", []corev1.Node{node("offload-a", "v1.34.4"), node("offload-b", ""), node("offload-c", "v1.37.0")}); c.Status != StatusOK {
+		t.Errorf("providers on v1.34 and v1.37 from v1.37: %s %q; want OK", c.Status, c.Message)
+	}
+	c := providersVersionCheck("v1.37.2", []corev1.Node{node("offload-a", "v1.36.1"), node("offload-old", "v1.33.2")})
+	if c.Status != StatusFailed || !strings.Contains(c.Message, "offload-old") || strings.Contains(c.Message, "offload-a") || !strings.Contains(c.Message, peering.SupportedKubernetes()) {
+		t.Errorf("a provider on v1.33: %s %q; want failed, naming offload-old alone and the policy", c.Status, c.Message)
+	}
+}
+
 func TestTheChartsKubeVersionIsEmbedded(t *testing.T) {
 	c, err := chartKubeVersion()
 	if err != nil || !strings.HasPrefix(c, ">=") {

@@ -2,14 +2,18 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"helm.sh/helm/v3/pkg/chartutil"
+	corev1 "k8s.io/api/core/v1"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // versionsChecker compares the Kubernetes version with the range the
@@ -29,6 +33,11 @@ func (versionsChecker) Check(ctx context.Context, d *DoctorEnv) Section {
 	} else {
 		server = info.GitVersion
 		s.Checks = append(s.Checks, kubeVersionCheck(constraint, server))
+		if nodes, err := readVirtualNodes(ctx, d.Env); err != nil {
+			s.Checks = append(s.Checks, warn("providers", "%v", err))
+		} else {
+			s.Checks = append(s.Checks, providersVersionCheck(server, nodes))
+		}
 	}
 
 	rel, c := releaseOrCheck(d.Env)
@@ -50,6 +59,7 @@ func (versionsChecker) Check(ctx context.Context, d *DoctorEnv) Section {
 	s.Fields = []Field{
 		{Name: "kubernetes", Label: "Kubernetes", Value: server},
 		{Name: "kubeVersion", Label: "Supported", Value: constraint},
+		{Name: "skewPolicy", Label: "Skew policy", Value: skewPolicy},
 		{Name: "plugin", Label: "Plugin", Value: d.CLIVersion},
 		{Name: "agent", Label: "Agent", Value: agent},
 	}
@@ -100,4 +110,31 @@ func agentVersionCheck(plugin, agent string) Check {
 		return warn(name, "%s, an older minor version: install the plugin of the agent's version (kubectl krew upgrade offload), or run kubectl offload upgrade to go back to this plugin's agent", what)
 	}
 	return warn(name, "%s: run kubectl offload upgrade to bring the agent to this plugin's version", what)
+}
+
+// skewPolicy says which consumer and provider versions may peer.
+var skewPolicy = "a consumer and a provider on any two Kubernetes minors of " + peering.SupportedKubernetes() + ", either way round"
+
+// providersVersionCheck judges the pair this cluster, on Kubernetes
+// server, makes with the provider of each virtual node, whose kubelet
+// version is the provider's Kubernetes version: a provider upgraded out
+// of the policy after peering fails.
+func providersVersionCheck(server string, nodes []corev1.Node) Check {
+	const name = "providers"
+	var bad []string
+	for _, n := range nodes {
+		v := n.Status.NodeInfo.KubeletVersion
+		if v == "" {
+			continue
+		}
+		if err := peering.CheckKubernetesPair(server, v); err != nil {
+			var perr *peering.Error
+			errors.As(err, &perr)
+			bad = append(bad, fmt.Sprintf("%s: %s", n.Name, perr.Message))
+		}
+	}
+	if len(bad) > 0 {
+		return fail(name, "%s; peer again once both clusters are in the policy (%s)", strings.Join(bad, "; "), skewPolicy)
+	}
+	return ok(name, "the providers of %d virtual node(s) are in the skew policy: %s", len(nodes), skewPolicy)
 }

@@ -25,6 +25,10 @@ import (
 type ClusterOptions struct {
 	// Name is the cluster name, a DNS-1123 label unique within the Env.
 	Name string
+	// KubeVersion is the Kubernetes release of the cluster's control plane
+	// and real nodes ("v1.34.4"); empty means the pinned KUBE_VERSION. Its
+	// binaries are built once into .cache/bin/kubernetes-VERSION.
+	KubeVersion string
 	// FakeNodes is how many kwok fake nodes to create.
 	FakeNodes int
 	// NodeCapacity is the capacity of each fake node; zero fields take DefaultCapacity's.
@@ -176,11 +180,19 @@ func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	kubeVersion := o.KubeVersion
+	if kubeVersion == "" {
+		kubeVersion = versions["KUBE_VERSION"]
+	}
+	kubeBin, err := EnsureKube(ctx, kubeVersion)
+	if err != nil {
+		return nil, err
+	}
 	var lastErr error
 	// A port picked as free can be taken by another process before the
 	// component binds it; a second attempt with new ports covers that.
 	for attempt := 0; attempt < 3; attempt++ {
-		c, err := e.create(ctx, o, versions["KUBE_VERSION"])
+		c, err := e.create(ctx, o, kubeVersion, kubeBin)
 		if err == nil {
 			return c, nil
 		}
@@ -193,7 +205,7 @@ func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	return nil, fmt.Errorf("creating cluster %q: %w", o.Name, lastErr)
 }
 
-func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) (*Cluster, error) {
+func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion, kubeBin string) (*Cluster, error) {
 	p, err := ports.take(6)
 	if err != nil {
 		return nil, err
@@ -259,7 +271,7 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 		}
 	}
 	cfgPath := filepath.Join(e.Dir, o.Name+".kwokctl.yaml")
-	cfg := kwokctlConfig(e.bin, filepath.Join(e.Dir, "cache"), dir, kubeVersion, cp, o, node)
+	cfg := kwokctlConfig(e.bin, kubeBin, filepath.Join(e.Dir, "cache"), dir, kubeVersion, cp, o, node)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
@@ -310,7 +322,7 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion string) 
 		}
 		c.Node, c.ExtraNodes = node, extra
 		for _, n := range all {
-			if err := n.start(ctx, c, e.bin, images); err != nil {
+			if err := n.start(ctx, c, kubeBin, images); err != nil {
 				return nil, err
 			}
 		}

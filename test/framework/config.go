@@ -9,7 +9,8 @@ import (
 // kwokctlConfig renders the KwokctlConfiguration for one cluster: every
 // binary local (so kwokctl downloads nothing), pinned ports, CSR signing in
 // kube-controller-manager, and kwok managing only nodes annotated as fake.
-func kwokctlConfig(bin, cacheDir, clusterDir, kubeVersion string, p clusterPorts, o ClusterOptions, node *RealNode) string {
+// kubeBin holds the Kubernetes commands of kubeVersion, bin the other tools.
+func kwokctlConfig(bin, kubeBin, cacheDir, clusterDir, kubeVersion string, p clusterPorts, o ClusterOptions, node *RealNode) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -39,7 +40,7 @@ componentsPatches:
     value: %s=%s
   - key: cidr
     value: %s
-`, kubeVersion, bin, filepath.Join(bin, "kubectl"), filepath.Join(bin, "kwok"), filepath.Join(bin, "etcd"), cacheDir,
+`, kubeVersion, kubeBin, filepath.Join(kubeBin, "kubectl"), filepath.Join(bin, "kwok"), filepath.Join(bin, "etcd"), cacheDir,
 		p.apiserver, p.etcd, p.etcdPeer, p.controllerManager, p.scheduler, p.kwok, o.DisableQPSLimits, certSANs(node),
 		FakeNodeAnnotation, FakeNodeAnnotationValue, fakePodStart)
 	// The CSR signer uses the cluster CA that kwokctl generates in the

@@ -85,7 +85,49 @@ func Versions() (map[string]string, error) {
 
 var (
 	toolsOnce sync.Map // tool list -> *toolsResult
+	kubeOnce  sync.Map // Kubernetes version -> *toolsResult
 )
+
+// kubeCommands are the Kubernetes commands hack/tools.sh builds per version.
+var kubeCommands = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy"}
+
+// KubeBinDir returns the directory holding the Kubernetes commands of
+// version (hack/tools.sh).
+func KubeBinDir(version string) (string, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(bin, "kubernetes-"+version), nil
+}
+
+// EnsureKube builds the Kubernetes commands of version (a release such as
+// v1.34.4) with hack/tools.sh, once per process, and returns their
+// directory. A version already built costs milliseconds; another one
+// takes minutes, once per machine.
+func EnsureKube(ctx context.Context, version string) (string, error) {
+	dir, err := KubeBinDir(version)
+	if err != nil {
+		return "", err
+	}
+	v, _ := kubeOnce.LoadOrStore(version, &toolsResult{})
+	r := v.(*toolsResult)
+	r.once.Do(func() {
+		root, err := RepoRoot()
+		if err != nil {
+			r.err = err
+			return
+		}
+		cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "hack", "tools.sh")}, kubeCommands...)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "OFFLOAD_KUBE_VERSION="+version)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			r.err = fmt.Errorf("building Kubernetes %s with hack/tools.sh: %w\n%s", version, err, out)
+		}
+	})
+	return dir, r.err
+}
 
 type toolsResult struct {
 	once sync.Once

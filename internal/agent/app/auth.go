@@ -130,6 +130,13 @@ func (o *authOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	po.KubernetesVersion = func(context.Context) (string, error) {
+		v, err := kube.Discovery().ServerVersion()
+		if err != nil {
+			return "", err
+		}
+		return v.GitVersion, nil
+	}
 	peering, err := auth.NewPeering(c, po)
 	if err != nil {
 		return err

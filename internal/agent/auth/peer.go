@@ -42,6 +42,11 @@ type PeeringOptions struct {
 	CredentialExpiration time.Duration
 	// Logger receives the endpoints' logs; never a token.
 	Logger klog.Logger
+	// KubernetesVersion returns this cluster's Kubernetes version, asked at
+	// each peering (an API server upgrades under a running agent), to
+	// refuse a consumer outside the version policy
+	// (peering.CheckKubernetesPair). Nil checks the consumer's alone.
+	KubernetesVersion func(context.Context) (string, error)
 }
 
 // Validate checks the options.
@@ -137,6 +142,14 @@ func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.L
 			"this peering token is for consumer %s, not %s: ask the provider's admin for a token for this cluster (kubectl offload peer generate --consumer %s)",
 			stored.Consumer, req.ClusterName, req.ClusterName)}
 	}
+	own, err := p.kubernetesVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := peering.CheckKubernetesPair(req.KubernetesVersion, own); err != nil {
+		log.Info("Refused a consumer outside the Kubernetes version policy", "consumerKubernetes", peering.CleanText(req.KubernetesVersion), "kubernetes", own)
+		return nil, err
+	}
 	if err := p.checkTenantFree(ctx, req.ClusterID, req.ClusterName, stored.Consumer == req.ClusterName); err != nil {
 		return nil, err
 	}
@@ -169,7 +182,21 @@ func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.L
 		return nil, err
 	}
 	peered = true
+	resp.KubernetesVersion = own
 	return resp, nil
+}
+
+// kubernetesVersion is this cluster's Kubernetes version, or "" when
+// PeeringOptions.KubernetesVersion is not set.
+func (p *Peering) kubernetesVersion(ctx context.Context) (string, error) {
+	if p.opts.KubernetesVersion == nil {
+		return "", nil
+	}
+	v, err := p.opts.KubernetesVersion(ctx)
+	if err != nil {
+		return "", fmt.Errorf("asking the API server for its Kubernetes version: %w", err)
+	}
+	return v, nil
 }
 
 // invalidToken is the one answer for a token that does not exist and one

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
@@ -457,5 +458,43 @@ func TestAWrongProviderClusterIDTellsNothingAboutThisCluster(t *testing.T) {
 	r.wantError(t, http.StatusForbidden, peering.ReasonWrongCluster)
 	if strings.Contains(string(r.body), e.clusterID) {
 		t.Errorf("an unauthenticated caller learns this cluster's ID: %s", r.body)
+	}
+}
+
+func TestAConsumerOutsideTheKubernetesVersionPolicyIsRefusedWithoutSpendingTheToken(t *testing.T) {
+	e := newPeeringEnv(t)
+	tok := e.newToken(t, time.Now().Add(time.Hour), false)
+	old := newConsumer()
+	req := e.peerRequest(tok.String(), old)
+	req.KubernetesVersion = "v1.31.4"
+	got := e.post(t, peering.PeerPath, req, "").wantError(t, http.StatusUnprocessableEntity, peering.ReasonUnsupportedVersion)
+	if !strings.Contains(got.Message, "v1.31.4") || !strings.Contains(got.Message, peering.SupportedKubernetes()) {
+		t.Errorf("message %q; want the consumer's version and the supported range", got.Message)
+	}
+	e.assertNothingFor(t, old)
+
+	// The same token then peers a consumer inside the policy, and the
+	// answer says the provider's version for the consumer's own check.
+	req = e.peerRequest(tok.String(), newConsumer())
+	req.KubernetesVersion = "v1.34.4"
+	r := e.post(t, peering.PeerPath, req, "")
+	if r.status != http.StatusOK {
+		t.Fatalf("the token was spent by the refused request: %d %s", r.status, r.body)
+	}
+	var resp peering.PeerResponse
+	if err := json.Unmarshal(r.body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	v, err := kubernetes.NewForConfigOrDie(e.cfg).Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.KubernetesVersion != v.GitVersion {
+		t.Errorf("the answer says Kubernetes %q; want the provider's %s", resp.KubernetesVersion, v.GitVersion)
+	}
+
+	// An agent of an older release sends no version: the provider checks its own alone.
+	if r := e.post(t, peering.PeerPath, e.peerRequest(e.newToken(t, time.Now().Add(time.Hour), false).String(), newConsumer()), ""); r.status != http.StatusOK {
+		t.Errorf("a request without a Kubernetes version: %d %s; want it peered", r.status, r.body)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -61,6 +62,11 @@ type Reconciler struct {
 	Namespace string
 	// HTTPClientTimeout bounds a call to an auth service; zero means DefaultHTTPClientTimeout.
 	HTTPClientTimeout time.Duration
+	// KubernetesVersion returns this cluster's Kubernetes version, sent to
+	// the provider and checked with the provider's against the version
+	// policy (peering.CheckKubernetesPair). SetupWithManager asks the
+	// manager's API server when nil.
+	KubernetesVersion func(context.Context) (string, error)
 }
 
 // SetupWithManager registers the reconciler with mgr. It reacts to spec and
@@ -68,6 +74,19 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Reader == nil {
 		r.Reader = mgr.GetAPIReader()
+	}
+	if r.KubernetesVersion == nil {
+		dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("creating the discovery client: %w", err)
+		}
+		r.KubernetesVersion = func(context.Context) (string, error) {
+			v, err := dc.ServerVersion()
+			if err != nil {
+				return "", err
+			}
+			return v.GitVersion, nil
+		}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("foreigncluster").
@@ -161,11 +180,23 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	resp, err := r.authClient(fc).Peer(ctx, peering.PeerRequest{
+	own, err := r.kubernetesVersion(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := peering.CheckKubernetesPair(own, ""); err != nil {
+		// Refused here, before the token is spent.
+		var perr *peering.Error
+		errors.As(err, &perr)
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, perr.Reason, perr.Message)
+	}
+	auth := r.authClient(fc)
+	resp, err := auth.Peer(ctx, peering.PeerRequest{
 		Token:             peering.PeerToken(tokenSecret),
 		ClusterID:         identity.ID,
 		ClusterName:       identity.Name,
 		ProviderClusterID: fc.Spec.ClusterID,
+		KubernetesVersion: own,
 	})
 	var pinErr *peering.PinError
 	var authErr *peering.Error
@@ -195,6 +226,16 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, peering.ReasonWrongCluster, fmt.Sprintf(
 			"the auth service answered as cluster %s, not %s: check --cluster-id", resp.ClusterID, fc.Spec.ClusterID))
 	}
+	if err := peering.CheckKubernetesPair(own, resp.KubernetesVersion); err != nil {
+		// A provider of another release, whose policy let the pair through:
+		// the credentials go back (its tenant is removed), none is kept.
+		if unpeerErr := auth.Unpeer(ctx, resp.Credentials.Token, identity.ID); unpeerErr != nil {
+			logger.Info("Could not hand back the credentials of a refused provider", "foreignCluster", klog.KObj(fc), "error", unpeerErr.Error())
+		}
+		var perr *peering.Error
+		errors.As(err, &perr)
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, perr.Reason, perr.Message+"; the credentials it issued were handed back")
+	}
 	secret, err := r.kubeconfigSecret(fc, resp.Credentials)
 	if errors.Is(err, peering.ErrInsecureCredentials) {
 		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, ReasonInsecureProvider,
@@ -212,6 +253,19 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 	now := metav1.Now()
 	fc.Status.LastSeen = &now
 	return ctrl.Result{}, nil
+}
+
+// kubernetesVersion is this cluster's Kubernetes version, or "" when
+// Reconciler.KubernetesVersion is not set.
+func (r *Reconciler) kubernetesVersion(ctx context.Context) (string, error) {
+	if r.KubernetesVersion == nil {
+		return "", nil
+	}
+	v, err := r.KubernetesVersion(ctx)
+	if err != nil {
+		return "", fmt.Errorf("asking the API server for its Kubernetes version: %w", err)
+	}
+	return v, nil
 }
 
 // authenticated finishes a peering whose kubeconfig Secret exists: it

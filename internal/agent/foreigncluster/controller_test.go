@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,7 @@ type consumerEnv struct {
 
 	mu       sync.Mutex
 	requests []peering.PeerRequest
+	unpeers  []string // the bearer tokens of unpeer requests
 	answer   func(w http.ResponseWriter, req peering.PeerRequest, providerID string)
 }
 
@@ -64,6 +66,12 @@ func newConsumerEnv(t *testing.T) *consumerEnv {
 	ca, pin := newCA(t)
 	e.pin = pin
 	srv, _ := tlsServer(t, servingCert(t, ca), func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == peering.UnpeerPath {
+			e.mu.Lock()
+			e.unpeers = append(e.unpeers, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+			e.mu.Unlock()
+			return
+		}
 		var req peering.PeerRequest
 		if r.URL.Path != peering.PeerPath || json.NewDecoder(r.Body).Decode(&req) != nil {
 			http.Error(w, "bad request", http.StatusBadRequest)
@@ -317,4 +325,82 @@ func TestCredentialsForAnAPIServerWithoutVerifiedHTTPSAreNotKept(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withKubernetes makes e's consumer run Kubernetes consumer and its fake
+// provider answer as Kubernetes provider.
+func (e *consumerEnv) withKubernetes(consumer, provider string) {
+	e.r.KubernetesVersion = func(context.Context) (string, error) { return consumer, nil }
+	e.answer = func(w http.ResponseWriter, req peering.PeerRequest, providerID string) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(peering.PeerResponse{ClusterID: providerID, ClusterName: "provider", KubernetesVersion: provider, Credentials: peering.Credentials{
+			APIServerURL: providerAPIURL, CACert: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", Token: tenantSAToken,
+			ExpirationTimestamp: time.Now().Add(time.Hour), TenantNamespace: "tenant-consumer",
+		}})
+	}
+}
+
+// expectRefusedForVersions checks that the peering failed with the
+// version reason and a message naming version, and kept no credentials.
+func (e *consumerEnv) expectRefusedForVersions(t *testing.T, name, version string) {
+	t.Helper()
+	fc := e.foreignCluster(t, name)
+	c := authenticated(t, fc)
+	if c.Status != metav1.ConditionFalse || c.Reason != peering.ReasonUnsupportedVersion || !strings.Contains(c.Message, version) || !strings.Contains(c.Message, peering.SupportedKubernetes()) {
+		t.Errorf("Authenticated = %+v, want False, reason %s, naming %s and the supported range", c, peering.ReasonUnsupportedVersion, version)
+	}
+	if fc.Status.Auth != offloadv1alpha1.PhaseFailed {
+		t.Errorf("status.auth = %s, want Failed", fc.Status.Auth)
+	}
+	if e.secret(t, peering.PeerKubeconfigSecretName(name)) != nil {
+		t.Error("a kubeconfig Secret exists for a pair outside the version policy")
+	}
+}
+
+func TestAPairOutsideTheKubernetesVersionPolicyIsRefusedAtPeer(t *testing.T) {
+	t.Run("this cluster too old: refused before the token is spent", func(t *testing.T) {
+		e := newConsumerEnv(t)
+		e.withKubernetes("v1.31.4", "v1.37.2")
+		name := e.peerWith(t, e.pin)
+		if res, err := e.reconcile(t, name); err != nil || res.RequeueAfter <= 0 {
+			t.Fatalf("Reconcile = %+v, %v; want a later retry, not an error", res, err)
+		}
+		e.expectRefusedForVersions(t, name, "v1.31.4")
+		if n := e.requestCount(); n != 0 {
+			t.Errorf("%d peering requests reached the provider; want none, so that the token stays unspent", n)
+		}
+		if e.secret(t, peering.PeerTokenSecretName(name)) == nil {
+			t.Error("the token Secret was deleted")
+		}
+	})
+	t.Run("the provider outside this release's range: its credentials are handed back", func(t *testing.T) {
+		e := newConsumerEnv(t)
+		e.withKubernetes("v1.37.2", "v1.38.0")
+		name := e.peerWith(t, e.pin)
+		if res, err := e.reconcile(t, name); err != nil || res.RequeueAfter <= 0 {
+			t.Fatalf("Reconcile = %+v, %v; want a later retry, not an error", res, err)
+		}
+		e.expectRefusedForVersions(t, name, "v1.38.0")
+		e.mu.Lock()
+		unpeers := slices.Clone(e.unpeers)
+		req := e.requests[0]
+		e.mu.Unlock()
+		if len(unpeers) != 1 || unpeers[0] != tenantSAToken {
+			t.Errorf("unpeer requests with tokens %q; want one, with the credentials the provider issued", unpeers)
+		}
+		if req.KubernetesVersion != "v1.37.2" {
+			t.Errorf("the peering request said Kubernetes %q; want this cluster's v1.37.2", req.KubernetesVersion)
+		}
+	})
+	t.Run("a supported pair peers", func(t *testing.T) {
+		e := newConsumerEnv(t)
+		e.withKubernetes("v1.34.4", "v1.37.2")
+		name := e.peerWith(t, e.pin)
+		if _, err := e.reconcile(t, name); err != nil {
+			t.Fatalf("Reconcile: %v", err)
+		}
+		if e.secret(t, peering.PeerKubeconfigSecretName(name)) == nil {
+			t.Error("no kubeconfig Secret for a pair inside the policy")
+		}
+	})
 }

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // SA1019: the SPDY streams we get are still apimachinery's in v0.37; move with them to k8s.io/streaming (issue 27)
+	"k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // SA1019: client-go v0.37's portforward and SPDY dialers still return this package's Connection and UpgradeFailureError, which k8s.io/streaming's are not (distinct types, not aliases); move when client-go does
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
