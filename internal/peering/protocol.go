@@ -90,6 +90,9 @@ const (
 	// requests, or has too many in flight: wait Retry-After seconds, and
 	// check the token.
 	ReasonTooManyRequests = "TooManyRequests"
+	// ReasonUnsupportedVersion means a cluster of the pair runs a
+	// Kubernetes version outside the policy (CheckKubernetesPair).
+	ReasonUnsupportedVersion = "UnsupportedKubernetesVersion"
 	// ReasonUnexpectedResponse is set by the client, never by the service:
 	// the answer was not a peering error at all.
 	ReasonUnexpectedResponse = "UnexpectedResponse"

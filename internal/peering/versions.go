@@ -21,10 +21,6 @@ const (
 	NewestKubernetesMinor = 37
 )
 
-// ReasonUnsupportedVersion means a cluster of the pair runs a Kubernetes
-// version outside the policy (CheckKubernetesPair).
-const ReasonUnsupportedVersion = "UnsupportedKubernetesVersion"
-
 // SupportedKubernetes describes the supported range, for messages and
 // documentation: "v1.34 to v1.37".
 func SupportedKubernetes() string {

@@ -62,8 +62,11 @@ componentsPatches:
     value: "false"
 `, filepath.Join(clusterDir, "pki", "ca.crt"), filepath.Join(clusterDir, "pki", "ca.key"))
 	// The API server advertises 127.0.0.1, or, for a real node, the address
-	// the node reaches it at, which its certificate must name too.
-	apiserverArgs := [][2]string{{"advertise-address", "127.0.0.1"}}
+	// the node reaches it at, which its certificate must name too. From
+	// v1.37 it refuses to put a loopback address in the kubernetes
+	// Service's endpoints: without a real node, no pod needs them, and the
+	// Service has none (as behind a proxy the control plane cannot name).
+	apiserverArgs := [][2]string{{"advertise-address", "127.0.0.1"}, {"endpoint-reconciler-type", "none"}}
 	if node != nil {
 		apiserverArgs = node.apiServerPatches(clusterDir)
 		if o.MetricsServer {
