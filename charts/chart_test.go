@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -29,7 +30,9 @@ func TestHelmLintIsClean(t *testing.T) {
 	}
 }
 
-func TestEmbeddedChartLoads(t *testing.T) {
+// loadEmbedded loads the embedded chart as Helm does.
+func loadEmbedded(t *testing.T) *chart.Chart {
+	t.Helper()
 	files, err := loadFiles(Offload())
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +41,11 @@ func TestEmbeddedChartLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestEmbeddedChartLoads(t *testing.T) {
+	c := loadEmbedded(t)
 	if c.Name() != "offload" || len(c.CRDObjects()) != 7 || c.Schema == nil {
 		t.Errorf("embedded chart %q has %d CRDs, schema %t; want offload, 7 CRDs and a schema", c.Name(), len(c.CRDObjects()), c.Schema != nil)
 	}
@@ -177,15 +185,7 @@ func onlyVerbs(rule map[string]any, allowed ...string) bool {
 // The chart refuses exactly the Kubernetes versions the peering policy
 // refuses: its kubeVersion says internal/peering's supported range.
 func TestTheChartsKubeVersionIsThePeeringPolicysRange(t *testing.T) {
-	files, err := loadFiles(Offload())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := loader.LoadFiles(files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	constraint := c.Metadata.KubeVersion
+	constraint := loadEmbedded(t).Metadata.KubeVersion
 	for minor := peering.OldestKubernetesMinor - 2; minor <= peering.NewestKubernetesMinor+2; minor++ {
 		for _, v := range []string{fmt.Sprintf("v1.%d.0", minor), fmt.Sprintf("v1.%d.7+k3s1", minor)} {
 			chart := chartutil.IsCompatibleRange(constraint, v)

@@ -1,10 +1,12 @@
 package peering
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/discovery"
 )
 
 // The Kubernetes versions this release supports, on each side of a
@@ -43,12 +45,12 @@ func CheckKubernetes(what, version string) error {
 	return nil
 }
 
-// CheckKubernetesPair returns an *Error with ReasonUnsupportedVersion when
+// CheckKubernetesPair returns an Error with ReasonUnsupportedVersion when
 // a consumer on Kubernetes consumer and a provider on provider are outside
 // the policy: either side outside the supported range. An empty version
 // is one an agent of an older release did not send: it passes, and the
 // other side's check covers the pair.
-func CheckKubernetesPair(consumer, provider string) error {
+func CheckKubernetesPair(consumer, provider string) *Error {
 	for _, side := range []struct{ what, version string }{{"the consumer", consumer}, {"the provider", provider}} {
 		if side.version == "" {
 			continue
@@ -58,4 +60,16 @@ func CheckKubernetesPair(consumer, provider string) error {
 		}
 	}
 	return nil
+}
+
+// KubernetesVersionOf returns a function that asks the API server behind
+// dc for its Kubernetes version, such as "v1.37.2".
+func KubernetesVersionOf(dc discovery.ServerVersionInterface) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) {
+		v, err := dc.ServerVersion()
+		if err != nil {
+			return "", err
+		}
+		return v.GitVersion, nil
+	}
 }

@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -127,10 +126,8 @@ func providersVersionCheck(server string, nodes []corev1.Node) Check {
 		if v == "" {
 			continue
 		}
-		if err := peering.CheckKubernetesPair(server, v); err != nil {
-			var perr *peering.Error
-			errors.As(err, &perr)
-			bad = append(bad, fmt.Sprintf("%s: %s", n.Name, perr.Message))
+		if refused := peering.CheckKubernetesPair(server, v); refused != nil {
+			bad = append(bad, fmt.Sprintf("%s: %s", n.Name, refused.Message))
 		}
 	}
 	if len(bad) > 0 {

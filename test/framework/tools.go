@@ -112,26 +112,31 @@ func EnsureKube(ctx context.Context, version string) (string, error) {
 	}
 	v, _ := kubeOnce.LoadOrStore(version, &toolsResult{})
 	r := v.(*toolsResult)
-	r.once.Do(func() {
-		root, err := RepoRoot()
-		if err != nil {
-			r.err = err
-			return
-		}
-		cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "hack", "tools.sh")}, kubeCommands...)...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "OFFLOAD_KUBE_VERSION="+version)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			r.err = fmt.Errorf("building Kubernetes %s with hack/tools.sh: %w\n%s", version, err, out)
-		}
-	})
+	r.run(ctx, "Kubernetes "+version, []string{"OFFLOAD_KUBE_VERSION=" + version}, kubeCommands)
 	return dir, r.err
 }
 
 type toolsResult struct {
 	once sync.Once
 	err  error
+}
+
+// run runs hack/tools.sh with tools and env once, keeping its error; what
+// names what it builds in that error.
+func (r *toolsResult) run(ctx context.Context, what string, env, tools []string) {
+	r.once.Do(func() {
+		root, err := RepoRoot()
+		if err != nil {
+			r.err = err
+			return
+		}
+		cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "hack", "tools.sh")}, tools...)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			r.err = fmt.Errorf("building %s with hack/tools.sh: %w\n%s", what, err, out)
+		}
+	})
 }
 
 // EnsureTools builds the named tools (all control-plane tools when none are
@@ -142,18 +147,6 @@ func EnsureTools(ctx context.Context, tools ...string) error {
 	key := strings.Join(tools, ",")
 	v, _ := toolsOnce.LoadOrStore(key, &toolsResult{})
 	r := v.(*toolsResult)
-	r.once.Do(func() {
-		root, err := RepoRoot()
-		if err != nil {
-			r.err = err
-			return
-		}
-		cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "hack", "tools.sh")}, tools...)...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			r.err = fmt.Errorf("building tools with hack/tools.sh: %w\n%s", err, out)
-		}
-	})
+	r.run(ctx, "tools", nil, tools)
 	return r.err
 }

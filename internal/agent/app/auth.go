@@ -130,13 +130,7 @@ func (o *authOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	po.KubernetesVersion = func(context.Context) (string, error) {
-		v, err := kube.Discovery().ServerVersion()
-		if err != nil {
-			return "", err
-		}
-		return v.GitVersion, nil
-	}
+	po.KubernetesVersion = peering.KubernetesVersionOf(kube.Discovery())
 	peering, err := auth.NewPeering(c, po)
 	if err != nil {
 		return err

@@ -146,9 +146,9 @@ func (p *Peering) peer(ctx context.Context, req peering.PeerRequest, log *klog.L
 	if err != nil {
 		return nil, err
 	}
-	if err := peering.CheckKubernetesPair(req.KubernetesVersion, own); err != nil {
+	if refused := peering.CheckKubernetesPair(req.KubernetesVersion, own); refused != nil {
 		log.Info("Refused a consumer outside the Kubernetes version policy", "consumerKubernetes", peering.CleanText(req.KubernetesVersion), "kubernetes", own)
-		return nil, err
+		return nil, refused
 	}
 	if err := p.checkTenantFree(ctx, req.ClusterID, req.ClusterName, stored.Consumer == req.ClusterName); err != nil {
 		return nil, err

@@ -114,13 +114,7 @@ func newPeeringEnvWith(t *testing.T, l limits) *peeringEnv {
 		Namespace: ns, APIServerURL: cfg.Host, APIServerCA: cfg.CAData,
 		CredentialExpiration: testCredentialExpiration, Logger: logger,
 		// The test API server's own version, as the agent asks for it.
-		KubernetesVersion: func(context.Context) (string, error) {
-			v, err := authKube.Discovery().ServerVersion()
-			if err != nil {
-				return "", err
-			}
-			return v.GitVersion, nil
-		},
+		KubernetesVersion: peering.KubernetesVersionOf(authKube.Discovery()),
 	})
 	if err != nil {
 		t.Fatal(err)

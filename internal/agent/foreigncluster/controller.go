@@ -80,13 +80,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		if err != nil {
 			return fmt.Errorf("creating the discovery client: %w", err)
 		}
-		r.KubernetesVersion = func(context.Context) (string, error) {
-			v, err := dc.ServerVersion()
-			if err != nil {
-				return "", err
-			}
-			return v.GitVersion, nil
-		}
+		r.KubernetesVersion = peering.KubernetesVersionOf(dc)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("foreigncluster").
@@ -184,11 +178,9 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := peering.CheckKubernetesPair(own, ""); err != nil {
+	if refused := peering.CheckKubernetesPair(own, ""); refused != nil {
 		// Refused here, before the token is spent.
-		var perr *peering.Error
-		errors.As(err, &perr)
-		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, perr.Reason, perr.Message)
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, refused.Reason, refused.Message)
 	}
 	auth := r.authClient(fc)
 	resp, err := auth.Peer(ctx, peering.PeerRequest{
@@ -226,15 +218,13 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, peering.ReasonWrongCluster, fmt.Sprintf(
 			"the auth service answered as cluster %s, not %s: check --cluster-id", resp.ClusterID, fc.Spec.ClusterID))
 	}
-	if err := peering.CheckKubernetesPair(own, resp.KubernetesVersion); err != nil {
+	if refused := peering.CheckKubernetesPair(own, resp.KubernetesVersion); refused != nil {
 		// A provider of another release, whose policy let the pair through:
 		// the credentials go back (its tenant is removed), none is kept.
-		if unpeerErr := auth.Unpeer(ctx, resp.Credentials.Token, identity.ID); unpeerErr != nil {
-			logger.Info("Could not hand back the credentials of a refused provider", "foreignCluster", klog.KObj(fc), "error", unpeerErr.Error())
+		if err := auth.Unpeer(ctx, resp.Credentials.Token, identity.ID); err != nil {
+			logger.Info("Could not hand back the credentials of a refused provider", "foreignCluster", klog.KObj(fc), "error", err.Error())
 		}
-		var perr *peering.Error
-		errors.As(err, &perr)
-		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, perr.Reason, perr.Message+"; the credentials it issued were handed back")
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, refused.Reason, refused.Message+"; the credentials it issued were handed back")
 	}
 	secret, err := r.kubeconfigSecret(fc, resp.Credentials)
 	if errors.Is(err, peering.ErrInsecureCredentials) {

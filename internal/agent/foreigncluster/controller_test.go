@@ -88,12 +88,20 @@ func newConsumerEnv(t *testing.T) *consumerEnv {
 	return e
 }
 
-func grantCredentials(w http.ResponseWriter, _ peering.PeerRequest, providerID string) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(peering.PeerResponse{ClusterID: providerID, ClusterName: "provider", Credentials: peering.Credentials{
-		APIServerURL: providerAPIURL, CACert: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", Token: tenantSAToken,
-		ExpirationTimestamp: time.Now().Add(time.Hour), TenantNamespace: "tenant-consumer",
-	}})
+func grantCredentials(w http.ResponseWriter, req peering.PeerRequest, providerID string) {
+	grantCredentialsOn("")(w, req, providerID)
+}
+
+// grantCredentialsOn answers as a provider on Kubernetes version (none
+// when empty, as an agent of an older release).
+func grantCredentialsOn(version string) func(w http.ResponseWriter, _ peering.PeerRequest, providerID string) {
+	return func(w http.ResponseWriter, _ peering.PeerRequest, providerID string) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(peering.PeerResponse{ClusterID: providerID, ClusterName: "provider", KubernetesVersion: version, Credentials: peering.Credentials{
+			APIServerURL: providerAPIURL, CACert: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", Token: tenantSAToken,
+			ExpirationTimestamp: time.Now().Add(time.Hour), TenantNamespace: "tenant-consumer",
+		}})
+	}
 }
 
 func refuseExpired(w http.ResponseWriter, _ peering.PeerRequest, _ string) {
@@ -331,13 +339,7 @@ func TestCredentialsForAnAPIServerWithoutVerifiedHTTPSAreNotKept(t *testing.T) {
 // provider answer as Kubernetes provider.
 func (e *consumerEnv) withKubernetes(consumer, provider string) {
 	e.r.KubernetesVersion = func(context.Context) (string, error) { return consumer, nil }
-	e.answer = func(w http.ResponseWriter, req peering.PeerRequest, providerID string) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(peering.PeerResponse{ClusterID: providerID, ClusterName: "provider", KubernetesVersion: provider, Credentials: peering.Credentials{
-			APIServerURL: providerAPIURL, CACert: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", Token: tenantSAToken,
-			ExpirationTimestamp: time.Now().Add(time.Hour), TenantNamespace: "tenant-consumer",
-		}})
-	}
+	e.answer = grantCredentialsOn(provider)
 }
 
 // expectRefusedForVersions checks that the peering failed with the
