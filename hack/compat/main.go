@@ -59,7 +59,7 @@ func do(summary, doc string, files []string) error {
 		return nil
 	}
 	if doc == "" || len(files) == 0 {
-		return errors.New("usage: compat -summary FILE | compat -doc PATH FILE...")
+		return errors.New("usage: compat -summary FILE, or compat -doc PATH FILE (one or more)")
 	}
 	var runs []run
 	for _, f := range files {
