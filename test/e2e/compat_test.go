@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,16 +91,7 @@ func TestCompatibility(t *testing.T) {
 			}
 		}
 		objects = manifestObjects(t, mustOffload(t, consumer, append([]string{"install", "--cluster-name", consumer.Name, "--dry-run", "-o", "yaml"}, agentValues()...)...))
-		var wg sync.WaitGroup
-		for _, c := range clusters {
-			wg.Go(func() { installAgent(t, c, "--api-server-url", c.PeerAPIServerURL()) })
-		}
-		wg.Wait()
-		for _, c := range clusters {
-			waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
-			waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
-		}
-		waitCASecret(ctx, t, provider)
+		installPeerable(ctx, t, consumer, provider)
 	})
 
 	check("peer", func(t *testing.T) {

@@ -93,19 +93,27 @@ func peerableClusters(ctx context.Context, t *testing.T, extra ...string) (consu
 func peerableClustersWith(ctx context.Context, t *testing.T, consumerOpts, providerOpts framework.ClusterOptions, extra ...string) (consumer, provider *framework.Cluster) {
 	t.Helper()
 	clusters := framework.StartClusters(t, consumerOpts, providerOpts)
+	installPeerable(ctx, t, clusters[0], clusters[1], extra...)
+	return clusters[0], clusters[1]
+}
+
+// installPeerable installs the agent with extra on a consumer and a
+// provider at once, each advertising the API server URL peers reach, and
+// waits until the agent pods are Ready and the provider's auth CA exists.
+func installPeerable(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, extra ...string) {
+	t.Helper()
 	var wg sync.WaitGroup
-	for _, c := range clusters {
+	for _, c := range []*framework.Cluster{consumer, provider} {
 		wg.Go(func() {
 			installAgent(t, c, append([]string{"--api-server-url", c.PeerAPIServerURL()}, extra...)...)
 		})
 	}
 	wg.Wait()
-	for _, c := range clusters {
+	for _, c := range []*framework.Cluster{consumer, provider} {
 		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
 		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
 	}
-	waitCASecret(ctx, t, clusters[1])
-	return clusters[0], clusters[1]
+	waitCASecret(ctx, t, provider)
 }
 
 func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
