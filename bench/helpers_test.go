@@ -108,6 +108,9 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 			} {
 				args = append(args, "--set", v)
 			}
+			if m := os.Getenv(schedulingEnv); m != "" {
+				args = append(args, "--set", "webhook.mode="+m)
+			}
 			if os.Getenv("OFFLOAD_BENCH_PROFILE") != "" {
 				args = append(args, "--set", "controllerManager.pprofBindAddress=:"+strconv.Itoa(agentPprofPort))
 			}

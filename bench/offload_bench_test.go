@@ -32,6 +32,11 @@ import (
 // benchImage is never pulled: every benchmark pod runs on a kwok fake node.
 const benchImage = "registry.local/offload/pause:test"
 
+// schedulingEnv, webhook or policy, installs the agents with that
+// webhook.mode, to compare the two; unset, install chooses (the policy where
+// the API server serves it).
+const schedulingEnv = "OFFLOAD_BENCH_SCHEDULING"
+
 // defaultSizes are the Deployment sizes; OFFLOAD_BENCH_N="100,1000" overrides them.
 var defaultSizes = []int{100, 1000, 5000}
 
@@ -91,6 +96,9 @@ func BenchmarkOffload(b *testing.B) {
 	if path := os.Getenv("OFFLOAD_BENCH_REPORT"); path != "" && len(all) > 0 {
 		runs, _ := benchRuns(os.Getenv("OFFLOAD_BENCH_RUNS"))
 		command := fmt.Sprintf("OFFLOAD_BENCH_N=%s OFFLOAD_BENCH_CPUS=%s OFFLOAD_BENCH_RUNS=%d make bench-offload", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), ","), "[]"), cpuModeNames(modes), runs)
+		if m := os.Getenv(schedulingEnv); m != "" {
+			command = schedulingEnv + "=" + m + " " + command
+		}
 		if err := writeReport(path, command, all); err != nil {
 			b.Fatalf("writing the report: %v", err)
 		}

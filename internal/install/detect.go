@@ -8,14 +8,17 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -77,6 +80,10 @@ type Detection struct {
 	// APIServerLoopback is true when APIServerURL is a loopback address, which
 	// peers on other hosts cannot reach.
 	APIServerLoopback bool `json:"apiServerLoopback"`
+	// MutatingAdmissionPolicy is true when the API server serves
+	// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes
+	// v1.36 on), which can do the scheduling webhook's work.
+	MutatingAdmissionPolicy bool `json:"mutatingAdmissionPolicy"`
 }
 
 const (
@@ -127,6 +134,7 @@ func Detect(ctx context.Context, kube kubernetes.Interface, restHost string, pro
 	d.PodCIDR, d.PodCIDRSource = detectPodCIDR(ctx, kube, d.Provider, nodes)
 	d.ServiceCIDR, d.ServiceCIDRSource = detectServiceCIDR(ctx, kube, d.Provider, nodes)
 	detectAPIServerURL(ctx, kube, d, nodes, restHost)
+	d.MutatingAdmissionPolicy = servesMutatingAdmissionPolicy(kube.Discovery())
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("detecting cluster settings: %w", err)
 	}
@@ -464,4 +472,15 @@ func kubernetesEndpoint(ctx context.Context, kube kubernetes.Interface) (host, p
 		}
 	}
 	return "", "", false
+}
+
+// servesMutatingAdmissionPolicy tells whether the API server serves
+// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy. An API server
+// that cannot say is taken not to: the webhook works everywhere.
+func servesMutatingAdmissionPolicy(dc discovery.DiscoveryInterface) bool {
+	list, err := dc.ServerResourcesForGroupVersion(admissionregistrationv1.SchemeGroupVersion.String())
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Kind == "MutatingAdmissionPolicy" })
 }

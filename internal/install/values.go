@@ -25,7 +25,19 @@ type settings struct {
 	apiServerLoopback                                         bool
 	// network is "on" or "off": whether the network fabric runs.
 	network setting
+	// scheduling is the chart's webhook.mode: "policy" or "webhook".
+	scheduling setting
+	// policyServed is whether the API server serves the
+	// MutatingAdmissionPolicy that webhook.mode=policy installs.
+	policyServed bool
 }
+
+// The scheduling mutations install chooses between (the chart's
+// webhook.mode).
+const (
+	schedulingPolicy  = "policy"
+	schedulingWebhook = "webhook"
+)
 
 // pick returns the first candidate with a value, or "not detected".
 func pick(candidates ...setting) setting {
@@ -88,7 +100,23 @@ func (o *Options) settings(det *Detection, identity *corev1.ConfigMap, user, ins
 		s.apiServerLoopback = peering.IsLoopbackHost(host)
 	}
 	s.network = o.networkSetting(user, installed, s.podCIDR)
+	s.scheduling, s.policyServed = schedulingSetting(user, det.MutatingAdmissionPolicy), det.MutatingAdmissionPolicy
 	return s
+}
+
+// schedulingSetting is how pods get their scheduling tolerations and
+// affinity: as the webhook.mode value says, else the MutatingAdmissionPolicy
+// where the API server serves it, else the webhook.
+func schedulingSetting(user map[string]any, served bool) setting {
+	if wh, ok := user["webhook"].(map[string]any); ok {
+		if mode, _ := wh["mode"].(string); mode == schedulingPolicy || mode == schedulingWebhook {
+			return setting{mode, "webhook.mode value"}
+		}
+	}
+	if served {
+		return setting{schedulingPolicy, "the API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy"}
+	}
+	return setting{schedulingWebhook, "the API server serves no admissionregistration.k8s.io/v1 MutatingAdmissionPolicy; it does from Kubernetes v1.36"}
 }
 
 // networkSetting says whether the network fabric runs: as the values or
@@ -127,6 +155,9 @@ func (s settings) validate() error {
 	if s.network.value == "on" && s.podCIDR.value == "" {
 		return fmt.Errorf("the network fabric (%s) needs this cluster's pod CIDR, which was not detected: pass --pod-cidr CIDR, or --network=false if the clusters already share a network", s.network.source)
 	}
+	if s.scheduling.value == schedulingPolicy && !s.policyServed {
+		return fmt.Errorf("webhook.mode=policy needs an API server that serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes v1.36 on), and this one does not: use webhook.mode=webhook or auto; nothing was installed")
+	}
 	return nil
 }
 
@@ -146,6 +177,13 @@ func (s settings) show(steps *output.Steps, serverVersion string) {
 	line("Service CIDR", s.serviceCIDR)
 	line("API server URL", s.apiServerURL)
 	line("Network fabric", s.network)
+	scheduling := s.scheduling
+	if scheduling.value == schedulingPolicy {
+		scheduling.value = "MutatingAdmissionPolicy offload-scheduling"
+	} else {
+		scheduling.value = "webhook offload-webhook"
+	}
+	line("Pod scheduling", scheduling)
 	if s.apiServerLoopback {
 		steps.Warn("the API server URL %s is a loopback address that peers cannot reach: pass --api-server-url", s.apiServerURL.value)
 	}
@@ -181,6 +219,7 @@ func (o *Options) values(s settings, identity *corev1.ConfigMap, user map[string
 		network["gateway"] = gateway
 	}
 	computed := map[string]any{
+		"webhook":     map[string]any{"mode": s.scheduling.value},
 		"clusterName": s.clusterName.value,
 		"provider":    s.provider.value,
 		"network":     network,

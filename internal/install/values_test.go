@@ -142,3 +142,39 @@ func TestAnUpgradeKeepsWhatTheInstallWasGiven(t *testing.T) {
 		t.Errorf("settings without a release = %+v", s)
 	}
 }
+
+func TestInstallChoosesTheAdmissionPolicyWhereTheAPIServerServesIt(t *testing.T) {
+	mode := func(m string) map[string]any { return map[string]any{"webhook": map[string]any{"mode": m}} }
+	tests := []struct {
+		name         string
+		user         map[string]any
+		served       bool
+		want, source string
+		value        string // the chart's webhook.mode
+		error        string
+	}{
+		{name: "served: the policy", served: true, want: "policy", value: "policy", source: "the API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy"},
+		{name: "not served: the webhook", want: "webhook", value: "webhook", source: "it does from Kubernetes v1.36"},
+		{name: "auto: as detected, and the chart decides the same", user: mode("auto"), served: true, want: "policy", value: "auto", source: "the API server serves"},
+		{name: "the value wins where both are served", user: mode("webhook"), served: true, want: "webhook", value: "webhook", source: "webhook.mode value"},
+		{name: "the policy where it is not served is refused", user: mode("policy"), want: "policy", value: "policy", source: "webhook.mode value",
+			error: "webhook.mode=policy needs an API server that serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes v1.36 on), and this one does not: use webhook.mode=webhook or auto; nothing was installed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := settings{podCIDR: setting{"10.244.0.0/16", "--pod-cidr"}, network: setting{"on", "default"},
+				scheduling: schedulingSetting(tt.user, tt.served), policyServed: tt.served}
+			if s.scheduling.value != tt.want || !strings.Contains(s.scheduling.source, tt.source) {
+				t.Errorf("scheduling = %+v, want %s (%s)", s.scheduling, tt.want, tt.source)
+			}
+			err := s.validate()
+			if tt.error == "" && err != nil || tt.error != "" && (err == nil || err.Error() != tt.error) {
+				t.Errorf("validate() = %v, want %q", err, tt.error)
+			}
+			got := (&Options{}).values(s, nil, tt.user)["webhook"].(map[string]any)["mode"]
+			if got != tt.value {
+				t.Errorf("the chart gets webhook.mode %v, want %s", got, tt.value)
+			}
+		})
+	}
+}

@@ -173,3 +173,42 @@ func jsonBool(t *testing.T, doc, field string) bool {
 	b, _ := m[field].(bool)
 	return b
 }
+
+// schedulingPolicyServed tells whether c's API server serves
+// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, where install
+// chooses it over the webhook for the scheduling mutation.
+func schedulingPolicyServed(t *testing.T, c *framework.Cluster) bool {
+	t.Helper()
+	list, err := c.Kube.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
+	if err != nil {
+		t.Fatalf("discovering admissionregistration.k8s.io/v1 on %s: %v", c.Name, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Kind == "MutatingAdmissionPolicy" {
+			return true
+		}
+	}
+	return false
+}
+
+// expectSchedulingMutation checks that the scheduling mutation installed
+// on c is the one install chooses for its API server: the
+// MutatingAdmissionPolicy where it is served, else the webhook, never both.
+func expectSchedulingMutation(ctx context.Context, t *testing.T, c *framework.Cluster) {
+	t.Helper()
+	policy := schedulingPolicyServed(t, c)
+	api := c.Kube.AdmissionregistrationV1()
+	_, errWebhook := api.MutatingWebhookConfigurations().Get(ctx, "offload-webhook", metav1.GetOptions{})
+	_, errPolicy := api.MutatingAdmissionPolicies().Get(ctx, "offload-scheduling", metav1.GetOptions{})
+	if policy && (errPolicy != nil || errWebhook == nil) || !policy && (errWebhook != nil || errPolicy == nil) {
+		t.Errorf("on %s (MutatingAdmissionPolicy served: %t): MutatingWebhookConfiguration offload-webhook: %v; MutatingAdmissionPolicy offload-scheduling: %v; want exactly the %s",
+			c.Name, policy, errOrFound(errWebhook), errOrFound(errPolicy), map[bool]string{true: "policy", false: "webhook"}[policy])
+	}
+}
+
+func errOrFound(err error) string {
+	if err == nil {
+		return "found"
+	}
+	return err.Error()
+}

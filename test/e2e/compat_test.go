@@ -24,17 +24,19 @@ import (
 
 // compatPair is the pair of Kubernetes versions TestCompatibility runs on:
 // OFFLOAD_COMPAT_CONSUMER and OFFLOAD_COMPAT_PROVIDER (make compat sets
-// them for each pair of the matrix), by default the consumer on the pinned
-// KUBE_VERSION and the provider on KUBE_SKEW_VERSION: the skewed pair the
-// test suite, and so CI, runs on every change. The newest pair is the rest
-// of the suite.
+// them for each pair of the matrix), by default the consumer on
+// KUBE_SKEW_VERSION and the provider on the pinned KUBE_VERSION: the skewed
+// pair the test suite, and so CI, runs on every change. The newest pair is
+// the rest of the suite. The older consumer is the one of the two that
+// runs the scheduling webhook rather than the MutatingAdmissionPolicy, so
+// CI runs both.
 func compatPair(t *testing.T) (consumer, provider string) {
 	t.Helper()
 	versions, err := framework.Versions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumer, provider = versions["KUBE_VERSION"], versions["KUBE_SKEW_VERSION"]
+	consumer, provider = versions["KUBE_SKEW_VERSION"], versions["KUBE_VERSION"]
 	if v := os.Getenv("OFFLOAD_COMPAT_CONSUMER"); v != "" {
 		consumer = v
 	}
@@ -46,7 +48,8 @@ func compatPair(t *testing.T) (consumer, provider string) {
 
 // TestCompatibility runs the product's main path on a consumer and a
 // provider of the given Kubernetes versions, one subtest per check, which
-// hack/compat turns into a row of docs/compatibility.md: install, peer,
+// hack/compat turns into a row of docs/compatibility.md: install, the
+// scheduling mutation install chose (webhook or admission policy), peer,
 // offload a namespace, logs and exec of a remote pod, a Service answered
 // across the fabric, a DaemonSet kept off the virtual node, a privileged
 // pod refused by the provider, no deprecated API requested, unpeer, and
@@ -92,6 +95,10 @@ func TestCompatibility(t *testing.T) {
 		}
 		objects = manifestObjects(t, mustOffload(t, consumer, append([]string{"install", "--cluster-name", consumer.Name, "--dry-run", "-o", "yaml"}, agentValues()...)...))
 		installPeerable(ctx, t, consumer, provider)
+	})
+
+	check("scheduling mutation", func(t *testing.T) {
+		expectSchedulingMutation(ctx, t, consumer)
 	})
 
 	check("peer", func(t *testing.T) {

@@ -139,7 +139,14 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	}
 	// The real node's pod CIDR is detected, so the network fabric is on:
 	// its DaemonSet and ServiceAccount, and the gateways' pod template.
-	for kind, want := range map[string]int{"CustomResourceDefinition": 7, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 2, "ConfigMap": 2, "MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 14} {
+	// The scheduling mutation is the webhook, with its Service, or where
+	// the API server serves them, two MutatingAdmissionPolicies.
+	want := map[string]int{"CustomResourceDefinition": 7, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 2, "ConfigMap": 2,
+		"MutatingWebhookConfiguration": 1, "MutatingAdmissionPolicy": 0, "MutatingAdmissionPolicyBinding": 0, "ValidatingAdmissionPolicy": 14}
+	if schedulingPolicyServed(t, c) {
+		want["Service"], want["MutatingWebhookConfiguration"], want["MutatingAdmissionPolicy"], want["MutatingAdmissionPolicyBinding"] = 1, 0, 2, 2
+	}
+	for kind, want := range want {
 		if kinds[kind] != want {
 			t.Errorf("dry-run manifest has %d %s, want %d (kinds: %v)", kinds[kind], kind, want, kinds)
 		}

@@ -62,8 +62,8 @@ func TestAnAgentKilledWhileOffloadingAThousandPodsLeavesNoDuplicateAndNoOrphan(t
 		t.Fatal(err)
 	}
 	// Kill the consumer's agent in the middle of the offloading: every pod
-	// is bound to the virtual node (so none was made while the agent, and
-	// with it the scheduling webhook, was down: those run locally, as
+	// is bound to the virtual node (so none was made while the agent was
+	// down, which a scheduling webhook would have let run locally, as
 	// README says), and only some have their remote pod.
 	waitFor(ctx, t, 5*time.Minute, fmt.Sprintf("%d pods bound to %s", burstPods, node), func(ctx context.Context) (bool, string) {
 		list, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: "app=burst"})

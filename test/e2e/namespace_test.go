@@ -103,6 +103,7 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 	// The scheduling webhook: pods of demo may go to the virtual node,
 	// DaemonSet pods never do.
 	expectSchedulingWebhook(ctx, t, consumer, "demo")
+	expectSchedulingMutation(ctx, t, consumer)
 
 	// EnforceSameName refuses a name taken on the provider, and leaves that namespace alone.
 	createNamespace(ctx, t, pc, "taken")
@@ -150,8 +151,10 @@ func expectSchedulingWebhook(ctx context.Context, t *testing.T, c *framework.Clu
 	t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.local/offload/pause:test"}}}}
-	// The agent's webhook serves once its certificate is in the caBundle;
-	// until then pods are admitted unchanged (failurePolicy Ignore).
+	// The agent's webhook serves once its certificate is in the caBundle,
+	// the API server applies a new MutatingAdmissionPolicy a moment after
+	// it is written; until then pods are admitted unchanged (failurePolicy
+	// Ignore).
 	var got *corev1.Pod
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})

@@ -253,6 +253,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	// The agent restarts while a pod is deleted: the restarted agent
 	// collects the orphan and creates nothing twice.
 	scaleAgent(ctx, t, consumer, 0)
+	expectSchedulingWhileTheAgentIsDown(ctx, t, consumer, "work")
 	orphan := local[0]
 	if err := consumer.Kube.CoreV1().Pods("work").Delete(ctx, orphan.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
@@ -265,15 +266,16 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		}
 		live := pods.Items[:0]
 		for _, p := range pods.Items {
-			// Pods made while the agent, and so its webhook, was down run locally.
+			// Pods made while the agent was down run locally where the
+			// scheduling mutation is its webhook.
 			if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed && p.Spec.NodeName == "offload-provider" {
 				live = append(live, p)
 			}
 		}
 		return samePods(live, remotePods(ctx, t, provider, twin, consumerID))
 	})
-	// The replacement made while the webhook was down runs locally; its
-	// own replacement is offloaded again.
+	// A replacement made while the webhook was down runs locally; its own
+	// replacement is offloaded again.
 	pods, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	if err != nil {
 		t.Fatal(err)
@@ -620,5 +622,25 @@ func scaleDeployment(ctx context.Context, t *testing.T, c *framework.Cluster, ns
 	})
 	if err != nil {
 		t.Fatalf("scaling %s/%s to %d: %v", ns, name, n, err)
+	}
+}
+
+// expectSchedulingWhileTheAgentIsDown checks, while c's agent is down, what
+// a pod created in the offloaded namespace ns gets: the offloading
+// toleration where the scheduling mutation is the MutatingAdmissionPolicy,
+// which the API server evaluates itself; nothing where it is the agent's
+// webhook (failurePolicy Ignore: the pod is admitted as it is, and stays
+// off virtual nodes).
+func expectSchedulingWhileTheAgentIsDown(ctx context.Context, t *testing.T, c *framework.Cluster, ns string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "while-down", Namespace: ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.local/offload/pause:test"}}}}
+	got, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatalf("creating a pod while the agent is down: %v", err)
+	}
+	if policy := schedulingPolicyServed(t, c); tolerates(got, offloadv1alpha1.TaintVirtualNode) != policy {
+		t.Errorf("a pod created in %s while the agent is down tolerates the virtual node: %t; want %t (MutatingAdmissionPolicy served: %t)",
+			ns, !policy, policy, policy)
 	}
 }

@@ -43,3 +43,20 @@ seccompProfile:
 {{ uuidv4 }}
 {{- end -}}
 {{- end }}
+
+{{/*
+How pods of offloaded namespaces get their scheduling tolerations and node
+affinity: "policy", a MutatingAdmissionPolicy the API server evaluates
+itself (admissionregistration.k8s.io/v1, Kubernetes v1.36 on), or "webhook",
+the agent's mutating webhook. webhook.mode "auto" picks the policy where the
+API server serves it; kubectl offload install always passes what it chose.
+*/}}
+{{- define "offload.schedulingMutation" -}}
+{{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+{{- $mode := .Values.webhook.mode | default "auto" -}}
+{{- if eq $mode "auto" -}}
+{{ ternary "policy" "webhook" $served }}
+{{- else -}}
+{{ $mode }}
+{{- end -}}
+{{- end }}

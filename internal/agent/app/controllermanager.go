@@ -59,6 +59,9 @@ type controllerManagerOptions struct {
 	// UnreachableTolerationSeconds is how long offloaded pods stay bound to
 	// an unreachable or NotReady virtual node; negative means for ever.
 	UnreachableTolerationSeconds int64
+	// SchedulingWebhook serves the scheduling webhook; false where the
+	// chart installed the MutatingAdmissionPolicy that does its work.
+	SchedulingWebhook bool
 	// NodeIP is the address of the virtual nodes, where the kubelet API is
 	// served: this pod's IP.
 	NodeIP string
@@ -92,7 +95,7 @@ type controllerManagerOptions struct {
 
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage,
-		UnreachableTolerationSeconds: -1, KubeletPort: 10250, RemapPools: []string{"10.64.0.0/12"},
+		UnreachableTolerationSeconds: -1, SchedulingWebhook: true, KubeletPort: 10250, RemapPools: []string{"10.64.0.0/12"},
 		GatewayServiceType: string(corev1.ServiceTypeNodePort), CredentialGrace: tenant.DefaultCredentialGrace, AbandonedAfter: tenant.DefaultAbandonedAfter, global: g}
 	cmd := &cobra.Command{
 		Use:     "controller-manager",
@@ -118,6 +121,8 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.IntVar(&o.SharingPercentage, "sharing-percentage", o.SharingPercentage, "Percentage of this cluster's free cpu, memory and pods offered to each consumer.")
 	fs.Int64Var(&o.UnreachableTolerationSeconds, "unreachable-toleration-seconds", o.UnreachableTolerationSeconds,
 		"How long offloaded pods stay bound to an unreachable or NotReady virtual node; negative means for ever.")
+	fs.BoolVar(&o.SchedulingWebhook, "scheduling-webhook", o.SchedulingWebhook,
+		"Serve the scheduling webhook; false where the API server applies the offload-scheduling MutatingAdmissionPolicy instead.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the virtual nodes, where their kubelet API is served (default: $POD_IP).")
 	fs.Int32Var(&o.KubeletPort, "kubelet-port", o.KubeletPort, "First port of the virtual nodes' kubelet API (logs, exec, attach, port-forward, resource metrics): each virtual node takes the lowest free port from it on; 0 turns it off.")
 	fs.BoolVar(&o.Network, "network", o.Network, "Run the network fabric: a WireGuard gateway per peering, with pod CIDRs remapped where they overlap.")
@@ -263,8 +268,12 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 			r := &foreigncluster.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace}
 			return r.SetupWithManager(mgr)
 		},
-		// Consumer side: the scheduling webhook, on every replica.
+		// Consumer side: the scheduling webhook, on every replica, unless
+		// the API server does its work (a MutatingAdmissionPolicy).
 		func(mgr ctrlmanager.Manager) error {
+			if !o.SchedulingWebhook {
+				return nil
+			}
 			wo := webhook.NewOptions()
 			wo.Namespace = o.Namespace
 			wo.Logger = o.Logger.WithName("webhook")
