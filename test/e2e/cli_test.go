@@ -17,12 +17,19 @@ import (
 // offload runs the built kubectl-offload binary against cluster c.
 func offload(t *testing.T, c *framework.Cluster, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return offloadWith(filepath.Join(binDir, "kubectl-offload"), c, args...)
+}
+
+// offloadWith runs the kubectl-offload binary bin, against cluster c unless
+// it is nil: offload runs the one under test, the upgrade test an older
+// release's.
+func offloadWith(bin string, c *framework.Cluster, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if c != nil {
 		args = append([]string{"--kubeconfig", c.Kubeconfig}, args...)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "kubectl-offload"), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()

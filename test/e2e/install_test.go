@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -110,12 +111,20 @@ func releaseRevisions(ctx context.Context, t *testing.T, c *framework.Cluster) [
 
 func mustOffload(t *testing.T, c *framework.Cluster, args ...string) string {
 	t.Helper()
+	return mustRunOffload(t, "kubectl offload", filepath.Join(binDir, "kubectl-offload"), c, args...)
+}
+
+// mustRunOffload runs the kubectl-offload binary bin, named name in the
+// test's log, against cluster c, fails the test if it fails, and returns
+// its output.
+func mustRunOffload(t *testing.T, name, bin string, c *framework.Cluster, args ...string) string {
+	t.Helper()
 	start := time.Now()
-	out, errOut, err := offload(t, c, args...)
+	out, errOut, err := offloadWith(bin, c, args...)
 	if err != nil {
-		t.Fatalf("kubectl offload %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out, errOut)
+		t.Fatalf("%s %s: %v\nstdout: %s\nstderr: %s", name, strings.Join(args, " "), err, out, errOut)
 	}
-	t.Logf("kubectl offload %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	t.Logf("%s %s: %s", name, strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
 	return out
 }
 

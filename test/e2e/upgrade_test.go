@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -172,28 +170,10 @@ func oldReleaseValues() []string {
 	return append(agentValues(), "--set", "image.tag="+framework.OldAgentImageTag)
 }
 
-// offloadWith runs the kubectl-offload binary bin against cluster c, as
-// offload runs the one under test.
-func offloadWith(bin string, c *framework.Cluster, args ...string) (stdout, stderr string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
-	return out.String(), errOut.String(), err
-}
-
 // mustOffloadWith is mustOffload for the kubectl-offload binary bin.
 func mustOffloadWith(t *testing.T, bin string, c *framework.Cluster, args ...string) string {
 	t.Helper()
-	start := time.Now()
-	out, errOut, err := offloadWith(bin, c, args...)
-	if err != nil {
-		t.Fatalf("%s %s on %s: %v\nstdout: %s\nstderr: %s", bin, strings.Join(args, " "), c.Name, err, out, errOut)
-	}
-	t.Logf("%s %s on %s: %s", bin, strings.Join(args, " "), c.Name, time.Since(start).Round(time.Millisecond))
-	return out
+	return mustRunOffload(t, bin, bin, c, args...)
 }
 
 // upgradeScene is a consumer and a provider peered, with the pods of

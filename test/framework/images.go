@@ -184,17 +184,28 @@ func BuildGoBinary(ctx context.Context, pkg, dir string, ldflags string) (string
 	if err != nil {
 		return "", err
 	}
+	if err := goBuild(ctx, root, pkg, out, ldflags); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// goBuild builds main package pkg of the module in dir into out: static,
+// for linux on this machine's architecture, without VCS stamping, with
+// ldflags unless empty, and with env added to the go command's
+// environment.
+func goBuild(ctx context.Context, dir, pkg, out, ldflags string, env ...string) error {
 	args := []string{"build", "-trimpath", "-buildvcs=false", "-o", out}
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building %s: %w\n%s", pkg, err, b)
+		return fmt.Errorf("building %s: %w\n%s", pkg, err, b)
 	}
-	return out, nil
+	return nil
 }
 
 // testImageSpecs are the images TestImages builds, by the package of their

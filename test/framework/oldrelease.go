@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -153,7 +152,8 @@ func buildRelease(ctx context.Context, root, commit, dir, image string) (err err
 
 	r := releaseIn(staging, commit, image)
 	for pkg, out := range map[string]string{"./cmd/kubectl-offload": r.CLI, "./cmd/offload-agent": r.Agent} {
-		if err := goBuildIn(ctx, src, pkg, out); err != nil {
+		// GOWORK=off keeps a go.work around the checkout out of it.
+		if err := goBuild(ctx, src, pkg, out, "-s -w", "GOWORK=off"); err != nil {
 			return fmt.Errorf("building the release at commit %s: %w", commit, err)
 		}
 	}
@@ -181,20 +181,6 @@ func removeWorktree(root, src string) error {
 	_, errPrune := git(ctx, root, "worktree", "prune")
 	if err := errors.Join(errRemove, errPrune); err != nil {
 		return fmt.Errorf("removing the worktree %s: %w", src, err)
-	}
-	return nil
-}
-
-// goBuildIn builds main package pkg of the module in dir into out, as
-// BuildGoBinary builds this repository's: static, for linux on this
-// machine's architecture, without VCS stamping. GOWORK=off keeps a
-// go.work around the checkout out of it.
-func goBuildIn(ctx context.Context, dir, pkg, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", out, pkg)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return nil
 }

@@ -60,3 +60,24 @@ API server serves it; kubectl offload install always passes what it chose.
 {{ $mode }}
 {{- end -}}
 {{- end }}
+
+{{/*
+CEL for the scheduling policies (scheduling-policy.yaml): the list of
+tolerations, or of node selector terms, that the CEL expression in the
+argument yields, rebuilt as new maps of one shape, so that they compare
+equal whichever object they come from and can be written into a JSON
+patch (the API server cannot write values read from the object as they
+are). Every map value is dyn: the API server's CEL wants homogeneous
+literals.
+*/}}
+{{- define "offload.celTolerations" -}}
+{{ . }}.map(t, {"key": dyn(t.?key.orValue("")), "operator": dyn(t.?operator.orValue("")), "value": dyn(t.?value.orValue("")), "effect": dyn(t.?effect.orValue("")), ?"tolerationSeconds": dyn(t).?tolerationSeconds})
+{{- end }}
+
+{{- define "offload.celRequirements" -}}
+{{ . }}.map(r, {"key": dyn(r.key), "operator": dyn(r.operator), "values": dyn(r.?values.orValue([]).map(v, string(v)))})
+{{- end }}
+
+{{- define "offload.celTerms" -}}
+{{ . }}.map(t, {"matchExpressions": dyn({{ include "offload.celRequirements" "t.?matchExpressions.orValue([])" }}), "matchFields": dyn({{ include "offload.celRequirements" "t.?matchFields.orValue([])" }})})
+{{- end }}
