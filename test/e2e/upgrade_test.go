@@ -17,6 +17,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -67,19 +68,38 @@ const (
 	maxUpgradeOutage = 30 * time.Second
 )
 
-// TestUpgradeFromTheReleaseBeforeIssue27 installs the release before
-// issue 27 on a consumer and a provider, peers them and offloads a Service's
-// pods with its plugin, then upgrades the consumer alone (the skew of a
-// rolling upgrade), then the provider, with kubectl offload upgrade of the
-// release under test, while a consumer pod calls the Service. After each
-// step: the agents run the new image, no offloaded pod was recreated or
-// restarted on either side, the peering, its tunnel and the cluster
-// identities are the same, status is healthy on both sides, the
-// credentials still renew, and the Service answers. The requests that
-// failed during the upgrade are counted and reported. Then every CRD
-// stores only its current storage version, and uninstall --purge leaves
-// nothing of either release.
-func TestUpgradeFromTheReleaseBeforeIssue27(t *testing.T) {
+// TestUpgradeFromTheReleaseBeforeIssue27ConsumerFirst installs the release
+// before issue 27 on a consumer and a provider, peers them and offloads a
+// Service's pods with its plugin, then upgrades the consumer alone (a new
+// consumer with an old provider, the skew of a rolling upgrade), then the
+// provider, with kubectl offload upgrade of the release under test, while
+// a consumer pod calls the Service. After each step: the agents run the new
+// image, no offloaded pod was recreated or restarted on either side, the
+// peering, its tunnel and the cluster identities are the same, status is
+// healthy on both sides, the credentials still renew, and the Service
+// answers. The requests that failed during each step are counted and
+// reported. Then every CRD stores only its current storage version, and
+// uninstall --purge leaves nothing of either release.
+func TestUpgradeFromTheReleaseBeforeIssue27ConsumerFirst(t *testing.T) {
+	testUpgrade(t, upgradeConsumerFirst)
+}
+
+// TestUpgradeFromTheReleaseBeforeIssue27ProviderFirst is the same upgrade in
+// the other order: the provider alone first (an old consumer with a new
+// provider), then the consumer.
+func TestUpgradeFromTheReleaseBeforeIssue27ProviderFirst(t *testing.T) {
+	testUpgrade(t, upgradeProviderFirst)
+}
+
+// upgradeOrder is which side an upgrade test upgrades first.
+type upgradeOrder bool
+
+const (
+	upgradeConsumerFirst upgradeOrder = false
+	upgradeProviderFirst upgradeOrder = true
+)
+
+func testUpgrade(t *testing.T, order upgradeOrder) {
 	old := oldRelease(t)
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
@@ -118,24 +138,33 @@ func TestUpgradeFromTheReleaseBeforeIssue27(t *testing.T) {
 	initial := s.state(ctx, t)
 	probe := s.startProbe(ctx, t)
 
-	// The consumer alone first: a new consumer with an old provider.
-	s.upgradeStep(ctx, t, s.consumer, initial, probe)
+	first, second := s.consumer, s.provider
+	if order == upgradeProviderFirst {
+		first, second = s.provider, s.consumer
+	}
+	// One side alone first: the skew of a rolling upgrade.
+	s.upgradeStep(ctx, t, first, initial, probe)
+	expectAgentImage(ctx, t, second, framework.OldAgentImageTag)
+	s.upgradeStep(ctx, t, second, initial, probe)
 	expectSchedulingMutation(ctx, t, s.consumer)
-	expectAgentImage(ctx, t, s.provider, framework.OldAgentImageTag)
-	s.upgradeStep(ctx, t, s.provider, initial, probe)
 
 	f := probe.end()
-	t.Logf("upgrade figures: %d requests through Service web during the upgrade, %d failed (%.1f%%), longest outage %s, answers from %d of %d pods, virtual node NotReady %d times; first failures: %q",
-		f.answered+f.failed, f.failed, 100*float64(f.failed)/float64(max(1, f.answered+f.failed)), f.longestOutage.Round(time.Millisecond),
-		len(f.servedBy), upgradeReplicas, len(f.nodeNotReady), f.errors)
+	for _, st := range f.steps {
+		t.Logf("upgrade of %s: %d requests through Service web, %d failed (%.1f%%), longest outage %s, ready endpoints fewer than %d for %s (fewest %d); first failures: %q",
+			st.name, st.answered+st.failed, st.failed, 100*float64(st.failed)/float64(max(1, st.answered+st.failed)), st.longestOutage.Round(time.Millisecond),
+			upgradeReplicas, st.endpointsShort, st.fewestEndpoints, st.errors)
+	}
+	t.Logf("upgrade figures: answers from %d of %d pods, virtual node NotReady %d times", len(f.servedBy), upgradeReplicas, len(f.nodeNotReady))
 	// Requests start at least probeInterval apart, so an outage of
-	// maxUpgradeOutage in each of the two steps fails at most this many.
-	maxFailed := 2 * (int(maxUpgradeOutage/probeInterval) + 1)
-	switch {
-	case f.answered == 0:
-		t.Errorf("the Service never answered during the upgrade")
-	case f.longestOutage > maxUpgradeOutage || f.failed > maxFailed:
-		t.Errorf("the Service went unanswered for up to %s, %d requests failed; want at most %s and %d", f.longestOutage, f.failed, maxUpgradeOutage, maxFailed)
+	// maxUpgradeOutage in a step fails at most this many.
+	maxFailed := int(maxUpgradeOutage/probeInterval) + 1
+	for _, st := range f.steps {
+		switch {
+		case st.answered == 0:
+			t.Errorf("the Service never answered during the upgrade of %s", st.name)
+		case st.longestOutage > maxUpgradeOutage || st.failed > maxFailed:
+			t.Errorf("during the upgrade of %s, the Service went unanswered for up to %s, %d requests failed; want at most %s and %d", st.name, st.longestOutage, st.failed, maxUpgradeOutage, maxFailed)
+		}
 	}
 	if len(f.nodeNotReady) > 0 {
 		t.Errorf("the virtual node %s was not Ready during the upgrade: %v", s.node(), f.nodeNotReady)
@@ -276,6 +305,7 @@ func (s *upgradeScene) offloadApp(ctx context.Context, t *testing.T, old *framew
 func (s *upgradeScene) upgradeStep(ctx context.Context, t *testing.T, c *framework.Cluster, initial sceneState, probe *serviceProbe) {
 	t.Helper()
 	start := time.Now()
+	probe.beginStep(c.Name)
 	mustOffload(t, c, append([]string{"upgrade", "--timeout", "3m"}, agentValues()...)...)
 	expectAgentImage(ctx, t, c, "test")
 	s.expectPeeringUp(ctx, t)
@@ -519,8 +549,9 @@ func expectCredentialsRenewed(ctx context.Context, t *testing.T, consumer *frame
 
 // serviceProbe calls Service web from the client pod every probeInterval,
 // through the test application's /call at the pod's address (which the
-// test reaches as the API server does), and watches the virtual node,
-// until end.
+// test reaches as the API server does), and watches the virtual node and
+// the Service's ready endpoints, until end. It counts by step, from one
+// beginStep to the next.
 type serviceProbe struct {
 	url string
 	// pods are the names an answer may give: the offloaded pods'.
@@ -535,19 +566,37 @@ type serviceProbe struct {
 
 // probeFigures are what a serviceProbe saw.
 type probeFigures struct {
-	answered, failed int
-	longestOutage    time.Duration
-	lastAnswer       time.Time
+	lastAnswer time.Time
 	// servedBy counts the answers by the pod that gave them.
 	servedBy map[string]int
-	// errors are the first failures, for the log.
-	errors []string
 	// nodeNotReady are when the virtual node was seen not Ready.
 	nodeNotReady []string
+	steps        []*stepFigures
+}
+
+// stepFigures are what a serviceProbe saw during one step.
+type stepFigures struct {
+	name             string
+	answered, failed int
+	longestOutage    time.Duration
+	// errors are the step's first failures, for the log: failed
+	// requests, and offloaded pods seen not Ready on the consumer.
+	errors []string
+	// endpointsShort is how long, sampled every second, the Service had
+	// fewer ready endpoints than upgradeReplicas; fewestEndpoints the
+	// fewest it had.
+	endpointsShort  time.Duration
+	fewestEndpoints int
+}
+
+func (st *stepFigures) note(at time.Time, what string) {
+	if len(st.errors) < 8 {
+		st.errors = append(st.errors, at.UTC().Format("15:04:05.000")+" "+what)
+	}
 }
 
 // startProbe waits until the Service answers the client pod, then starts
-// counting.
+// watching; it counts from the first beginStep.
 func (s *upgradeScene) startProbe(ctx context.Context, t *testing.T) *serviceProbe {
 	t.Helper()
 	p := &serviceProbe{
@@ -583,7 +632,76 @@ func (s *upgradeScene) startProbe(ctx context.Context, t *testing.T) *servicePro
 			return false, nil
 		})
 	})
+	p.wg.Go(func() {
+		_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+			ready, notReady, err := s.webEndpoints(ctx)
+			if err != nil || ctx.Err() != nil {
+				return false, nil
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if st := p.step(); st != nil && ready < upgradeReplicas {
+				st.endpointsShort += time.Second
+				st.fewestEndpoints = min(st.fewestEndpoints, ready)
+				for _, n := range notReady {
+					st.note(time.Now(), n)
+				}
+			}
+			return false, nil
+		})
+	})
 	return p
+}
+
+// webEndpoints counts the ready endpoints of Service web on the consumer,
+// and describes the offloaded pods that are not Ready there.
+func (s *upgradeScene) webEndpoints(ctx context.Context) (int, []string, error) {
+	eps, err := s.consumer.Kube.DiscoveryV1().EndpointSlices(upgradeNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=web"})
+	if err != nil {
+		return 0, nil, err
+	}
+	ready := 0
+	for _, sl := range eps.Items {
+		for _, e := range sl.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				ready++
+			}
+		}
+	}
+	if ready >= upgradeReplicas {
+		return ready, nil, nil
+	}
+	pods, err := s.consumer.Kube.CoreV1().Pods(upgradeNS).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		return ready, nil, err
+	}
+	var notReady []string
+	for _, p := range pods.Items {
+		if podIsReady(p) {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				notReady = append(notReady, fmt.Sprintf("pod %s Ready=%s %s: %s (phase %s, IP %s)", p.Name, c.Status, c.Reason, c.Message, p.Status.Phase, p.Status.PodIP))
+			}
+		}
+	}
+	return ready, notReady, nil
+}
+
+// beginStep starts counting for the step called name.
+func (p *serviceProbe) beginStep(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.figures.steps = append(p.figures.steps, &stepFigures{name: name, fewestEndpoints: upgradeReplicas})
+}
+
+// step is the current step, nil before the first; p.mu is held.
+func (p *serviceProbe) step() *stepFigures {
+	if len(p.figures.steps) == 0 {
+		return nil
+	}
+	return p.figures.steps[len(p.figures.steps)-1]
 }
 
 // call asks the client pod to call the Service, and returns the name of
@@ -617,27 +735,29 @@ func (p *serviceProbe) call(ctx context.Context) (string, error) {
 	return res.Body, nil
 }
 
-// record counts one call that started at start. An outage lasts from the
-// first failed call to the next answered one.
+// record counts one call that started at start, in the current step. An
+// outage lasts from the first failed call to the next answered one, and
+// counts in the step where it ends.
 func (p *serviceProbe) record(start time.Time, answer string, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f := &p.figures
+	st := p.step()
+	if st == nil {
+		return
+	}
 	if err != nil {
-		f.failed++
-		if len(f.errors) < 5 {
-			f.errors = append(f.errors, start.Format(time.RFC3339)+" "+err.Error())
-		}
+		st.failed++
+		st.note(start, err.Error())
 		if p.failingSince.IsZero() {
 			p.failingSince = start
 		}
 		return
 	}
-	f.answered++
-	f.servedBy[answer]++
-	f.lastAnswer = time.Now()
+	st.answered++
+	p.figures.servedBy[answer]++
+	p.figures.lastAnswer = time.Now()
 	if !p.failingSince.IsZero() {
-		f.longestOutage = max(f.longestOutage, start.Sub(p.failingSince))
+		st.longestOutage = max(st.longestOutage, start.Sub(p.failingSince))
 		p.failingSince = time.Time{}
 	}
 }
@@ -648,20 +768,24 @@ func (p *serviceProbe) expectAnswerAfter(ctx context.Context, t *testing.T, sinc
 	waitFor(ctx, t, time.Minute, "Service web answering after the upgrade", func(context.Context) (bool, string) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.figures.lastAnswer.After(since), fmt.Sprintf("last answer at %s; first failures %q", p.figures.lastAnswer.Format(time.RFC3339), p.figures.errors)
+		var errs []string
+		if st := p.step(); st != nil {
+			errs = st.errors
+		}
+		return p.figures.lastAnswer.After(since), fmt.Sprintf("last answer at %s; first failures %q", p.figures.lastAnswer.Format(time.RFC3339), errs)
 	})
 }
 
 // end stops the probe and returns its figures; an outage still going on
-// counts until now.
+// counts until now, in the last step.
 func (p *serviceProbe) end() probeFigures {
 	p.stop()
 	p.wg.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f := p.figures
-	if !p.failingSince.IsZero() {
-		f.longestOutage = max(f.longestOutage, time.Since(p.failingSince))
+	if st := p.step(); st != nil && !p.failingSince.IsZero() {
+		st.longestOutage = max(st.longestOutage, time.Since(p.failingSince))
 	}
 	return f
 }

@@ -73,13 +73,19 @@ func FromTunnel(t *offloadv1alpha1.Tunnel, base Config) (*Config, error) {
 	return &c, nil
 }
 
-// TunnelStatus is st as the Tunnel reports it, with the Ready condition.
-func TunnelStatus(st Status, generation int64, old []metav1.Condition) offloadv1alpha1.TunnelStatus {
+// TunnelStatus is st as the Tunnel reports it, with the Ready condition,
+// over old, the status the Tunnel has. The last handshake is old's until
+// this gateway's device completes one: a gateway that replaces another
+// (an upgrade, a rescheduled pod) starts with none, and the tunnel's last
+// handshake is still the one its predecessor had, which tells readers
+// (the virtual node's address translation) that the tunnel was up before.
+func TunnelStatus(st Status, generation int64, old offloadv1alpha1.TunnelStatus) offloadv1alpha1.TunnelStatus {
 	out := offloadv1alpha1.TunnelStatus{
 		Implementation: string(st.Implementation), PublicKey: st.PublicKey, Endpoint: st.Endpoint,
 		RxBytes: st.RxBytes, TxBytes: st.TxBytes, Connected: st.Connected,
 		PathMTU: int32(st.PathMTU), MTU: int32(st.MTU),
-		Conditions: append([]metav1.Condition(nil), old...),
+		Conditions:    append([]metav1.Condition(nil), old.Conditions...),
+		LastHandshake: old.LastHandshake,
 	}
 	if !st.LastHandshake.IsZero() {
 		out.LastHandshake = &metav1.Time{Time: st.LastHandshake.Truncate(time.Second)}
@@ -174,7 +180,7 @@ func (ic *InCluster) Report(ctx context.Context, st Status) error {
 	if err := ic.cache.Get(ctx, ic.key, t); err != nil {
 		return err
 	}
-	want := TunnelStatus(st, t.Generation, t.Status.Conditions)
+	want := TunnelStatus(st, t.Generation, t.Status)
 	ic.mu.Lock()
 	prev, at := ic.reported, ic.at
 	ic.mu.Unlock()

@@ -111,6 +111,29 @@ func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
 	if ready := meta.FindStatusCondition(tunnel.Status.Conditions, offloadv1alpha1.ConditionReady); ready == nil || ready.Reason != "Disconnected" {
 		t.Errorf("a lost tunnel is reported at once: %+v", tunnel.Status.Conditions)
 	}
+
+	// A gateway that replaces it (an upgrade) reports before its own first
+	// handshake: the tunnel's last handshake stays on record.
+	handshake := tunnel.Status.LastHandshake
+	next, err := NewInCluster(asGateway, ns, "provider", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// As the gateway does, it loads its configuration before it reports.
+	if _, err := next.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Report(ctx, Status{Implementation: ImplementationUserspace, Endpoint: "192.0.2.1:31820", MTU: 1380}); err != nil {
+		t.Fatal(err)
+	}
+	_ = admin.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel)
+	if tunnel.Status.Connected || tunnel.Status.LastHandshake == nil || !tunnel.Status.LastHandshake.Equal(handshake) {
+		t.Errorf("after a new gateway's first report, connected %t and last handshake %v; want false and %v, its predecessor's",
+			tunnel.Status.Connected, tunnel.Status.LastHandshake, handshake)
+	}
 }
 
 // A gateway that starts while its API server is unreachable waits for it:

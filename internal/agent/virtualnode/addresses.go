@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -14,12 +16,24 @@ import (
 // addressesTTL is how long a read of the peering's Tunnel is used.
 const addressesTTL = 5 * time.Second
 
+// addressesGrace is how long pod addresses stay published after a tunnel
+// that was up goes down. A gateway replaced by an upgrade or rescheduled
+// is back within seconds, and withdrawing every offloaded pod from the
+// consumer's Services meanwhile would turn a pause into refused
+// connections; a tunnel down longer is withdrawn, as the node lifecycle
+// controller marks an unreachable node's pods not ready after its grace
+// period. With the gateway's own 10 s of missed probes, offloaded pods
+// leave the Services about 30 s after the path dies, short of the
+// node lifecycle controller's default 40 s.
+const addressesGrace = 20 * time.Second
+
 // tunnelAddresses reads the address translation of the peering with
 // provider from its client Tunnel out-PROVIDER, at most every addressesTTL.
 // Without the network fabric (networked false) it is nil: nothing is
 // translated. With it, until the Tunnel has its mappings and its gateway
 // reports the peer connected, the translation withholds pod addresses
-// (reflection.Addresses.Withhold). It reads uncached, as the Tunnel type is
+// (reflection.Addresses.Withhold), and again once a tunnel that was up has
+// been down for addressesGrace. It reads uncached, as the Tunnel type is
 // watched only where the network controllers run.
 func tunnelAddresses(reader client.Reader, namespace, provider string, networked bool) func() *reflection.Addresses {
 	if !networked {
@@ -42,7 +56,7 @@ func tunnelAddresses(reader client.Reader, namespace, provider string, networked
 		switch {
 		case err == nil:
 			cached = reflection.AddressesOf(&t)
-			cached.Withhold = len(t.Spec.Mappings) == 0 || !t.Status.Connected
+			cached.Withhold = len(t.Spec.Mappings) == 0 || !tunnelUp(&t, time.Now())
 		case client.IgnoreNotFound(err) == nil:
 			cached = &reflection.Addresses{Withhold: true}
 		default:
@@ -51,4 +65,16 @@ func tunnelAddresses(reader client.Reader, namespace, provider string, networked
 		at = time.Now()
 		return cached
 	}
+}
+
+// tunnelUp tells whether pod addresses through t are published at now: t
+// is connected, or it was up (a handshake is on record) and went down
+// less than addressesGrace ago, by its Ready condition.
+func tunnelUp(t *offloadv1alpha1.Tunnel, now time.Time) bool {
+	if t.Status.Connected {
+		return true
+	}
+	ready := meta.FindStatusCondition(t.Status.Conditions, offloadv1alpha1.ConditionReady)
+	return t.Status.LastHandshake != nil && ready != nil && ready.Status == metav1.ConditionFalse &&
+		now.Sub(ready.LastTransitionTime.Time) < addressesGrace
 }
