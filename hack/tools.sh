@@ -14,6 +14,7 @@
 # Tools: kube-apiserver kube-controller-manager kube-scheduler kubectl
 #        kubelet kube-proxy etcd kwok kwokctl coredns metrics-server
 #        controller-gen
+#        kine (the datastore of k3s-flavoured clusters)
 #        e2e.test agnhost nonewprivs (for make conformance; not by default)
 set -euo pipefail
 
@@ -210,6 +211,7 @@ tool_version() {
     kwok|kwokctl) echo "${KWOK_VERSION}" ;;
     coredns) echo "${COREDNS_VERSION}" ;;
     metrics-server) echo "${METRICS_SERVER_VERSION}" ;;
+    kine) echo "${KINE_VERSION}" ;;
     controller-gen) echo "${CONTROLLER_TOOLS_VERSION}" ;;
   esac
 }
@@ -225,6 +227,8 @@ build() {
     kwok|kwokctl) build_kwok "$1" ;;
     coredns) build_wrapped coredns "${COREDNS_VERSION}" github.com/coredns/coredns github.com/coredns/coredns ;;
     metrics-server) build_wrapped metrics-server "${METRICS_SERVER_VERSION}" sigs.k8s.io/metrics-server sigs.k8s.io/metrics-server/cmd/metrics-server ;;
+    # k3s's datastore; CGO_ENABLED=0 selects its pure-Go SQLite driver.
+    kine) build_wrapped kine "${KINE_VERSION}" github.com/k3s-io/kine github.com/k3s-io/kine ;;
     controller-gen) build_controller_gen ;;
     *) echo "unknown tool $1" >&2; exit 2 ;;
   esac
@@ -232,7 +236,7 @@ build() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl coredns metrics-server)
+  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl coredns metrics-server kine)
 fi
 
 # The Kubernetes commands asked for build together (build_kube), as one

@@ -3,7 +3,7 @@
 // keep running after it exits. For each it prints a line: the name, the
 // kubeconfig and the API server URL its peers use (tab-separated).
 //
-//	go run ./hack/local-clusters up [--fake-nodes N] [--taint-fake-nodes=false] [--real-node=false] [--metrics-server=false] [--images A.tar,B.tar] [NAME ...]   (default: consumer provider)
+//	go run ./hack/local-clusters up [--flavour kubeadm|k3s] [--fake-nodes N] [--taint-fake-nodes=false] [--real-node=false] [--metrics-server=false] [--images A.tar,B.tar] [NAME ...]   (default: consumer provider)
 //	go run ./hack/local-clusters down [NAME ...]                  (default: every cluster)
 package main
 
@@ -49,6 +49,7 @@ func run(ctx context.Context, args []string) error {
 	realNode := fs.Bool("real-node", true, "Give each cluster a real node, kubelet and containerd, that runs containers (up only; needs root).")
 	metricsServer := fs.Bool("metrics-server", true, "Run metrics-server on each real node, for kubectl top (up only; needs --real-node).")
 	isolated := fs.Bool("isolated", true, "Isolate the clusters as separate machines: only node addresses and API servers reach across, not pods (up only; needs --real-node).")
+	flavour := fs.String("flavour", "kubeadm", "The distribution the clusters imitate: kubeadm (kubeadm's and kind's defaults) or k3s (kine over SQLite, k3s's CIDRs, node metadata and kubeconfig at https://127.0.0.1:6443; one cluster per machine, needs --real-node) (up only).")
 	images := fs.String("images", "", "More image archives, comma-separated, to import into the real nodes beside the standard test images (up only).")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -63,7 +64,14 @@ func run(ctx context.Context, args []string) error {
 		if len(names) == 0 {
 			names = []string{"consumer", "provider"}
 		}
-		o := framework.ClusterOptions{FakeNodes: *fakeNodes, TaintFakeNodes: *taintFakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode, MetricsServer: *metricsServer && *realNode}
+		f, err := framework.ParseFlavour(*flavour)
+		if err != nil {
+			return err
+		}
+		if f == framework.FlavourK3s && len(names) != 1 {
+			return fmt.Errorf("--flavour k3s starts one cluster, not %d: its API server takes the host's port %d", len(names), framework.K3sAPIServerPort)
+		}
+		o := framework.ClusterOptions{Flavour: f, FakeNodes: *fakeNodes, TaintFakeNodes: *taintFakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode, MetricsServer: *metricsServer && *realNode}
 		if *images != "" {
 			archives, err := framework.TestImages(ctx)
 			if err != nil {

@@ -50,7 +50,7 @@ func snapshotHost(t *testing.T) hostSnapshot {
 			s.interfaces = append(s.interfaces, strings.TrimSuffix(strings.Split(f[1], "@")[0], ":"))
 		}
 	}
-	for _, name := range []string{"kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "pause", "testapp", "offload-agent"} {
+	for _, name := range []string{"kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "pause", "testapp", "offload-agent", "kine", "servicelb"} {
 		if out, err := exec.Command("pgrep", "-x", name).Output(); err == nil {
 			for _, pid := range strings.Fields(string(out)) {
 				s.processes = append(s.processes, name+"/"+pid)

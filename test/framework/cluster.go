@@ -60,6 +60,10 @@ type ClusterOptions struct {
 	// the metrics API (kubectl top); it needs RealNode. WaitMetrics waits
 	// for it.
 	MetricsServer bool
+	// Flavour is the distribution the cluster imitates: kubeadm-style (the
+	// default) or k3s (FlavourK3s), which needs RealNode, has one real
+	// node, and is alone of its flavour on the machine.
+	Flavour Flavour
 	// CPUs confines the cluster to those host CPUs ("0", "1-3"), as if
 	// it had a machine of its own: its control plane and kwok, and its
 	// real nodes' containerd, kubelet and kube-proxy, in cgroup
@@ -73,7 +77,7 @@ type ClusterOptions struct {
 func cpuSetName(name string) string { return "offload-cluster-" + name }
 
 type clusterPorts struct {
-	apiserver, etcd, etcdPeer, controllerManager, scheduler, kwok int
+	apiserver, etcd, etcdPeer, controllerManager, scheduler, kwok, kine int
 }
 
 // Env is a working directory holding any number of local clusters (kwokctl's
@@ -123,6 +127,8 @@ type Cluster struct {
 	// CPUs are the CPUs the cluster is confined to; empty when it shares
 	// every CPU (ClusterOptions.CPUs).
 	CPUs string
+	// Flavour is the distribution the cluster imitates.
+	Flavour Flavour
 
 	env *Env
 }
@@ -176,6 +182,14 @@ func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	if o.ExtraRealNodes > 0 && !o.RealNode {
 		return nil, errors.New("extra real nodes need RealNode")
 	}
+	if o.Flavour == FlavourK3s {
+		if !o.RealNode || o.ExtraRealNodes > 0 {
+			return nil, errors.New("a k3s-flavoured cluster has one real node, its server: it needs RealNode and no ExtraRealNodes")
+		}
+		if err := EnsureTools(ctx, "kine"); err != nil {
+			return nil, err
+		}
+	}
 	versions, err := Versions()
 	if err != nil {
 		return nil, err
@@ -198,7 +212,7 @@ func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		}
 		lastErr = err
 		_ = e.deleteByName(context.WithoutCancel(ctx), o.Name)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, errNotRetried) {
 			break
 		}
 	}
@@ -206,11 +220,20 @@ func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 }
 
 func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion, kubeBin string) (*Cluster, error) {
-	p, err := ports.take(6)
+	p, err := ports.take(7)
 	if err != nil {
 		return nil, err
 	}
-	cp := clusterPorts{apiserver: p[0], etcd: p[1], etcdPeer: p[2], controllerManager: p[3], scheduler: p[4], kwok: p[5]}
+	cp := clusterPorts{apiserver: p[0], etcd: p[1], etcdPeer: p[2], controllerManager: p[3], scheduler: p[4], kwok: p[5], kine: p[6]}
+	if o.Flavour == FlavourK3s {
+		if err := checkK3sPort(); err != nil {
+			return nil, fmt.Errorf("%w (%w)", err, errNotRetried)
+		}
+		cp.apiserver = K3sAPIServerPort
+	}
+	if err := e.saveFlavour(o.Name, o.Flavour); err != nil {
+		return nil, err
+	}
 	dir := e.clusterDir(o.Name)
 	var node *RealNode
 	var extra, all []*RealNode
@@ -224,7 +247,7 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion, kubeBin
 			if i > 0 {
 				dir, name = extraNodeDir(e.nodeDir(o.Name), i+1), fmt.Sprintf("%s-real-%d", o.Name, i+1)
 			}
-			n, err := nodeNetwork(ctx, dir, lan)
+			n, err := nodeNetwork(ctx, dir, lan, o.Flavour.spec().nodePodCIDR)
 			if err != nil {
 				return nil, err
 			}
@@ -270,8 +293,14 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion, kubeBin
 			}
 		}
 	}
+	var serviceLBArchive, serviceLB string
+	if o.Flavour == FlavourK3s {
+		if serviceLBArchive, serviceLB, err = ServiceLBImage(ctx); err != nil {
+			return nil, err
+		}
+	}
 	cfgPath := filepath.Join(e.Dir, o.Name+".kwokctl.yaml")
-	cfg := kwokctlConfig(e.bin, kubeBin, filepath.Join(e.Dir, "cache"), dir, kubeVersion, cp, o, node)
+	cfg := kwokctlConfig(e.bin, kubeBin, filepath.Join(e.Dir, "cache"), dir, kubeVersion, cp, o, node, serviceLB)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
@@ -320,9 +349,20 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion, kubeBin
 			}
 			images = append(images, archive)
 		}
+		if serviceLBArchive != "" {
+			images = append(images, serviceLBArchive)
+		}
 		c.Node, c.ExtraNodes = node, extra
 		for _, n := range all {
 			if err := n.start(ctx, c, kubeBin, images); err != nil {
+				return nil, err
+			}
+		}
+		if o.Flavour == FlavourK3s {
+			if err := node.applyK3sMetadata(ctx, c); err != nil {
+				return nil, err
+			}
+			if err := node.forwardAPIServer(K3sAPIServerPort); err != nil {
 				return nil, err
 			}
 		}
@@ -341,7 +381,7 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion, kubeBin
 // cluster returns a Cluster with admin clients from the kubeconfig kwokctl wrote.
 func (e *Env) cluster(name string) (*Cluster, error) {
 	dir := e.clusterDir(name)
-	c := &Cluster{Name: name, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig.yaml"), env: e}
+	c := &Cluster{Name: name, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig.yaml"), Flavour: e.loadFlavour(name), env: e}
 	var err error
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
 		return nil, fmt.Errorf("reading kubeconfig of cluster %s: %w", name, err)
@@ -403,7 +443,8 @@ func (e *Env) deleteByName(ctx context.Context, name string) error {
 	if err := waitExited(ctx, pids, 30*time.Second); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, os.RemoveAll(dir), removeIfExists(filepath.Join(e.Dir, name+".kwokctl.yaml")), removeCPUSet(cpuSetName(name)))
+	errs = append(errs, os.RemoveAll(dir), removeIfExists(filepath.Join(e.Dir, name+".kwokctl.yaml")), removeIfExists(e.flavourFile(name)),
+		removeCPUSet(cpuSetName(name)))
 	return errors.Join(errs...)
 }
 
@@ -513,10 +554,15 @@ func (e *Env) Open(ctx context.Context, name string) (*Cluster, error) {
 
 // PeerAPIServerURL is the API server URL the cluster's peers use: through
 // the real node's host address when it has one, which pods on other
-// clusters' real nodes can reach, else the kubeconfig's loopback URL.
+// clusters' real nodes can reach, else the kubeconfig's loopback URL. A
+// k3s-flavoured cluster's is its server node's address and port 6443, as
+// install detects it there.
 func (c *Cluster) PeerAPIServerURL() string {
 	if c.Node == nil {
 		return c.Config.Host
+	}
+	if c.Flavour == FlavourK3s {
+		return fmt.Sprintf("https://%s:%d", c.Node.IP, K3sAPIServerPort)
 	}
 	u := c.Config.Host
 	return "https://" + c.Node.HostIP + ":" + u[strings.LastIndex(u, ":")+1:]

@@ -10,7 +10,8 @@ import (
 // binary local (so kwokctl downloads nothing), pinned ports, CSR signing in
 // kube-controller-manager, and kwok managing only nodes annotated as fake.
 // kubeBin holds the Kubernetes commands of kubeVersion, bin the other tools.
-func kwokctlConfig(bin, kubeBin, cacheDir, clusterDir, kubeVersion string, p clusterPorts, o ClusterOptions, node *RealNode) string {
+// serviceLB is the ServiceLB binary of a k3s-flavoured cluster (ServiceLBImage).
+func kwokctlConfig(bin, kubeBin, cacheDir, clusterDir, kubeVersion string, p clusterPorts, o ClusterOptions, node *RealNode, serviceLB string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -41,8 +42,8 @@ componentsPatches:
   - key: cidr
     value: %s
 `, kubeVersion, kubeBin, filepath.Join(kubeBin, "kubectl"), filepath.Join(bin, "kwok"), filepath.Join(bin, "etcd"), cacheDir,
-		p.apiserver, p.etcd, p.etcdPeer, p.controllerManager, p.scheduler, p.kwok, o.DisableQPSLimits, certSANs(node),
-		FakeNodeAnnotation, FakeNodeAnnotationValue, fakePodStart)
+		p.apiserver, p.etcd, p.etcdPeer, p.controllerManager, p.scheduler, p.kwok, o.DisableQPSLimits, certSANs(node, o.Flavour),
+		FakeNodeAnnotation, FakeNodeAnnotationValue, o.Flavour.spec().fakePodStart)
 	// The CSR signer uses the cluster CA that kwokctl generates in the
 	// cluster's pki directory. kwokctl's binary runtime restarts no
 	// process, as a kubelet or systemd would: the one controller-manager
@@ -73,12 +74,40 @@ componentsPatches:
 			apiserverArgs = append(apiserverArgs, frontProxyPatches(clusterDir)...)
 		}
 	}
+	if o.Flavour == FlavourK3s {
+		// k3s's API server stores in kine, and has k3s's Service range.
+		apiserverArgs = append(apiserverArgs, [2]string{"etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", p.kine)},
+			[2]string{"service-cluster-ip-range", o.Flavour.spec().serviceCIDR})
+	}
 	apiserverArgs = append(apiserverArgs, o.APIServerArgs...)
 	b.WriteString("- name: kube-apiserver\n  extraArgs:\n")
 	for _, a := range apiserverArgs {
 		// kwokctl replaces only flags it sets itself (override), and
 		// appends the others.
-		fmt.Fprintf(&b, "  - key: %s\n    value: %q\n    override: %t\n", a[0], a[1], a[0] == "bind-address")
+		fmt.Fprintf(&b, "  - key: %s\n    value: %q\n    override: %t\n", a[0], a[1], a[0] == "bind-address" || a[0] == "etcd-servers")
+	}
+	if o.Flavour == FlavourK3s {
+		// kine over SQLite, as a k3s server runs it: kwokctl cannot do
+		// without its etcd, which stays up, unused. kine's default
+		// datastore is db/state.db under its working directory, as
+		// under k3s's server directory. ServiceLB's controller runs
+		// beside the API server, as inside a k3s server.
+		fmt.Fprintf(&b, `components:
+- name: kine
+  binary: %s
+  workDir: %s
+  args:
+  - --listen-address=127.0.0.1:%d
+  - --metrics-bind-address=0
+- name: servicelb
+  binary: %s
+  workDir: %s
+  links: [kube-apiserver]
+  args:
+  - controller
+  - --kubeconfig=%s
+  - --image=%s
+`, filepath.Join(bin, "kine"), clusterDir, p.kine, serviceLB, clusterDir, filepath.Join(clusterDir, "kubeconfig.yaml"), ServiceLBImageRef)
 	}
 	return b.String()
 }
@@ -99,10 +128,14 @@ const (
 )
 
 // certSANs are the extra API server certificate names a real node needs: the
-// address it reaches the API server at, and the kubernetes Service IP pods use.
-func certSANs(node *RealNode) string {
+// address it reaches the API server at, and the kubernetes Service IP pods
+// use; on k3s also the node's own address, where the API server answers too.
+func certSANs(node *RealNode, f Flavour) string {
 	if node == nil {
 		return "[]"
 	}
-	return fmt.Sprintf("[%q, %q]", node.HostIP, "10.0.0.1")
+	if f == FlavourK3s {
+		return fmt.Sprintf("[%q, %q, %q]", node.HostIP, node.IP, f.spec().kubernetesServiceIP)
+	}
+	return fmt.Sprintf("[%q, %q]", node.HostIP, f.spec().kubernetesServiceIP)
 }

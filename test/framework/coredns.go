@@ -97,7 +97,7 @@ func (c *Cluster) deployCoreDNS(ctx context.Context) error {
 			ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Labels: labels},
 			Spec: corev1.ServiceSpec{
 				Selector:  labels,
-				ClusterIP: DNSServiceIP,
+				ClusterIP: c.DNSServiceIP(),
 				Ports: []corev1.ServicePort{
 					{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(corednsPort)},
 					{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(corednsPort)},

@@ -32,6 +32,9 @@ const (
 	agentImageRef   = "registry.local/offload/offload-agent:test"
 	testAppImageRef = "registry.local/offload/testapp:test"
 	corednsImageRef = "registry.local/offload/coredns:test"
+	// ServiceLBImageRef is the svclb containers' image of k3s-flavoured
+	// clusters (ServiceLBImage).
+	ServiceLBImageRef = "registry.local/offload/servicelb:test"
 )
 
 // imageNonRootUser is the "nonroot" user of distroless images.
@@ -355,4 +358,21 @@ func ImportImages(ctx context.Context, address string, archives ...string) error
 		}
 	}
 	return nil
+}
+
+// ServiceLBImage builds (cached like TestImages' images) the servicelb
+// image of k3s-flavoured clusters, from ./test/images/servicelb, whose
+// containers run "servicelb forward" as root, as k3s's klipper-lb does,
+// and returns its archive and the binary, which also runs the ServiceLB
+// controller on the host.
+func ServiceLBImage(ctx context.Context) (archive, binary string, err error) {
+	archive, err = buildImage(ctx, "./test/images/servicelb", "", Image{Ref: ServiceLBImageRef, Entrypoint: []string{"/servicelb", "forward"}})
+	if err != nil {
+		return "", "", err
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return "", "", err
+	}
+	return archive, filepath.Join(cache, "images", "bin", "servicelb"), nil
 }

@@ -65,7 +65,7 @@ func TestIsolatedClustersReachEachOthersNodesButNotTheirPods(t *testing.T) {
 	ctx := context.Background()
 	nodes := make([]*RealNode, 2)
 	for i := range nodes {
-		n, err := nodeNetwork(ctx, t.TempDir(), nil)
+		n, err := nodeNetwork(ctx, t.TempDir(), nil, FlavourKubeadm.spec().nodePodCIDR)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -66,9 +66,9 @@ type nodeLAN struct {
 
 // nodeNetwork creates the network namespace and veth for a node. Index i
 // gives the subnet 10.99.i.0/24 (the node is .1 inside, the host .254) and
-// the pod range 10.244.i.0/24. With lan, the node joins the LAN's bridge
+// the pod range podCIDR formatted with i (10.244.i.0/24). With lan, the node joins the LAN's bridge
 // and subnet instead: its address is the next in the first node's subnet.
-func nodeNetwork(ctx context.Context, dir string, lan *nodeLAN) (*RealNode, error) {
+func nodeNetwork(ctx context.Context, dir string, lan *nodeLAN, podCIDR string) (*RealNode, error) {
 	if err := acquireHostState(); err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func nodeNetwork(ctx context.Context, dir string, lan *nodeLAN) (*RealNode, erro
 		n := &RealNode{
 			IP:         fmt.Sprintf("10.99.%d.1", i),
 			HostIP:     fmt.Sprintf("10.99.%d.254", i),
-			PodCIDR:    fmt.Sprintf("10.244.%d.0/24", i),
+			PodCIDR:    fmt.Sprintf(podCIDR, i),
 			NetNS:      ns,
 			Dir:        dir,
 			CgroupRoot: ns,

@@ -114,7 +114,7 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "0%%", imagefs.avail
 serializeImagePulls: false
 protectKernelDefaults: false
 maxPods: 110
-%s`, n.IP, n.CgroupRoot, n.ContainerdAddress, n.path("pod-logs"), filepath.Join(pki, "ca.crt"), DNSServiceIP, ClusterDomain, confined),
+%s%s`, n.IP, n.CgroupRoot, n.ContainerdAddress, n.path("pod-logs"), filepath.Join(pki, "ca.crt"), c.DNSServiceIP(), ClusterDomain, unsafeSysctls(c.Flavour), confined),
 		"kube-proxy.yaml": fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %s}
@@ -187,4 +187,13 @@ func (n *RealNode) drain(ctx context.Context, c *Cluster) error {
 		out, err := run(ctx, "ctr", "--address", n.ContainerdAddress, "-n", "k8s.io", "tasks", "ls", "-q")
 		return err != nil || len(out) == 0
 	})
+}
+
+// unsafeSysctls is the kubelet setting that lets ServiceLB's pods forward,
+// as a k3s server's kubelet has it.
+func unsafeSysctls(f Flavour) string {
+	if f != FlavourK3s {
+		return ""
+	}
+	return "allowedUnsafeSysctls: [net.ipv4.ip_forward, net.ipv6.conf.all.forwarding]\n"
 }
