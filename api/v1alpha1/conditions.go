@@ -12,8 +12,16 @@ const (
 	ConditionVirtualNodeReady = "VirtualNodeReady"
 	// ConditionNetworkReady says the network tunnel to the peer is up.
 	ConditionNetworkReady = "NetworkReady"
+	// ConditionOfferRead, on a VirtualNode, says the provider's
+	// ResourceOffer was read (the ForeignCluster's OutgoingPeering).
+	ConditionOfferRead = "OfferRead"
+	// ConditionCredentialsAccepted, on a VirtualNode, is False once the
+	// provider answered the node 401 Unauthorized; the credentials
+	// controller, which watches the VirtualNodes of its ForeignClusters,
+	// then asks the provider whether the credentials were revoked.
+	ConditionCredentialsAccepted = "CredentialsAccepted"
 	// ConditionReady is the summary condition of Tenant, ResourceOffer,
-	// NamespaceOffloading and RemoteNamespace.
+	// NamespaceOffloading, RemoteNamespace and VirtualNode.
 	ConditionReady = "Ready"
 )
 

@@ -60,7 +60,9 @@ type ForeignClusterSpec struct {
 	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
 	// +optional
 	CACertHash string `json:"caCertHash,omitempty"`
-	// APIServerURL is the peer's API server as the peer advertises it.
+	// APIServerURL is the peer's API server as the peer advertises it. The
+	// agent does not write it: status.apiServerURL is what the credentials
+	// say.
 	// +optional
 	APIServerURL string `json:"apiServerURL,omitempty"`
 	// OutgoingPeering says whether this cluster consumes the peer's resources.
@@ -71,7 +73,10 @@ type ForeignClusterSpec struct {
 	Networking Networking `json:"networking,omitempty"`
 }
 
-// ForeignClusterStatus is the observed state of a peering.
+// ForeignClusterStatus is the observed state of a peering: on the consumer,
+// the summary of the ForeignCluster's children (PeeringCredentials,
+// VirtualNode, Tunnel) and, on the provider, of the peer's Tenant. Only the
+// summary controller writes it.
 type ForeignClusterStatus struct {
 	// Role is this cluster's role towards the peer.
 	// +optional
@@ -104,6 +109,14 @@ type ForeignClusterStatus struct {
 	// pods do there, as its ResourceOffer says.
 	// +optional
 	ProviderPolicy *ConsumerPolicy `json:"providerPolicy,omitempty"`
+	// ObservedTokenID is the ID of the peering token the status answers
+	// (the offload.io/peer-token-id annotation the CLI sets).
+	// +optional
+	ObservedTokenID string `json:"observedTokenID,omitempty"`
+	// APIServerURL is the peer's API server as the credentials it issued
+	// name it.
+	// +optional
+	APIServerURL string `json:"apiServerURL,omitempty"`
 }
 
 // ForeignCluster is a peer cluster, on both sides of a peering.

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -370,7 +371,10 @@ func (o *OutOfBandOptions) waitCondition(ctx context.Context, condition string) 
 		if fc == nil {
 			return false, nil // not in the cache yet
 		}
-		if id := fc.Annotations[peering.TokenIDAnnotation]; id != "" && fc.Annotations[peering.ObservedTokenIDAnnotation] != id {
+		// An agent of an earlier release records the token it acted on in
+		// an annotation.
+		observed := cmp.Or(fc.Status.ObservedTokenID, fc.Annotations[peering.ObservedTokenIDAnnotation])
+		if id := fc.Annotations[peering.TokenIDAnnotation]; id != "" && observed != id {
 			pending = "the agent has not acted on the new token yet"
 			return false, nil // the conditions may be about an earlier token
 		}

@@ -38,9 +38,10 @@ const (
 	// the new token at once.
 	TokenIDAnnotation = "offload.io/peer-token-id"
 	// ObservedTokenIDAnnotation on a ForeignCluster is the TokenIDAnnotation
-	// the agent last acted on. The agent sets it after the status that
-	// answers that token, so the CLI trusts the conditions only once it
-	// matches the token it stored.
+	// an agent of an earlier release last acted on; the agent now records
+	// it in status.observedTokenID, with the status that answers that
+	// token, and the CLI trusts the conditions only once it matches the
+	// token it stored.
 	ObservedTokenIDAnnotation = "offload.io/observed-peer-token-id"
 )
 

@@ -165,7 +165,7 @@ func foreignCluster(name, id string, outgoing bool, st offloadv1alpha1.ForeignCl
 	if outgoing {
 		fc.Spec.AuthURL = "https://172.18.0.3:31443"
 		fc.Spec.CACertHash = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-		fc.Spec.APIServerURL = "https://172.18.0.3:6443"
+		fc.Status.APIServerURL = "https://172.18.0.3:6443"
 	}
 	return fc
 }

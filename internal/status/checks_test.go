@@ -97,7 +97,7 @@ func TestTheCRDsComeFromTheEmbeddedChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != 7 || crds[2] != "networkpeerings.offload.io" || crds[6] != "tunnels.offload.io" {
-		t.Errorf("chart CRDs = %v, want the 7 offload.io CRDs", crds)
+	if len(crds) != 9 || crds[3] != "peeringcredentials.offload.io" || crds[8] != "virtualnodes.offload.io" {
+		t.Errorf("chart CRDs = %v, want the 9 offload.io CRDs", crds)
 	}
 }

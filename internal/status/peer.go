@@ -1,6 +1,7 @@
 package status
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -170,7 +171,7 @@ func (p *peer) detail(env *Env) Section {
 	field("clusterName", "Cluster name", fc.Spec.ClusterName)
 	field("role", "Role", string(st.Role))
 	field("authURL", "Auth URL", fc.Spec.AuthURL)
-	field("apiServerURL", "API server URL", fc.Spec.APIServerURL)
+	field("apiServerURL", "API server URL", cmp.Or(st.APIServerURL, fc.Spec.APIServerURL))
 	field("caCertHash", "CA cert hash", fc.Spec.CACertHash)
 	field("auth", "Auth", string(st.Auth))
 	field("outgoing", "Outgoing", string(st.Outgoing))

@@ -93,7 +93,7 @@ var scenarios = []struct {
 		name:    "a cluster without kubectl-offload says to install it",
 		golden:  "not-installed",
 		cluster: func(*testing.T) *fixture { return bare() },
-		wantErr: "15 checks failed: namespace, control plane, crds, local cluster identity, network, endpoints, peers, offloaded namespaces",
+		wantErr: "17 checks failed: namespace, control plane, crds, local cluster identity, network, endpoints, peers, offloaded namespaces",
 	},
 }
 

@@ -290,8 +290,8 @@ func expectSeedFlow(ctx context.Context, t *testing.T, consumer, provider *frame
 	if err := cc.Get(ctx, client.ObjectKey{Name: provider.Name}, &fc); err != nil {
 		t.Fatal(err)
 	}
-	if fc.Spec.APIServerURL != provider.PeerAPIServerURL() {
-		t.Errorf("the consumer reaches the provider at %s, want %s, what install detected there", fc.Spec.APIServerURL, provider.PeerAPIServerURL())
+	if fc.Status.APIServerURL != provider.PeerAPIServerURL() {
+		t.Errorf("the consumer reaches the provider at %s, want %s, what install detected there", fc.Status.APIServerURL, provider.PeerAPIServerURL())
 	}
 	var tunnel offloadv1alpha1.Tunnel
 	if err := cc.Get(ctx, client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider.Name)}, &tunnel); err != nil {

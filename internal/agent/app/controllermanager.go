@@ -28,6 +28,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/resourceoffer"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/summary"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/tenant"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/virtualnode"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/webhook"
@@ -262,6 +263,10 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		// Provider side: each consumer recorded as a ForeignCluster.
 		func(mgr ctrlmanager.Manager) error {
 			return (&incoming.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+		},
+		// Both sides: the one writer of the ForeignClusters' status.
+		func(mgr ctrlmanager.Manager) error {
+			return (&summary.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 		},
 		// Consumer side: authenticating to the providers it peers with.
 		func(mgr ctrlmanager.Manager) error {

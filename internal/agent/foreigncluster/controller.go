@@ -1,18 +1,20 @@
-// Package foreigncluster reconciles ForeignClusters on the consumer: it
-// exchanges the peering token the CLI stored for credentials on the
-// provider, over TLS pinned to the provider's auth CA, and keeps them in a
-// kubeconfig Secret.
+// Package foreigncluster is the consumer's credentials controller: for each
+// ForeignCluster with outgoing peering it exchanges the peering token the
+// CLI stored for credentials on the provider, over TLS pinned to the
+// provider's auth CA, keeps them in a kubeconfig Secret and renews them. It
+// reports in the ForeignCluster's PeeringCredentials child, its one writer;
+// the summary controller mirrors that into the ForeignCluster's status.
 package foreigncluster
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,11 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/ssa"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -40,6 +43,9 @@ const (
 	ReasonTokenMissing   = "TokenMissing"
 	ReasonInvalidSpec    = "InvalidSpec"
 )
+
+// FieldManager is the field manager of the PeeringCredentials' status.
+const FieldManager = "offload-credentials"
 
 // DefaultHTTPClientTimeout bounds a call to an auth service when
 // Reconciler.HTTPClientTimeout is zero.
@@ -85,12 +91,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("foreigncluster").
 		For(&offloadv1alpha1.ForeignCluster{}, builder.WithPredicates(
-			predicate.Or(predicate.GenerationChangedPredicate{}, intentAnnotationChanged, virtualNodeSawUnauthorized))).
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// The virtual node says when the provider refused its credentials.
+		Watches(&offloadv1alpha1.VirtualNode{},
+			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &offloadv1alpha1.ForeignCluster{}, handler.OnlyControllerOwner()),
+			builder.WithPredicates(credentialsRefused)).
 		Complete(r)
 }
 
 // +kubebuilder:rbac:groups=offload.io,resources=foreignclusters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=offload.io,resources=foreignclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=offload.io,resources=peeringcredentials;peeringcredentials/status,verbs=get;list;watch;create;patch
 // In the install namespace only (the chart's Role offload-controller-manager):
 // Secrets get, create, delete; ConfigMaps get.
 
@@ -119,10 +129,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	pc, err := r.credentials(ctx, &fc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if kubeconfig == nil {
-		res, err := r.authenticate(ctx, logger, &fc)
+		res, err := r.authenticate(ctx, logger, &fc, pc)
 		if err != nil || !res.IsZero() {
-			return res, errors.Join(err, r.observeToken(ctx, &fc))
+			return res, errors.Join(err, r.observeToken(ctx, &fc, pc))
 		}
 		if kubeconfig, err = r.getSecret(ctx, peering.PeerKubeconfigSecretName(fc.Name)); err != nil || kubeconfig == nil {
 			return ctrl.Result{}, errors.Join(err, errors.New("the kubeconfig Secret vanished right after it was written"))
@@ -130,35 +144,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// The virtual node saw a 401, or this controller did before: ask the
 	// provider whether it still accepts the credentials.
-	if unauthorizedReported(&fc) {
+	refused, err := r.unauthorizedReported(ctx, &fc, pc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if refused {
 		revoked, err := r.credentialsRevoked(ctx, &fc, kubeconfig)
 		switch {
 		case revoked:
 			logger.Info("The provider no longer accepts the credentials", "foreignCluster", klog.KObj(&fc))
-			return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, &fc, offloadv1alpha1.ReasonUnauthorized, revokedMessage(fc.Name))
+			return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, pc, offloadv1alpha1.ReasonUnauthorized, revokedMessage(fc.Name))
 		case err != nil:
 			logger.Info("Cannot check the credentials with the provider", "foreignCluster", klog.KObj(&fc), "error", err.Error())
-			if c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated); c != nil && c.Reason == offloadv1alpha1.ReasonUnauthorized {
+			if c := meta.FindStatusCondition(pc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated); c != nil && c.Reason == offloadv1alpha1.ReasonUnauthorized {
 				// No verdict: the refusal stands until the provider accepts the credentials.
 				return ctrl.Result{RequeueAfter: refusedRetryInterval}, nil
 			}
 		}
 	}
-	if err := r.authenticated(ctx, &fc, kubeconfig); err != nil {
+	if err := r.authenticated(ctx, pc, kubeconfig); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.observeToken(ctx, &fc); err != nil {
+	if err := r.observeToken(ctx, &fc, pc); err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.rotate(ctx, logger, &fc, kubeconfig)
+	return r.rotate(ctx, logger, &fc, pc, kubeconfig)
 }
 
 // authenticate exchanges the token for credentials and writes them into the
 // kubeconfig Secret. A non-zero result or an error means it did not, and
 // that the condition says why.
-func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *offloadv1alpha1.ForeignCluster) (ctrl.Result, error) {
+func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *offloadv1alpha1.ForeignCluster, pc *offloadv1alpha1.PeeringCredentials) (ctrl.Result, error) {
 	if fc.Spec.AuthURL == "" || fc.Spec.CACertHash == "" {
-		return ctrl.Result{}, r.setFailed(ctx, fc, ReasonInvalidSpec,
+		return ctrl.Result{}, r.setFailed(ctx, pc, ReasonInvalidSpec,
 			"spec.authURL and spec.caCertHash are required for outgoing peering: run kubectl offload peer out-of-band with the command peer generate printed")
 	}
 	tokenSecret, err := r.getSecret(ctx, peering.PeerTokenSecretName(fc.Name))
@@ -166,7 +184,7 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 		return ctrl.Result{}, err
 	}
 	if tokenSecret == nil || len(tokenSecret.Data[peering.PeerTokenKey]) == 0 {
-		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, ReasonTokenMissing, fmt.Sprintf(
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, pc, ReasonTokenMissing, fmt.Sprintf(
 			"no peering token in Secret %s: generate one on the provider with `kubectl offload peer generate` and run the command it prints here",
 			peering.PeerTokenSecretName(fc.Name)))
 	}
@@ -180,7 +198,7 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 	}
 	if refused := peering.CheckKubernetesPair(own, ""); refused != nil {
 		// Refused here, before the token is spent.
-		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, refused.Reason, refused.Message)
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, pc, refused.Reason, refused.Message)
 	}
 	auth := r.authClient(fc)
 	resp, err := auth.Peer(ctx, peering.PeerRequest{
@@ -195,11 +213,11 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 	switch {
 	case errors.As(err, &pinErr):
 		logger.Info("The auth server's CA does not match the pin", "foreignCluster", klog.KObj(fc), "authURL", fc.Spec.AuthURL, "reason", pinErr.Reason)
-		return ctrl.Result{}, errors.Join(r.setFailed(ctx, fc, ReasonCAHashMismatch,
+		return ctrl.Result{}, errors.Join(r.setFailed(ctx, pc, ReasonCAHashMismatch,
 			"the auth server's CA does not match --ca-cert-hash: "+pinErr.Reason+"; check --auth-url and --ca-cert-hash against what kubectl offload peer generate printed"), err)
 	case errors.As(err, &authErr):
 		logger.Info("The auth service refused the peering", "foreignCluster", klog.KObj(fc), "status", authErr.Status, "reason", authErr.Reason)
-		if setErr := r.setFailed(ctx, fc, authErr.Reason, authErr.Message); setErr != nil {
+		if setErr := r.setFailed(ctx, pc, authErr.Reason, authErr.Message); setErr != nil {
 			return ctrl.Result{}, setErr
 		}
 		if authErr.Status >= http.StatusInternalServerError {
@@ -211,11 +229,11 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 		// Often transient (a NodePort kube-proxy has not programmed yet, a
 		// provider restarting): Unknown, so that peer --wait keeps waiting
 		// while the agent retries with backoff, and shows this on timeout.
-		return ctrl.Result{}, errors.Join(r.setPending(ctx, fc, ReasonUnreachable,
+		return ctrl.Result{}, errors.Join(r.setPending(ctx, pc, ReasonUnreachable,
 			fmt.Sprintf("cannot reach the auth service at %s: %v; retrying; check that --auth-url is reachable from this cluster", fc.Spec.AuthURL, err)), err)
 	}
 	if resp.ClusterID != "" && resp.ClusterID != fc.Spec.ClusterID {
-		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, peering.ReasonWrongCluster, fmt.Sprintf(
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, pc, peering.ReasonWrongCluster, fmt.Sprintf(
 			"the auth service answered as cluster %s, not %s: check --cluster-id", resp.ClusterID, fc.Spec.ClusterID))
 	}
 	if refused := peering.CheckKubernetesPair(own, resp.KubernetesVersion); refused != nil {
@@ -224,11 +242,11 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 		if err := auth.Unpeer(ctx, resp.Credentials.Token, identity.ID); err != nil {
 			logger.Info("Could not hand back the credentials of a refused provider", "foreignCluster", klog.KObj(fc), "error", err.Error())
 		}
-		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, refused.Reason, refused.Message+"; the credentials it issued were handed back")
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, pc, refused.Reason, refused.Message+"; the credentials it issued were handed back")
 	}
 	secret, err := r.kubeconfigSecret(fc, resp.Credentials)
 	if errors.Is(err, peering.ErrInsecureCredentials) {
-		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, fc, ReasonInsecureProvider,
+		return ctrl.Result{RequeueAfter: refusedRetryInterval}, r.setFailed(ctx, pc, ReasonInsecureProvider,
 			fmt.Sprintf("%v; the credentials were not kept: peer again once the provider is fixed", err))
 	}
 	if err != nil {
@@ -241,7 +259,7 @@ func (r *Reconciler) authenticate(ctx context.Context, logger klog.Logger, fc *o
 	logger.Info("Authenticated with the provider", "foreignCluster", klog.KObj(fc), "tenantNamespace", resp.Credentials.TenantNamespace,
 		"expiration", resp.Credentials.ExpirationTimestamp)
 	now := metav1.Now()
-	fc.Status.LastSeen = &now
+	pc.Status.LastSeen = &now
 	return ctrl.Result{}, nil
 }
 
@@ -259,68 +277,84 @@ func (r *Reconciler) kubernetesVersion(ctx context.Context) (string, error) {
 }
 
 // authenticated finishes a peering whose kubeconfig Secret exists: it
-// deletes the spent token, fills spec.apiServerURL and sets the status.
-func (r *Reconciler) authenticated(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, kubeconfig *corev1.Secret) error {
-	tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: peering.PeerTokenSecretName(fc.Name)}}
+// deletes the spent token and reports the credentials.
+func (r *Reconciler) authenticated(ctx context.Context, pc *offloadv1alpha1.PeeringCredentials, kubeconfig *corev1.Secret) error {
+	tokenSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: peering.PeerTokenSecretName(pc.Name)}}
 	if err := r.Client.Delete(ctx, tokenSecret); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting the spent token Secret %s: %w", tokenSecret.Name, err)
 	}
-	status := fc.Status.DeepCopy()
-	if fc.Spec.APIServerURL == "" {
-		cfg, _, err := peering.TenantConfig(fc.Name, kubeconfig.Data[peering.PeerKubeconfigKey])
-		if err != nil {
-			return err
-		}
-		fc.Spec.APIServerURL = cfg.Host
-		if err := r.Client.Update(ctx, fc); err != nil {
-			return fmt.Errorf("setting spec.apiServerURL: %w", err)
-		}
+	before := pc.Status.DeepCopy()
+	cfg, _, err := peering.TenantConfig(pc.Name, kubeconfig.Data[peering.PeerKubeconfigKey])
+	if err != nil {
+		return err
 	}
-	fc.Status = *status
+	pc.Status.APIServerURL = cfg.Host
 	// A failed renewal stands until a renewal succeeds (rotate).
-	if !renewalFailed(fc) {
-		meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+	if !renewalFailed(pc) {
+		meta.SetStatusCondition(&pc.Status.Conditions, metav1.Condition{
 			Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionTrue, Reason: ReasonAuthenticated,
-			Message: "the provider issued credentials, kept in Secret " + kubeconfig.Name, ObservedGeneration: fc.Generation,
+			Message: "the provider issued credentials, kept in Secret " + kubeconfig.Name, ObservedGeneration: pc.Generation,
 		})
-		fc.Status.Auth = offloadv1alpha1.PhaseEstablished
+		pc.Status.Phase = offloadv1alpha1.PhaseEstablished
 	}
 	if expiry, _, err := peering.CredentialTimes(kubeconfig); err == nil {
-		fc.Status.CredentialExpiry = &metav1.Time{Time: expiry}
+		pc.Status.Expiry = &metav1.Time{Time: expiry}
 	}
-	switch fc.Status.Role {
-	case offloadv1alpha1.RoleProvider, offloadv1alpha1.RoleConsumerAndProvider:
-		fc.Status.Role = offloadv1alpha1.RoleConsumerAndProvider
-	default:
-		fc.Status.Role = offloadv1alpha1.RoleConsumer
+	if equality.Semantic.DeepEqual(before, &pc.Status) {
+		return nil
 	}
-	if err := r.Client.Status().Update(ctx, fc); err != nil {
-		return fmt.Errorf("updating the status: %w", err)
-	}
-	return nil
+	return r.writeStatus(ctx, pc)
 }
 
 // setPending sets Authenticated=Unknown with reason and message, and auth Pending.
-func (r *Reconciler) setPending(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, reason, message string) error {
-	return r.setAuth(ctx, fc, metav1.ConditionUnknown, offloadv1alpha1.PhasePending, reason, message)
+func (r *Reconciler) setPending(ctx context.Context, pc *offloadv1alpha1.PeeringCredentials, reason, message string) error {
+	return r.setAuth(ctx, pc, metav1.ConditionUnknown, offloadv1alpha1.PhasePending, reason, message)
 }
 
 // setFailed sets Authenticated=False with reason and message, and auth Failed.
-func (r *Reconciler) setFailed(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, reason, message string) error {
-	return r.setAuth(ctx, fc, metav1.ConditionFalse, offloadv1alpha1.PhaseFailed, reason, message)
+func (r *Reconciler) setFailed(ctx context.Context, pc *offloadv1alpha1.PeeringCredentials, reason, message string) error {
+	return r.setAuth(ctx, pc, metav1.ConditionFalse, offloadv1alpha1.PhaseFailed, reason, message)
 }
 
 // setAuth writes Authenticated and the auth phase.
-func (r *Reconciler) setAuth(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, status metav1.ConditionStatus, phase offloadv1alpha1.PeeringPhase, reason, message string) error {
-	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+func (r *Reconciler) setAuth(ctx context.Context, pc *offloadv1alpha1.PeeringCredentials, status metav1.ConditionStatus, phase offloadv1alpha1.PeeringPhase, reason, message string) error {
+	meta.SetStatusCondition(&pc.Status.Conditions, metav1.Condition{
 		Type: offloadv1alpha1.ConditionAuthenticated, Status: status, Reason: reason,
-		Message: message, ObservedGeneration: fc.Generation,
+		Message: message, ObservedGeneration: pc.Generation,
 	})
-	fc.Status.Auth = phase
-	if err := r.Client.Status().Update(ctx, fc); err != nil {
-		return fmt.Errorf("updating the status: %w", err)
+	pc.Status.Phase = phase
+	return r.writeStatus(ctx, pc)
+}
+
+// writeStatus applies pc's status, as the one writer of it.
+func (r *Reconciler) writeStatus(ctx context.Context, pc *offloadv1alpha1.PeeringCredentials) error {
+	if err := ssa.ApplyStatus(ctx, r.Client, pc, pc.Status, FieldManager); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("writing the status of PeeringCredentials %s: %w", pc.Name, err)
 	}
 	return nil
+}
+
+// credentials returns fc's PeeringCredentials, created if need be.
+func (r *Reconciler) credentials(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) (*offloadv1alpha1.PeeringCredentials, error) {
+	pc := &offloadv1alpha1.PeeringCredentials{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: fc.Name}, pc)
+	if err == nil {
+		return pc, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading PeeringCredentials %s: %w", fc.Name, err)
+	}
+	pc = &offloadv1alpha1.PeeringCredentials{
+		ObjectMeta: metav1.ObjectMeta{Name: fc.Name},
+		Spec:       offloadv1alpha1.PeeringCredentialsSpec{SecretName: peering.PeerKubeconfigSecretName(fc.Name)},
+	}
+	if err := controllerutil.SetControllerReference(fc, pc, r.Client.Scheme()); err != nil {
+		return nil, err
+	}
+	if err := r.Client.Create(ctx, pc); err != nil {
+		return nil, fmt.Errorf("creating PeeringCredentials %s: %w", fc.Name, err)
+	}
+	return pc, nil
 }
 
 // kubeconfigSecret builds the Secret holding creds, owned by fc.
@@ -349,30 +383,14 @@ func (r *Reconciler) getSecret(ctx context.Context, name string) (*corev1.Secret
 }
 
 // observeToken records, once the status answers it, which token the agent
-// acted on (peering.ObservedTokenIDAnnotation), so that peer out-of-band
-// --wait knows the conditions it reads are about the token it stored.
-func (r *Reconciler) observeToken(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) error {
+// acted on (the ForeignCluster's peering.TokenIDAnnotation), so that peer
+// out-of-band --wait knows the conditions it reads are about the token it
+// stored.
+func (r *Reconciler) observeToken(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, pc *offloadv1alpha1.PeeringCredentials) error {
 	id := fc.Annotations[peering.TokenIDAnnotation]
-	if id == "" || fc.Annotations[peering.ObservedTokenIDAnnotation] == id {
+	if id == "" || pc.Status.ObservedTokenID == id {
 		return nil
 	}
-	patch := client.MergeFrom(fc.DeepCopy())
-	metav1.SetMetaDataAnnotation(&fc.ObjectMeta, peering.ObservedTokenIDAnnotation, id)
-	if err := r.Client.Patch(ctx, fc, patch); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("recording the token the agent acted on: %w", err)
-	}
-	return nil
-}
-
-// intentAnnotationChanged passes annotation changes other than the one the
-// agent writes itself (peering.ObservedTokenIDAnnotation).
-var intentAnnotationChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		intent := func(o client.Object) map[string]string {
-			a := maps.Clone(o.GetAnnotations())
-			delete(a, peering.ObservedTokenIDAnnotation)
-			return a
-		}
-		return !maps.Equal(intent(e.ObjectOld), intent(e.ObjectNew))
-	},
+	pc.Status.ObservedTokenID = id
+	return r.writeStatus(ctx, pc)
 }

@@ -24,6 +24,7 @@ import (
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/summary"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -140,8 +141,13 @@ func (e *consumerEnv) reconcile(t *testing.T, name string) (ctrl.Result, error) 
 	return e.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: name}})
 }
 
+// foreignCluster returns ForeignCluster name with the status the summary
+// controller writes from the PeeringCredentials this controller reports in.
 func (e *consumerEnv) foreignCluster(t *testing.T, name string) *offloadv1alpha1.ForeignCluster {
 	t.Helper()
+	if _, err := (&summary.Reconciler{Client: e.c}).Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}); err != nil {
+		t.Fatalf("summarizing ForeignCluster %s: %v", name, err)
+	}
 	var fc offloadv1alpha1.ForeignCluster
 	if err := e.c.Get(context.Background(), types.NamespacedName{Name: name}, &fc); err != nil {
 		t.Fatal(err)
@@ -209,8 +215,11 @@ func TestAnAcceptedTokenBecomesAKubeconfigSecretAndIsDeleted(t *testing.T) {
 	if fc.Status.Auth != offloadv1alpha1.PhaseEstablished || fc.Status.Role != offloadv1alpha1.RoleConsumer || fc.Status.LastSeen == nil {
 		t.Errorf("status %+v, want auth Established, role Consumer and lastSeen", fc.Status)
 	}
-	if fc.Spec.APIServerURL != providerAPIURL {
-		t.Errorf("spec.apiServerURL = %q, want %q", fc.Spec.APIServerURL, providerAPIURL)
+	if fc.Status.APIServerURL != providerAPIURL {
+		t.Errorf("status.apiServerURL = %q, want %q", fc.Status.APIServerURL, providerAPIURL)
+	}
+	if fc.Spec.APIServerURL != "" {
+		t.Errorf("spec.apiServerURL = %q: the agent wrote the user's intent", fc.Spec.APIServerURL)
 	}
 
 	if _, err := e.reconcile(t, name); err != nil {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -18,29 +19,37 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
-// unauthorizedReported reports whether fc says the provider answered 401:
-// the virtual node saw it (VirtualNodeReady), or this controller confirmed
-// it (Authenticated).
-func unauthorizedReported(fc *offloadv1alpha1.ForeignCluster) bool {
-	for _, t := range []string{offloadv1alpha1.ConditionVirtualNodeReady, offloadv1alpha1.ConditionAuthenticated} {
-		if c := meta.FindStatusCondition(fc.Status.Conditions, t); c != nil && c.Status == metav1.ConditionFalse && c.Reason == offloadv1alpha1.ReasonUnauthorized {
-			return true
-		}
+// unauthorizedReported reports whether the provider answered 401: the
+// virtual node saw it (its CredentialsAccepted is False), or this
+// controller confirmed it before (Authenticated says Unauthorized).
+func (r *Reconciler) unauthorizedReported(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, pc *offloadv1alpha1.PeeringCredentials) (bool, error) {
+	if c := meta.FindStatusCondition(pc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated); c != nil && c.Status == metav1.ConditionFalse && c.Reason == offloadv1alpha1.ReasonUnauthorized {
+		return true, nil
 	}
-	return false
+	var vn offloadv1alpha1.VirtualNode
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: fc.Name}, &vn); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return credentialsRejected(&vn), nil
 }
 
-// virtualNodeSawUnauthorized passes the status updates in which the virtual
-// node starts reporting a 401 from the provider, so that the controller
-// checks the credentials then.
-var virtualNodeSawUnauthorized = predicate.Funcs{
+// credentialsRejected reports whether the VirtualNode says the provider
+// refused its credentials.
+func credentialsRejected(vn *offloadv1alpha1.VirtualNode) bool {
+	return meta.IsStatusConditionFalse(vn.Status.Conditions, offloadv1alpha1.ConditionCredentialsAccepted)
+}
+
+// credentialsRefused passes the VirtualNode updates in which the node
+// starts reporting a 401 from the provider, so that the controller checks
+// the credentials then.
+var credentialsRefused = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		before, ok1 := e.ObjectOld.(*offloadv1alpha1.ForeignCluster)
-		after, ok2 := e.ObjectNew.(*offloadv1alpha1.ForeignCluster)
-		return ok1 && ok2 && !unauthorizedReported(before) && unauthorizedReported(after)
+		before, ok1 := e.ObjectOld.(*offloadv1alpha1.VirtualNode)
+		after, ok2 := e.ObjectNew.(*offloadv1alpha1.VirtualNode)
+		return ok1 && ok2 && !credentialsRejected(before) && credentialsRejected(after)
 	},
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -33,16 +34,25 @@ func (e *consumerEnv) pointCredentialsAt(t *testing.T, name, server string, caPE
 	}
 }
 
-// reportUnauthorized sets VirtualNodeReady=False Unauthorized on peer name,
-// as the virtual node does when the provider answers it 401.
+// reportUnauthorized sets CredentialsAccepted=False on peer name's
+// VirtualNode, as the virtual node's runtime does when the provider answers
+// it 401.
 func (e *consumerEnv) reportUnauthorized(t *testing.T, name string) {
 	t.Helper()
 	fc := e.foreignCluster(t, name)
-	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
-		Type: offloadv1alpha1.ConditionVirtualNodeReady, Status: metav1.ConditionFalse,
+	vn := &offloadv1alpha1.VirtualNode{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       offloadv1alpha1.VirtualNodeSpec{NodeName: offloadv1alpha1.VirtualNodeName(name), CredentialsName: name, ClusterID: fc.Spec.ClusterID},
+	}
+	if err := controllerutil.SetControllerReference(fc, vn, e.c.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, e.c, vn)
+	meta.SetStatusCondition(&vn.Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionCredentialsAccepted, Status: metav1.ConditionFalse,
 		Reason: offloadv1alpha1.ReasonUnauthorized, Message: "Unauthorized",
 	})
-	if err := e.c.Status().Update(context.Background(), fc); err != nil {
+	if err := e.c.Status().Update(context.Background(), vn); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -93,33 +103,28 @@ func TestCredentialsTheProviderNoLongerAcceptsMakeAuthenticatedFalse(t *testing.
 }
 
 func TestOnlyAFreshUnauthorizedReportWakesTheController(t *testing.T) {
-	fc := func(vn, auth string) *offloadv1alpha1.ForeignCluster {
-		f := &offloadv1alpha1.ForeignCluster{}
-		for typ, reason := range map[string]string{offloadv1alpha1.ConditionVirtualNodeReady: vn, offloadv1alpha1.ConditionAuthenticated: auth} {
-			if reason != "" {
-				meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: reason})
-			}
+	vn := func(accepted metav1.ConditionStatus) *offloadv1alpha1.VirtualNode {
+		v := &offloadv1alpha1.VirtualNode{}
+		if accepted != "" {
+			meta.SetStatusCondition(&v.Status.Conditions, metav1.Condition{Type: offloadv1alpha1.ConditionCredentialsAccepted, Status: accepted, Reason: "R"})
 		}
-		return f
+		return v
 	}
 	tests := []struct {
 		name          string
-		before, after *offloadv1alpha1.ForeignCluster
+		before, after *offloadv1alpha1.VirtualNode
 		want          bool
 	}{
-		{"the virtual node starts seeing 401", fc("ProviderUnreachable", ""), fc(offloadv1alpha1.ReasonUnauthorized, ""), true},
-		{"the virtual node keeps seeing 401", fc(offloadv1alpha1.ReasonUnauthorized, ""), fc(offloadv1alpha1.ReasonUnauthorized, ""), false},
-		{"an unreachable provider is not a 401", fc("", ""), fc("ProviderUnreachable", ""), false},
+		{"the virtual node starts seeing 401", vn(metav1.ConditionTrue), vn(metav1.ConditionFalse), true},
+		{"the virtual node's first report is a 401", vn(""), vn(metav1.ConditionFalse), true},
+		{"the virtual node keeps seeing 401", vn(metav1.ConditionFalse), vn(metav1.ConditionFalse), false},
+		{"the provider accepts the credentials again", vn(metav1.ConditionFalse), vn(metav1.ConditionTrue), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := virtualNodeSawUnauthorized.Update(eventUpdate(tt.before, tt.after)); got != tt.want {
+			if got := credentialsRefused.Update(event.UpdateEvent{ObjectOld: tt.before, ObjectNew: tt.after}); got != tt.want {
 				t.Errorf("predicate = %v, want %v", got, tt.want)
 			}
 		})
 	}
-}
-
-func eventUpdate(before, after *offloadv1alpha1.ForeignCluster) event.UpdateEvent {
-	return event.UpdateEvent{ObjectOld: before, ObjectNew: after}
 }

@@ -29,10 +29,10 @@ const (
 	ReasonInsecureProvider = "InsecureProvider"
 )
 
-// renewalFailed reports whether fc's Authenticated condition says the
+// renewalFailed reports whether pc's Authenticated condition says the
 // credentials could not be renewed.
-func renewalFailed(fc *offloadv1alpha1.ForeignCluster) bool {
-	c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated)
+func renewalFailed(pc *offloadv1alpha1.PeeringCredentials) bool {
+	c := meta.FindStatusCondition(pc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated)
 	return c != nil && c.Status == metav1.ConditionFalse && (c.Reason == ReasonCredentialsRefused || c.Reason == ReasonCredentialsExpired)
 }
 
@@ -65,7 +65,7 @@ func retryDelay(expiry, now time.Time) time.Duration {
 // rotate renews the credentials through the provider's /v1/refresh once
 // two thirds of their lifetime has passed, and asks to be called again
 // when the next renewal is due.
-func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offloadv1alpha1.ForeignCluster, kubeconfig *corev1.Secret) (ctrl.Result, error) {
+func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offloadv1alpha1.ForeignCluster, pc *offloadv1alpha1.PeeringCredentials, kubeconfig *corev1.Secret) (ctrl.Result, error) {
 	expiry, issued, err := peering.CredentialTimes(kubeconfig)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -89,7 +89,7 @@ func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offload
 		logger.Info("The provider refused to renew the credentials", "foreignCluster", klog.KObj(fc), "reason", authErr.Reason)
 		msg := fmt.Sprintf("the provider refused to renew the credentials, which expire at %s (%s): run kubectl offload unpeer %s, then peer again with a new token from kubectl offload peer generate on the provider",
 			expiry.UTC().Format(time.RFC3339), authErr.Message, fc.Name)
-		return ctrl.Result{RequeueAfter: retryDelay(expiry, now)}, r.setFailed(ctx, fc, ReasonCredentialsRefused, msg)
+		return ctrl.Result{RequeueAfter: retryDelay(expiry, now)}, r.setFailed(ctx, pc, ReasonCredentialsRefused, msg)
 	case err != nil:
 		delay := retryDelay(expiry, now)
 		logger.Info("Cannot renew the credentials yet; retrying", "foreignCluster", klog.KObj(fc), "error", err.Error(),
@@ -97,7 +97,7 @@ func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offload
 		if now.After(expiry) {
 			msg := fmt.Sprintf("the credentials expired at %s before they could be renewed (%v); the agent keeps trying: check that the provider's auth service at %s is reachable, or run kubectl offload unpeer %s and peer again",
 				expiry.UTC().Format(time.RFC3339), err, fc.Spec.AuthURL, fc.Name)
-			return ctrl.Result{RequeueAfter: delay}, r.setFailed(ctx, fc, ReasonCredentialsExpired, msg)
+			return ctrl.Result{RequeueAfter: delay}, r.setFailed(ctx, pc, ReasonCredentialsExpired, msg)
 		}
 		return ctrl.Result{RequeueAfter: delay}, nil
 	}
@@ -118,15 +118,15 @@ func (r *Reconciler) rotate(ctx context.Context, logger klog.Logger, fc *offload
 	}
 	logger.Info("Renewed the credentials", "foreignCluster", klog.KObj(fc), "expiration", resp.Credentials.ExpirationTimestamp)
 	seen := metav1.Now()
-	fc.Status.LastSeen = &seen
-	fc.Status.CredentialExpiry = &metav1.Time{Time: resp.Credentials.ExpirationTimestamp}
-	fc.Status.Auth = offloadv1alpha1.PhaseEstablished
-	meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
+	pc.Status.LastSeen = &seen
+	pc.Status.Expiry = &metav1.Time{Time: resp.Credentials.ExpirationTimestamp}
+	pc.Status.Phase = offloadv1alpha1.PhaseEstablished
+	meta.SetStatusCondition(&pc.Status.Conditions, metav1.Condition{
 		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionTrue, Reason: ReasonAuthenticated,
-		Message: "the provider renewed the credentials, kept in Secret " + kubeconfig.Name, ObservedGeneration: fc.Generation,
+		Message: "the provider renewed the credentials, kept in Secret " + kubeconfig.Name, ObservedGeneration: pc.Generation,
 	})
-	if err := r.Client.Status().Update(ctx, fc); err != nil {
-		return ctrl.Result{}, fmt.Errorf("updating the status: %w", err)
+	if err := r.writeStatus(ctx, pc); err != nil {
+		return ctrl.Result{}, err
 	}
 	next := time.Until(refreshTime(time.Now(), resp.Credentials.ExpirationTimestamp))
 	return ctrl.Result{RequeueAfter: max(next, minRefreshRetry)}, nil

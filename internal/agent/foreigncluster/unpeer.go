@@ -44,7 +44,7 @@ func (r *Reconciler) unpeer(ctx context.Context, logger klog.Logger, fc *offload
 		if err := r.releaseTenant(ctx, fc, kubeconfig); err != nil {
 			logger.Info("Cannot remove the tenant on the provider; retrying", "foreignCluster", klog.KObj(fc), "error", err.Error())
 			msg := fmt.Sprintf("cannot get the provider to remove this cluster's tenant: %v; the agent keeps retrying, and kubectl offload unpeer %s --force removes the peering on this side only", err, fc.Name)
-			return ctrl.Result{RequeueAfter: unpeerRetryInterval}, r.setUnpeered(ctx, fc, metav1.ConditionFalse, ReasonUnpeerFailed, msg)
+			return ctrl.Result{RequeueAfter: unpeerRetryInterval}, r.setUnpeered(ctx, fc.Name, metav1.ConditionFalse, ReasonUnpeerFailed, msg)
 		}
 		logger.Info("The provider removed this cluster's tenant", "foreignCluster", klog.KObj(fc))
 	}
@@ -85,15 +85,17 @@ func (r *Reconciler) releaseTenant(ctx context.Context, fc *offloadv1alpha1.Fore
 	return err
 }
 
-// setUnpeered sets the Unpeered condition when it changed.
-func (r *Reconciler) setUnpeered(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, status metav1.ConditionStatus, reason, message string) error {
-	if !meta.SetStatusCondition(&fc.Status.Conditions, metav1.Condition{
-		Type: offloadv1alpha1.ConditionUnpeered, Status: status, Reason: reason, Message: message, ObservedGeneration: fc.Generation,
+// setUnpeered sets the Unpeered condition of the peering's
+// PeeringCredentials when it changed.
+func (r *Reconciler) setUnpeered(ctx context.Context, name string, status metav1.ConditionStatus, reason, message string) error {
+	var pc offloadv1alpha1.PeeringCredentials
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &pc); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !meta.SetStatusCondition(&pc.Status.Conditions, metav1.Condition{
+		Type: offloadv1alpha1.ConditionUnpeered, Status: status, Reason: reason, Message: message, ObservedGeneration: pc.Generation,
 	}) {
 		return nil
 	}
-	if err := r.Client.Status().Update(ctx, fc); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("updating the status: %w", err)
-	}
-	return nil
+	return r.writeStatus(ctx, &pc)
 }

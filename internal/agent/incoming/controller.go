@@ -1,8 +1,9 @@
 // Package incoming records, on a provider, each consumer's peering in a
-// ForeignCluster: the Tenant the auth service made is mirrored into the
-// ForeignCluster named after the consumer, with IncomingPeering
-// Established, so that kubectl get foreignclusters and kubectl offload
-// status show both directions of every peering.
+// ForeignCluster: for the Tenant the auth service made there is a
+// ForeignCluster named after the consumer, so that kubectl get
+// foreignclusters and kubectl offload status show both directions of every
+// peering. The summary controller writes its status (IncomingPeering) from
+// the Tenant.
 package incoming
 
 import (
@@ -10,25 +11,16 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
-// Reasons of the IncomingPeering condition.
-const (
-	ReasonTenantReady   = "TenantReady"
-	ReasonTenantRemoved = "TenantRemoved"
-)
-
-// Reconciler mirrors Tenants into ForeignClusters.
+// Reconciler keeps a ForeignCluster for each Tenant.
 type Reconciler struct {
 	Client client.Client
 }
@@ -45,8 +37,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// Reconcile records the Tenant req.Name, or its removal, in the
-// ForeignCluster of the same name.
+// Reconcile creates the ForeignCluster of Tenant req.Name, or deletes the
+// one it created once the Tenant is gone.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var t offloadv1alpha1.Tenant
 	err := r.Client.Get(ctx, req.NamespacedName, &t)
@@ -73,54 +65,5 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !present && fc.Labels[offloadv1alpha1.LabelIncomingOnly] == "true" {
 		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Delete(ctx, &fc))
 	}
-	if !present && meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionIncomingPeering) == nil {
-		// A peer that never consumed this cluster: nothing to record.
-		return ctrl.Result{}, nil
-	}
-	if present && fc.Spec.ClusterID != t.Spec.ClusterID {
-		log.FromContext(ctx).Info("A ForeignCluster with the consumer's name stands for another cluster; not recording the incoming peering in it",
-			"foreignCluster", klog.KObj(&fc), "consumerID", t.Spec.ClusterID, "foreignClusterID", fc.Spec.ClusterID)
-		return ctrl.Result{}, nil
-	}
-	return ctrl.Result{}, r.setIncoming(ctx, &fc, present)
-}
-
-// setIncoming sets the incoming side of fc's status.
-func (r *Reconciler) setIncoming(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, present bool) error {
-	before := fc.Status.DeepCopy()
-	outgoing := fc.Status.Role == offloadv1alpha1.RoleConsumer || fc.Status.Role == offloadv1alpha1.RoleConsumerAndProvider
-	cond := metav1.Condition{Type: offloadv1alpha1.ConditionIncomingPeering, Status: metav1.ConditionTrue, Reason: ReasonTenantReady,
-		Message: "the peer consumes this cluster's resources as tenant " + fc.Name, ObservedGeneration: fc.Generation}
-	fc.Status.Incoming = offloadv1alpha1.PhaseEstablished
-	switch {
-	case present && outgoing:
-		fc.Status.Role = offloadv1alpha1.RoleConsumerAndProvider
-	case present:
-		fc.Status.Role = offloadv1alpha1.RoleProvider
-	default:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonTenantRemoved, "the peer's tenant was removed"
-		fc.Status.Incoming = offloadv1alpha1.PhaseNone
-		if outgoing {
-			fc.Status.Role = offloadv1alpha1.RoleConsumer
-		} else {
-			fc.Status.Role = offloadv1alpha1.RoleNone
-		}
-	}
-	meta.SetStatusCondition(&fc.Status.Conditions, cond)
-	if equalStatus(before, &fc.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Update(ctx, fc); err != nil {
-		return fmt.Errorf("updating the status of ForeignCluster %s: %w", fc.Name, err)
-	}
-	return nil
-}
-
-func equalStatus(a, b *offloadv1alpha1.ForeignClusterStatus) bool {
-	if a.Role != b.Role || a.Incoming != b.Incoming {
-		return false
-	}
-	ca := meta.FindStatusCondition(a.Conditions, offloadv1alpha1.ConditionIncomingPeering)
-	cb := meta.FindStatusCondition(b.Conditions, offloadv1alpha1.ConditionIncomingPeering)
-	return ca != nil && cb != nil && ca.Status == cb.Status && ca.Reason == cb.Reason && ca.Message == cb.Message
+	return ctrl.Result{}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -12,17 +13,43 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/summary"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
 
+// reconcile runs the incoming controller on name, then the summary
+// controller, which writes the ForeignCluster's status from the Tenant.
 func reconcile(t *testing.T, r *Reconciler, name string) {
 	t.Helper()
-	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}); err != nil {
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
 		t.Fatalf("reconcile %s: %v", name, err)
+	}
+	if _, err := (&summary.Reconciler{Client: r.Client}).Reconcile(context.Background(), req); err != nil {
+		t.Fatalf("summarize %s: %v", name, err)
+	}
+}
+
+// authenticated gives fc the PeeringCredentials the consumer's credentials
+// controller reports in once the provider issued credentials.
+func authenticated(t *testing.T, c client.Client, fc *offloadv1alpha1.ForeignCluster) {
+	t.Helper()
+	pc := &offloadv1alpha1.PeeringCredentials{ObjectMeta: metav1.ObjectMeta{Name: fc.Name},
+		Spec: offloadv1alpha1.PeeringCredentialsSpec{SecretName: "offload-peer-" + fc.Name}}
+	if err := controllerutil.SetControllerReference(fc, pc, c.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(context.Background(), pc); err != nil {
+		t.Fatal(err)
+	}
+	pc.Status.Phase, pc.Status.Expiry = offloadv1alpha1.PhaseEstablished, &metav1.Time{Time: time.Now().Add(time.Hour)}
+	if err := c.Status().Update(context.Background(), pc); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -83,10 +110,7 @@ func TestAConsumerThatIsAlsoAProviderKeepsItsForeignCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), fc) })
-	fc.Status.Role = offloadv1alpha1.RoleConsumer
-	if err := c.Status().Update(context.Background(), fc); err != nil {
-		t.Fatal(err)
-	}
+	authenticated(t, c, fc)
 	tenant := newTenant(t, c, name, id)
 	reconcile(t, r, name)
 	got, err := getFC(t, c, name)

@@ -18,11 +18,16 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/ssa"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // ConsumerControllerName names the consumer side's controller.
 const ConsumerControllerName = "network-consumer"
+
+// FieldManager is the field manager of the ForeignClusters' NetworkReady
+// condition and NETWORK column.
+const FieldManager = "offload-network"
 
 // How often the consumer looks at its NetworkPeering on the provider, which
 // it cannot watch across clusters: often until the tunnel is up and the MTU
@@ -193,18 +198,23 @@ func tunnelPhase(t *offloadv1alpha1.Tunnel) (offloadv1alpha1.PeeringPhase, metav
 	}
 }
 
-// setNetwork writes fc's NetworkReady and NETWORK column when they change.
+// setNetwork writes fc's NetworkReady and NETWORK column when they change,
+// as their one writer (FieldManager): the summary controller writes the
+// rest of the status.
 func setNetwork(ctx context.Context, cl client.Client, fc *offloadv1alpha1.ForeignCluster, phase offloadv1alpha1.PeeringPhase, c metav1.Condition) error {
 	c.Type, c.ObservedGeneration = offloadv1alpha1.ConditionNetworkReady, fc.Generation
 	old := meta.FindStatusCondition(fc.Status.Conditions, c.Type)
 	if fc.Status.Network == phase && old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
 		return nil
 	}
-	meta.SetStatusCondition(&fc.Status.Conditions, c)
-	fc.Status.Network = phase
-	if err := cl.Status().Update(ctx, fc); err != nil && !apierrors.IsConflict(err) {
+	c.LastTransitionTime = metav1.Now()
+	if old != nil && old.Status == c.Status {
+		c.LastTransitionTime = old.LastTransitionTime
+	}
+	st := offloadv1alpha1.ForeignClusterStatus{Network: phase, Conditions: []metav1.Condition{c}}
+	if err := ssa.ApplyStatus(ctx, cl, fc, st, FieldManager); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("writing the network status of ForeignCluster %s: %w", fc.Name, err)
-	} // a conflict: another controller wrote it; the next poll writes ours
+	}
 	return nil
 }
 

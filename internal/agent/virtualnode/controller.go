@@ -99,6 +99,8 @@ type Reconciler struct {
 
 	mu    sync.Mutex
 	peers map[string]*peerRuntime // by ForeignCluster name
+
+	statusMu sync.Mutex // one VirtualNode status write at a time
 }
 
 // SetupWithManager registers the reconciler with mgr; the node controllers
@@ -134,28 +136,30 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("virtualnode").
-		For(&offloadv1alpha1.ForeignCluster{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, authenticatedChanged()))).
+		For(&offloadv1alpha1.ForeignCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// The credentials controller says when the credentials are there.
+		Owns(&offloadv1alpha1.PeeringCredentials{}, builder.WithPredicates(authenticatedChanged())).
 		Complete(r)
 }
 
-// authenticatedChanged passes the updates that change the Authenticated condition.
+// authenticatedChanged passes the PeeringCredentials' creations and the
+// updates that change their Authenticated condition.
 func authenticatedChanged() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*offloadv1alpha1.ForeignCluster)
-		n, ok2 := e.ObjectNew.(*offloadv1alpha1.ForeignCluster)
+		o, ok1 := e.ObjectOld.(*offloadv1alpha1.PeeringCredentials)
+		n, ok2 := e.ObjectNew.(*offloadv1alpha1.PeeringCredentials)
 		return ok1 && ok2 && authenticated(o) != authenticated(n)
 	}}
 }
 
-func authenticated(fc *offloadv1alpha1.ForeignCluster) bool {
-	return meta.IsStatusConditionTrue(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated)
+func authenticated(pc *offloadv1alpha1.PeeringCredentials) bool {
+	return meta.IsStatusConditionTrue(pc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated)
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=update;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update;delete
-// +kubebuilder:rbac:groups=offload.io,resources=foreignclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=offload.io,resources=virtualnodes;virtualnodes/status,verbs=get;list;watch;create;patch
 
 // Reconcile starts, restarts or stops the runtime of the ForeignCluster's
 // peer (runtime.go): it only decides whether one should run, and with what.
@@ -176,12 +180,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				return ctrl.Result{}, fmt.Errorf("removing finalizer %s: %w", offloadv1alpha1.FinalizerVirtualNode, err)
 			}
 		}
-		if fc.DeletionTimestamp.IsZero() && meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionOutgoingPeering) != nil {
+		if fc.DeletionTimestamp.IsZero() && meta.FindStatusCondition(r.conditions(ctx, fc.Name), offloadv1alpha1.ConditionOfferRead) != nil {
 			return ctrl.Result{}, r.setStatus(ctx, fc.Name, metav1.ConditionFalse, metav1.ConditionFalse, ReasonDisabled, "outgoing peering is disabled", false)
 		}
 		return ctrl.Result{}, nil
 	}
-	if !authenticated(&fc) {
+	var pc offloadv1alpha1.PeeringCredentials
+	if err := r.Client.Get(ctx, req.NamespacedName, &pc); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	if !authenticated(&pc) {
 		r.stop(fc.Name)
 		return ctrl.Result{}, nil
 	}
@@ -203,6 +211,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	networked := r.Network && !fc.Spec.Networking.Disabled
 	if networked {
 		key += "/network"
+	}
+	if err := r.ensureVirtualNode(ctx, &fc); err != nil {
+		return ctrl.Result{}, err
 	}
 	if r.running(fc.Name) == key {
 		// Renewed credentials: the Set swapped the token in place, and the

@@ -16,9 +16,11 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/summary"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -80,13 +82,23 @@ func newPeering(t *testing.T) *testPeering {
 		Type:       peering.PeerKubeconfigSecretType,
 		Data:       map[string][]byte{peering.PeerKubeconfigKey: data},
 	})
-	meta.SetStatusCondition(&p.fc.Status.Conditions, metav1.Condition{
+	// What the credentials controller reports once it holds credentials.
+	pc := &offloadv1alpha1.PeeringCredentials{ObjectMeta: metav1.ObjectMeta{Name: providerName},
+		Spec: offloadv1alpha1.PeeringCredentialsSpec{SecretName: peering.PeerKubeconfigSecretName(providerName)}}
+	if err := controllerutil.SetControllerReference(p.fc, pc, admin.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, admin, pc)
+	meta.SetStatusCondition(&pc.Status.Conditions, metav1.Condition{
 		Type: offloadv1alpha1.ConditionAuthenticated, Status: metav1.ConditionTrue, Reason: "Authenticated", Message: "test"})
-	if err := admin.Status().Update(ctx, p.fc); err != nil {
+	if err := admin.Status().Update(ctx, pc); err != nil {
 		t.Fatal(err)
 	}
 
 	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+		if err := (&summary.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+			return err
+		}
 		return (&Reconciler{Client: mgr.GetClient(), Namespace: install, PollInterval: 500 * time.Millisecond}).SetupWithManager(mgr)
 	})
 	return p

@@ -24,15 +24,15 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 )
 
-// nodeFailed records on the ForeignCluster that the node controller of p
+// nodeFailed records on the VirtualNode that the node controller of p
 // stopped with err: the virtual node is NotReady while it restarts.
 func (r *Reconciler) nodeFailed(ctx context.Context, p *peer, err error) {
 	outgoing, ready := metav1.ConditionUnknown, metav1.ConditionUnknown
-	if meta.IsStatusConditionTrue(r.conditions(ctx, p.fc.Name), offloadv1alpha1.ConditionOutgoingPeering) {
+	if meta.IsStatusConditionTrue(r.conditions(ctx, p.fc.Name), offloadv1alpha1.ConditionOfferRead) {
 		outgoing, ready = metav1.ConditionTrue, metav1.ConditionFalse
 	}
 	if setErr := r.setStatus(ctx, p.fc.Name, outgoing, ready, ReasonProviderUnreachable, err.Error(), false); setErr != nil {
-		log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", setErr.Error())
+		log.FromContext(ctx).Info("Cannot update the VirtualNode status", "error", setErr.Error())
 	}
 }
 
@@ -133,22 +133,23 @@ func (r *Reconciler) runNode(ctx context.Context, peer *peer) error {
 				}
 			}
 			unreachable = err
-			// An Unauthorized answer has its own reason: the foreigncluster
-			// controller, which owns Authenticated, checks the credentials then.
+			// An Unauthorized answer sets CredentialsAccepted=False: the
+			// credentials controller, which watches the VirtualNode, asks
+			// the provider whether the credentials were revoked then.
 			reason := ReasonProviderUnreachable
 			if apierrors.IsUnauthorized(err) {
 				reason = offloadv1alpha1.ReasonUnauthorized
 			}
 			if setErr := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionFalse, reason,
 				err.Error()+"; the virtual node is NotReady until the provider answers again", false); setErr != nil {
-				log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", setErr.Error())
+				log.FromContext(ctx).Info("Cannot update the VirtualNode status", "error", setErr.Error())
 			}
 		}
 	}
 }
 
 // healthy records a successful read of offer: the node gets its resources
-// and is Ready again after an outage, and the ForeignCluster says so.
+// and is Ready again after an outage, and the VirtualNode says so.
 func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, p *offerProvider, offer *offloadv1alpha1.ResourceOffer, unreachable *error) {
 	notify, changed := p.observe(offer)
 	if (changed || *unreachable != nil) && notify != nil {
@@ -156,10 +157,10 @@ func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	}
 	*unreachable = nil
 	if err := r.setProviderPolicy(ctx, fc.Name, offer.Spec.Policy); err != nil {
-		log.FromContext(ctx).Info("Cannot record the provider's policy in the ForeignCluster status", "error", err.Error())
+		log.FromContext(ctx).Info("Cannot record the provider's policy in the VirtualNode status", "error", err.Error())
 	}
 	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionTrue, ReasonNodeReady, "virtual node "+offloadv1alpha1.VirtualNodeName(fc.Name)+" is Ready", true); err != nil {
-		log.FromContext(ctx).Info("Cannot update the ForeignCluster status", "error", err.Error())
+		log.FromContext(ctx).Info("Cannot update the VirtualNode status", "error", err.Error())
 	}
 }
 

@@ -1,0 +1,102 @@
+package summary
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+)
+
+func cond(t string, s metav1.ConditionStatus, reason string) metav1.Condition {
+	return metav1.Condition{Type: t, Status: s, Reason: reason, Message: reason + " message", LastTransitionTime: metav1.Now()}
+}
+
+func issued() *offloadv1alpha1.PeeringCredentialsStatus {
+	return &offloadv1alpha1.PeeringCredentialsStatus{
+		Phase: offloadv1alpha1.PhaseEstablished, Expiry: &metav1.Time{Time: time.Now().Add(time.Hour)},
+		Conditions: []metav1.Condition{cond(offloadv1alpha1.ConditionAuthenticated, metav1.ConditionTrue, "Authenticated")},
+	}
+}
+
+func TestTheRoleIsComputedOnceFromBothDirections(t *testing.T) {
+	recorded := &offloadv1alpha1.ForeignClusterStatus{Role: offloadv1alpha1.RoleProvider,
+		Conditions: []metav1.Condition{cond(offloadv1alpha1.ConditionIncomingPeering, metav1.ConditionTrue, ReasonTenantReady)}}
+	tests := []struct {
+		name string
+		in   Inputs
+		want offloadv1alpha1.PeeringRole
+	}{
+		{"nothing yet: no role", Inputs{Outgoing: true}, ""},
+		{"a token not yet exchanged is no outgoing peering", Inputs{Outgoing: true, Credentials: &offloadv1alpha1.PeeringCredentialsStatus{Phase: offloadv1alpha1.PhasePending}}, ""},
+		{"credentials issued: consumer", Inputs{Outgoing: true, Credentials: issued()}, offloadv1alpha1.RoleConsumer},
+		{"a tenant here: provider", Inputs{Tenant: true}, offloadv1alpha1.RoleProvider},
+		{"both", Inputs{Outgoing: true, Credentials: issued(), Tenant: true}, offloadv1alpha1.RoleConsumerAndProvider},
+		{"outgoing disabled with a tenant: provider", Inputs{Outgoing: false, Credentials: issued(), Tenant: true}, offloadv1alpha1.RoleProvider},
+		{"the tenant removed: none", Inputs{Previous: recorded}, offloadv1alpha1.RoleNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Summarize(tt.in).Role; got != tt.want {
+				t.Errorf("role = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTheChildrenAreMirroredWithTheirReasons(t *testing.T) {
+	seenByCreds, seenByNode := metav1.NewTime(time.Now().Add(-time.Minute)), metav1.NewTime(time.Now())
+	creds := issued()
+	creds.LastSeen, creds.ObservedTokenID, creds.APIServerURL = &seenByCreds, "abc123", "https://provider:6443"
+	creds.Conditions = append(creds.Conditions, cond(offloadv1alpha1.ConditionUnpeered, metav1.ConditionFalse, "ProviderNotCleaned"))
+	policy := &offloadv1alpha1.ConsumerPolicy{PodSecurity: "baseline"}
+	node := &offloadv1alpha1.VirtualNodeStatus{Phase: offloadv1alpha1.PhaseEstablished, LastSeen: &seenByNode, ProviderPolicy: policy,
+		Conditions: []metav1.Condition{
+			cond(offloadv1alpha1.ConditionReady, metav1.ConditionFalse, offloadv1alpha1.ReasonUnauthorized),
+			cond(offloadv1alpha1.ConditionOfferRead, metav1.ConditionTrue, "Established"),
+			cond(offloadv1alpha1.ConditionCredentialsAccepted, metav1.ConditionFalse, offloadv1alpha1.ReasonUnauthorized),
+		}}
+	got := Summarize(Inputs{Outgoing: true, Credentials: creds, VirtualNode: node})
+	for typ, reason := range map[string]string{
+		offloadv1alpha1.ConditionAuthenticated:    "Authenticated",
+		offloadv1alpha1.ConditionUnpeered:         "ProviderNotCleaned",
+		offloadv1alpha1.ConditionVirtualNodeReady: offloadv1alpha1.ReasonUnauthorized,
+		offloadv1alpha1.ConditionOutgoingPeering:  "Established",
+	} {
+		c := meta.FindStatusCondition(got.Conditions, typ)
+		if c == nil || c.Reason != reason || c.Message != reason+" message" {
+			t.Errorf("%s = %+v, want reason %s with the child's message", typ, c, reason)
+		}
+	}
+	if c := meta.FindStatusCondition(got.Conditions, offloadv1alpha1.ConditionCredentialsAccepted); c != nil {
+		t.Errorf("the VirtualNode's CredentialsAccepted leaked into the ForeignCluster: %+v", c)
+	}
+	if got.Auth != offloadv1alpha1.PhaseEstablished || got.Outgoing != offloadv1alpha1.PhaseEstablished || got.CredentialExpiry == nil ||
+		got.ObservedTokenID != "abc123" || got.APIServerURL != "https://provider:6443" || got.ProviderPolicy != policy {
+		t.Errorf("status %+v does not mirror the children", got)
+	}
+	if !got.LastSeen.Equal(&seenByNode) {
+		t.Errorf("lastSeen = %v, want the later of the children's, %v", got.LastSeen, seenByNode)
+	}
+	if !Equal(&got, &got) {
+		t.Error("a summary differs from itself")
+	}
+	if !Equal(&got, func() *offloadv1alpha1.ForeignClusterStatus { s := got.DeepCopy(); s.Network = offloadv1alpha1.PhaseEstablished; return s }()) {
+		t.Error("the network controller's fields make the summary look stale")
+	}
+}
+
+func TestATransitionTimeMovesOnlyWithTheStatus(t *testing.T) {
+	then := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	prev := &offloadv1alpha1.ForeignClusterStatus{Conditions: []metav1.Condition{
+		{Type: offloadv1alpha1.ConditionIncomingPeering, Status: metav1.ConditionTrue, Reason: ReasonTenantReady, LastTransitionTime: then}}}
+	if c := meta.FindStatusCondition(Summarize(Inputs{Previous: prev, Tenant: true}).Conditions, offloadv1alpha1.ConditionIncomingPeering); !c.LastTransitionTime.Equal(&then) {
+		t.Errorf("IncomingPeering moved to %v with no change, want %v", c.LastTransitionTime, then)
+	}
+	c := meta.FindStatusCondition(Summarize(Inputs{Previous: prev}).Conditions, offloadv1alpha1.ConditionIncomingPeering)
+	if c.Status != metav1.ConditionFalse || c.Reason != ReasonTenantRemoved || !then.Before(&c.LastTransitionTime) {
+		t.Errorf("IncomingPeering = %+v once the tenant went, want False %s since now", c, ReasonTenantRemoved)
+	}
+}
