@@ -83,7 +83,11 @@ func TestTheChildrenAreMirroredWithTheirReasons(t *testing.T) {
 	if !Equal(&got, &got) {
 		t.Error("a summary differs from itself")
 	}
-	if !Equal(&got, func() *offloadv1alpha1.ForeignClusterStatus { s := got.DeepCopy(); s.Network = offloadv1alpha1.PhaseEstablished; return s }()) {
+	if !Equal(&got, func() *offloadv1alpha1.ForeignClusterStatus {
+		s := got.DeepCopy()
+		s.Network = offloadv1alpha1.PhaseEstablished
+		return s
+	}()) {
 		t.Error("the network controller's fields make the summary look stale")
 	}
 }
