@@ -55,13 +55,18 @@ func Summarize(in Inputs) offloadv1alpha1.ForeignClusterStatus {
 			}
 		}
 	}
-	outgoing := false
+	// Until the credentials controller reports (a ForeignCluster just
+	// created, or one an earlier release peered), the outgoing part of
+	// the role stays what it was.
+	outgoing := in.Outgoing && (prev.Role == offloadv1alpha1.RoleConsumer || prev.Role == offloadv1alpha1.RoleConsumerAndProvider)
 	if cs := in.Credentials; cs != nil {
 		mirror(cs.Conditions, fromCredentials)
 		out.Auth, out.CredentialExpiry, out.LastSeen = cs.Phase, cs.Expiry, cs.LastSeen
 		out.ObservedTokenID, out.APIServerURL = cs.ObservedTokenID, cs.APIServerURL
 		// Credentials were issued once: this cluster consumes the peer.
-		outgoing = in.Outgoing && cs.Expiry != nil
+		if cs.Phase != "" {
+			outgoing = in.Outgoing && cs.Expiry != nil
+		}
 	}
 	if vs := in.VirtualNode; vs != nil {
 		mirror(vs.Conditions, fromVirtualNode)

@@ -36,6 +36,12 @@ func TestTheRoleIsComputedOnceFromBothDirections(t *testing.T) {
 		{"both", Inputs{Outgoing: true, Credentials: issued(), Tenant: true}, offloadv1alpha1.RoleConsumerAndProvider},
 		{"outgoing disabled with a tenant: provider", Inputs{Outgoing: false, Credentials: issued(), Tenant: true}, offloadv1alpha1.RoleProvider},
 		{"the tenant removed: none", Inputs{Previous: recorded}, offloadv1alpha1.RoleNone},
+		{"no credentials reported yet: the outgoing role stays", Inputs{Outgoing: true, Tenant: true,
+			Previous: &offloadv1alpha1.ForeignClusterStatus{Role: offloadv1alpha1.RoleConsumer}}, offloadv1alpha1.RoleConsumerAndProvider},
+		{"credentials just created, not reported on: the outgoing role stays", Inputs{Outgoing: true, Credentials: &offloadv1alpha1.PeeringCredentialsStatus{},
+			Previous: &offloadv1alpha1.ForeignClusterStatus{Role: offloadv1alpha1.RoleConsumer}}, offloadv1alpha1.RoleConsumer},
+		{"credentials not issued: no outgoing role", Inputs{Outgoing: true, Credentials: &offloadv1alpha1.PeeringCredentialsStatus{Phase: offloadv1alpha1.PhaseFailed},
+			Previous: &offloadv1alpha1.ForeignClusterStatus{Role: offloadv1alpha1.RoleConsumer}}, offloadv1alpha1.RoleNone},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
