@@ -5,6 +5,11 @@
 //   - app: the offload-agent command tree (controller-manager, auth,
 //     gateway, fabric).
 //   - manager: the controller-runtime manager, its caches and the identity check.
+//   - summary: the one writer of every ForeignCluster's status, which it
+//     computes from the ForeignCluster's children (and, on a provider, the
+//     consumer's Tenant).
+//   - ssa: status writes by server-side apply, one field manager per
+//     controller.
 //   - network: the network fabric's controllers, one per side (the
 //     consumer's tunnel to each provider and NetworkReady; the provider's
 //     answer to each consumer's NetworkPeering), rendering one gateway per
@@ -17,10 +22,12 @@
 //
 // Consumer side (this cluster runs its pods in a provider):
 //   - foreigncluster: authenticates with each provider, rotates the
-//     credentials, reports Authenticated, releases the tenant on unpeer.
+//     credentials, reports in the PeeringCredentials (Authenticated),
+//     releases the tenant on unpeer.
 //   - virtualnode: a thin reconciler over one runtime per provider, which
 //     runs the node controller, the pod controller and object reflection
-//     as named steps, each restarted on its own.
+//     as named steps, each restarted on its own, and reports in the
+//     VirtualNode.
 //   - podreflection: the virtual-kubelet pod lifecycle handler (remote pods
 //     in twin namespaces, status back), with its own loops (orphan
 //     collection, service-account token renewal).
@@ -42,7 +49,7 @@
 // Provider side (this cluster lends capacity to consumers):
 //   - auth: the peering service (/v1/peer, /v1/refresh, /v1/unpeer).
 //   - tenant: the one owner of a Tenant's teardown (finalizer offload.io/tenant).
-//   - incoming: records each consumer in a ForeignCluster.
+//   - incoming: keeps a ForeignCluster for each consumer.
 //   - remotenamespace: twin namespaces for RemoteNamespaces, and their GC.
 //   - resourceoffer: the ResourceOffer each consumer reads.
 //

@@ -242,6 +242,9 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 		t.Errorf("the renewed credentials cannot read the offer: %v", err)
 	}
 
+	// Through peering, outages and a rotation, each status has one writer.
+	expectOneWriterPerStatus(ctx, t, consumer, provider, a.Name)
+
 	// status peer shows the peering healthy.
 	doc := mustOffload(t, consumer, "status", "peer", a.Name, "-o", "json")
 	if !jsonBool(t, doc, "healthy") {
@@ -283,6 +286,17 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 			t.Errorf("%T %s is left on the consumer (err=%v)", o, o.GetName(), err)
 		}
 	}
+	// The peering's parts go with its ForeignCluster (garbage collection).
+	for _, o := range []client.Object{
+		&offloadv1alpha1.PeeringCredentials{ObjectMeta: metav1.ObjectMeta{Name: a.Name}},
+		&offloadv1alpha1.VirtualNode{ObjectMeta: metav1.ObjectMeta{Name: a.Name}},
+	} {
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(ctrlClient(t, consumer).Get(ctx, client.ObjectKeyFromObject(o), o)), nil
+		}); err != nil {
+			t.Errorf("%T %s is left on the consumer after unpeer", o, o.GetName())
+		}
+	}
 	if _, err := provider.Kube.CoreV1().ServiceAccounts(tenant.Spec.TenantNamespace).Get(ctx, offloadv1alpha1.ConsumerServiceAccount, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the consumer's ServiceAccount is left on the provider (err=%v)", err)
 	}
@@ -293,6 +307,60 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 		t.Errorf("peering again with the spent token: err=%v, stderr %q; want a refusal saying it was used", err, errOut)
 	}
 	expectNoPeeringLeft(ctx, t, consumer, provider, a.Name)
+}
+
+// statusWriters are the field managers of obj's status.
+func statusWriters(obj client.Object) []string {
+	var out []string
+	for _, m := range obj.GetManagedFields() {
+		if m.Subresource == "status" {
+			out = append(out, m.Manager)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// expectOneWriterPerStatus checks who wrote the status of the peering's
+// objects: on both sides, only the summary controller wrote the
+// ForeignClusters' status (and, on the consumer, the network controller its
+// NetworkReady); each of the consumer's PeeringCredentials and VirtualNode
+// has one writer and is owned by the ForeignCluster.
+func expectOneWriterPerStatus(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, peer string) {
+	t.Helper()
+	for _, side := range []struct {
+		c    *framework.Cluster
+		name string
+		want []string
+	}{{consumer, peer, []string{"offload-network", "offload-summary"}}, {provider, consumer.Name, []string{"offload-summary"}}} {
+		var fc offloadv1alpha1.ForeignCluster
+		if err := ctrlClient(t, side.c).Get(ctx, client.ObjectKey{Name: side.name}, &fc); err != nil {
+			t.Errorf("reading ForeignCluster %s on %s: %v", side.name, side.c.Name, err)
+			continue
+		}
+		if got := statusWriters(&fc); !slices.Equal(got, side.want) {
+			t.Errorf("the status of ForeignCluster %s on %s has writers %v, want %v", side.name, side.c.Name, got, side.want)
+		}
+	}
+	var fc offloadv1alpha1.ForeignCluster
+	if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: peer}, &fc); err != nil {
+		t.Fatal(err)
+	}
+	for _, child := range []struct {
+		obj    client.Object
+		writer string
+	}{{&offloadv1alpha1.PeeringCredentials{}, "offload-credentials"}, {&offloadv1alpha1.VirtualNode{}, "offload-virtual-node"}} {
+		if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: peer}, child.obj); err != nil {
+			t.Errorf("no %T %s on the consumer: %v", child.obj, peer, err)
+			continue
+		}
+		if got := statusWriters(child.obj); !slices.Equal(got, []string{child.writer}) {
+			t.Errorf("the status of %T %s has writers %v, want %s alone", child.obj, peer, got, child.writer)
+		}
+		if !metav1.IsControlledBy(child.obj, &fc) {
+			t.Errorf("%T %s is not owned by ForeignCluster %s: %v", child.obj, peer, peer, child.obj.GetOwnerReferences())
+		}
+	}
 }
 
 // jwtLike matches a JSON Web Token: a ServiceAccount token of any identity.
