@@ -46,8 +46,8 @@ func loadEmbedded(t *testing.T) *chart.Chart {
 
 func TestEmbeddedChartLoads(t *testing.T) {
 	c := loadEmbedded(t)
-	if c.Name() != "offload" || len(c.CRDObjects()) != 7 || c.Schema == nil {
-		t.Errorf("embedded chart %q has %d CRDs, schema %t; want offload, 7 CRDs and a schema", c.Name(), len(c.CRDObjects()), c.Schema != nil)
+	if c.Name() != "offload" || len(c.CRDObjects()) != 9 || c.Schema == nil {
+		t.Errorf("embedded chart %q has %d CRDs, schema %t; want offload, 9 CRDs and a schema", c.Name(), len(c.CRDObjects()), c.Schema != nil)
 	}
 }
 

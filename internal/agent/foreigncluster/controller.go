@@ -334,10 +334,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, pc *offloadv1alpha1.Peerin
 	return nil
 }
 
-// credentials returns fc's PeeringCredentials, created if need be.
+// credentials returns fc's PeeringCredentials, created if need be. It
+// reads them from the API server, not a cache: the status is applied whole,
+// so it must start from the last one written.
 func (r *Reconciler) credentials(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) (*offloadv1alpha1.PeeringCredentials, error) {
 	pc := &offloadv1alpha1.PeeringCredentials{}
-	err := r.Client.Get(ctx, client.ObjectKey{Name: fc.Name}, pc)
+	err := r.Reader.Get(ctx, client.ObjectKey{Name: fc.Name}, pc)
 	if err == nil {
 		return pc, nil
 	}

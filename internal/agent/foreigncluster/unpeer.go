@@ -89,7 +89,7 @@ func (r *Reconciler) releaseTenant(ctx context.Context, fc *offloadv1alpha1.Fore
 // PeeringCredentials when it changed.
 func (r *Reconciler) setUnpeered(ctx context.Context, name string, status metav1.ConditionStatus, reason, message string) error {
 	var pc offloadv1alpha1.PeeringCredentials
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &pc); err != nil {
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: name}, &pc); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if !meta.SetStatusCondition(&pc.Status.Conditions, metav1.Condition{

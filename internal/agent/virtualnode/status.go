@@ -62,8 +62,10 @@ func (r *Reconciler) ensureVirtualNode(ctx context.Context, fc *offloadv1alpha1.
 func (r *Reconciler) updateStatus(ctx context.Context, name string, change func(*offloadv1alpha1.VirtualNodeStatus)) error {
 	r.statusMu.Lock()
 	defer r.statusMu.Unlock()
+	// Read from the API server, not a cache: the status is applied whole,
+	// so it must start from the last one written.
 	var vn offloadv1alpha1.VirtualNode
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &vn); err != nil {
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: name}, &vn); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	before := vn.Status.DeepCopy()
