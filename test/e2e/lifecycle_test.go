@@ -323,7 +323,7 @@ func statusWriters(obj client.Object) []string {
 
 // expectOneWriterPerStatus checks who wrote the status of the peering's
 // objects: on both sides, only the summary controller wrote the
-// ForeignClusters' status (and, on the consumer, the network controller its
+// ForeignClusters' status (and the network controller, each side's, its
 // NetworkReady); each of the consumer's PeeringCredentials and VirtualNode
 // has one writer and is owned by the ForeignCluster.
 func expectOneWriterPerStatus(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, peer string) {
@@ -332,7 +332,7 @@ func expectOneWriterPerStatus(ctx context.Context, t *testing.T, consumer, provi
 		c    *framework.Cluster
 		name string
 		want []string
-	}{{consumer, peer, []string{"offload-network", "offload-summary"}}, {provider, consumer.Name, []string{"offload-summary"}}} {
+	}{{consumer, peer, []string{"offload-network", "offload-summary"}}, {provider, consumer.Name, []string{"offload-network", "offload-summary"}}} {
 		var fc offloadv1alpha1.ForeignCluster
 		if err := ctrlClient(t, side.c).Get(ctx, client.ObjectKey{Name: side.name}, &fc); err != nil {
 			t.Errorf("reading ForeignCluster %s on %s: %v", side.name, side.c.Name, err)
