@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -124,11 +125,16 @@ func (crdChecker) Check(ctx context.Context, env *Env) Section {
 		return s
 	}
 	remedy := crdRemedy(env)
-	for _, name := range crds {
+	rel, _ := env.Release()
+	for _, c := range crds {
+		name := c.name
 		check := "crd/" + name
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		err := env.Client.Get(ctx, client.ObjectKey{Name: name}, crd)
 		switch {
+		case apierrors.IsNotFound(err) && predates(rel, c.file):
+			// A release this CLI is newer than: it runs without the CRD.
+			s.Checks = append(s.Checks, warn(check, "CRD %s not found: the installed release (chart %s) predates it; kubectl offload upgrade installs it", name, rel.ChartVersion))
 		case apierrors.IsNotFound(err):
 			s.Checks = append(s.Checks, fail(check, "CRD %s not found: %s", name, remedy))
 		case err != nil:
@@ -162,14 +168,23 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 	return false
 }
 
-// chartCRDs returns the names of the CRDs of the embedded chart, sorted by file name.
-var chartCRDs = sync.OnceValues(func() ([]string, error) {
+// predates reports whether rel, an installed release, was made from a
+// chart without the CRD file file: one this CLI is newer than.
+func predates(rel *helmclient.Release, file string) bool {
+	return rel != nil && len(rel.CRDFiles) > 0 && !slices.Contains(rel.CRDFiles, file)
+}
+
+// chartCRD is a CRD of the embedded chart: its name and its file in the chart.
+type chartCRD struct{ name, file string }
+
+// chartCRDs returns the CRDs of the embedded chart, sorted by file name.
+var chartCRDs = sync.OnceValues(func() ([]chartCRD, error) {
 	fsys := charts.Offload()
 	paths, err := fs.Glob(fsys, "crds/*.yaml")
 	if err != nil {
 		return nil, fmt.Errorf("listing the CRDs of the embedded chart: %w", err)
 	}
-	var out []string
+	var out []chartCRD
 	for _, p := range paths {
 		b, err := fs.ReadFile(fsys, p)
 		if err != nil {
@@ -182,7 +197,7 @@ var chartCRDs = sync.OnceValues(func() ([]string, error) {
 		if crd.Name == "" {
 			return nil, fmt.Errorf("%s of the embedded chart has no name", p)
 		}
-		out = append(out, crd.Name)
+		out = append(out, chartCRD{name: crd.Name, file: p})
 	}
 	return out, nil
 })

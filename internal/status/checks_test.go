@@ -53,6 +53,12 @@ func TestChecks(t *testing.T) {
 			"controlPlane", "deployment/" + offloadv1alpha1.Auth, StatusWarning},
 		{"a missing deployment fails", func(f *fixture) { delete(f.deployments, offloadv1alpha1.ControllerManager) },
 			"controlPlane", "deployment/" + offloadv1alpha1.ControllerManager, StatusFailed},
+		{"a CRD the installed release predates is a warning: upgrade installs it", func(f *fixture) {
+			delete(f.crds, "virtualnodes.offload.io")
+			f.olderChartWithout = []string{"crds/offload.io_virtualnodes.yaml"}
+		}, "crds", "crd/virtualnodes.offload.io", StatusWarning},
+		{"a CRD the installed release has fails when it is missing", func(f *fixture) { delete(f.crds, "virtualnodes.offload.io") },
+			"crds", "crd/virtualnodes.offload.io", StatusFailed},
 		{"a CRD that is not established fails", func(f *fixture) {
 			f.crds[crd].Status.Conditions[1].Status = apiextensionsv1.ConditionFalse
 		}, "crds", "crd/" + crd, StatusFailed},
@@ -97,7 +103,7 @@ func TestTheCRDsComeFromTheEmbeddedChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != 9 || crds[3] != "peeringcredentials.offload.io" || crds[8] != "virtualnodes.offload.io" {
+	if len(crds) != 9 || crds[3].name != "peeringcredentials.offload.io" || crds[8].name != "virtualnodes.offload.io" {
 		t.Errorf("chart CRDs = %v, want the 9 offload.io CRDs", crds)
 	}
 }

@@ -3,10 +3,12 @@ package status
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 	kubefake "helm.sh/helm/v3/pkg/kube/fake"
 	"helm.sh/helm/v3/pkg/release"
@@ -51,6 +53,9 @@ type fixture struct {
 	values        map[string]any
 	installed     bool
 	releaseStatus release.Status
+	// olderChartWithout are CRD files (crds/NAME.yaml) the installed
+	// release's chart did not have yet.
+	olderChartWithout []string
 	// kube is set by factory, for tests that add reactors.
 	kube *k8sfake.Clientset
 }
@@ -99,9 +104,9 @@ func healthy(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f.crds = map[string]*apiextensionsv1.CustomResourceDefinition{}
-	for _, name := range crdNames {
-		f.crds[name] = &apiextensionsv1.CustomResourceDefinition{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
+	for _, c := range crdNames {
+		f.crds[c.name] = &apiextensionsv1.CustomResourceDefinition{
+			ObjectMeta: metav1.ObjectMeta{Name: c.name},
 			Status: apiextensionsv1.CustomResourceDefinitionStatus{Conditions: []apiextensionsv1.CustomResourceDefinitionCondition{
 				{Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionTrue},
 				{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue},
@@ -185,6 +190,8 @@ func (f *fixture) factory(t *testing.T) factory.Factory {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A release of an earlier chart, without some of this one's CRDs.
+		ch.Files = slices.DeleteFunc(ch.Files, func(f2 *chart.File) bool { return slices.Contains(f.olderChartWithout, f2.Name) })
 		rel := &release.Release{Name: offloadv1alpha1.ReleaseName, Namespace: testNamespace, Version: 3,
 			Info: &release.Info{Status: f.releaseStatus}, Chart: ch, Config: f.values}
 		if err := helm.Releases.Create(rel); err != nil {

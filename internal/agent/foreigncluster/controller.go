@@ -340,10 +340,16 @@ func (r *Reconciler) writeStatus(ctx context.Context, pc *offloadv1alpha1.Peerin
 func (r *Reconciler) credentials(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) (*offloadv1alpha1.PeeringCredentials, error) {
 	pc := &offloadv1alpha1.PeeringCredentials{}
 	err := r.Reader.Get(ctx, client.ObjectKey{Name: fc.Name}, pc)
-	if err == nil {
+	switch {
+	case err == nil && metav1.IsControlledBy(pc, fc):
 		return pc, nil
-	}
-	if !apierrors.IsNotFound(err) {
+	case err == nil:
+		// Left by an earlier ForeignCluster of the same name, which the
+		// garbage collector has not removed yet.
+		if err := r.Client.Delete(ctx, pc, client.Preconditions{UID: &pc.UID}); client.IgnoreNotFound(err) != nil {
+			return nil, fmt.Errorf("deleting the PeeringCredentials %s of an earlier peering: %w", fc.Name, err)
+		}
+	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading PeeringCredentials %s: %w", fc.Name, err)
 	}
 	pc = &offloadv1alpha1.PeeringCredentials{

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
@@ -227,6 +228,34 @@ func TestAnAcceptedTokenBecomesAKubeconfigSecretAndIsDeleted(t *testing.T) {
 	}
 	if n := e.requestCount(); n != 1 {
 		t.Errorf("the provider got %d requests, want 1: a peered cluster does not authenticate again", n)
+	}
+}
+
+func TestCredentialsLeftByAnEarlierPeeringOfTheSameNameAreReplaced(t *testing.T) {
+	e := newConsumerEnv(t)
+	name := e.peerWith(t, e.pin)
+	// The garbage collector has not yet removed the PeeringCredentials of
+	// the ForeignCluster this name stood for before.
+	stale := &offloadv1alpha1.PeeringCredentials{
+		ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: offloadv1alpha1.GroupVersion.String(), Kind: "ForeignCluster", Name: name, UID: "00000000-0000-0000-0000-000000000001", Controller: ptr.To(true),
+		}}},
+		Spec: offloadv1alpha1.PeeringCredentialsSpec{SecretName: peering.PeerKubeconfigSecretName(name)},
+	}
+	mustCreate(t, e.c, stale)
+	if _, err := e.reconcile(t, name); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	fc := e.foreignCluster(t, name)
+	var pc offloadv1alpha1.PeeringCredentials
+	if err := e.c.Get(context.Background(), types.NamespacedName{Name: name}, &pc); err != nil {
+		t.Fatal(err)
+	}
+	if pc.UID == stale.UID || !metav1.IsControlledBy(&pc, fc) {
+		t.Errorf("PeeringCredentials %s is owned by %v, want a new one owned by ForeignCluster %s", name, pc.OwnerReferences, fc.UID)
+	}
+	if c := authenticated(t, fc); c.Status != metav1.ConditionTrue {
+		t.Errorf("Authenticated = %+v, want True: the status went to the stale PeeringCredentials", c)
 	}
 }
 

@@ -30,7 +30,7 @@ func (r *Reconciler) unauthorizedReported(ctx context.Context, fc *offloadv1alph
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: fc.Name}, &vn); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	return credentialsRejected(&vn), nil
+	return metav1.IsControlledBy(&vn, fc) && credentialsRejected(&vn), nil
 }
 
 // credentialsRejected reports whether the VirtualNode says the provider

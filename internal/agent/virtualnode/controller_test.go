@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
@@ -44,7 +45,21 @@ type testPeering struct {
 	tenant string
 }
 
-func newPeering(t *testing.T) *testPeering {
+// peeringOption changes the cluster newPeering makes before the controller starts.
+type peeringOption func(t *testing.T, admin client.Client, name string)
+
+// withStaleVirtualNode leaves a VirtualNode of the name that an earlier
+// ForeignCluster owns, as the garbage collector may for a while.
+func withStaleVirtualNode(t *testing.T, admin client.Client, name string) {
+	mustCreate(t, admin, &offloadv1alpha1.VirtualNode{
+		ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: offloadv1alpha1.GroupVersion.String(), Kind: "ForeignCluster", Name: name, UID: "00000000-0000-0000-0000-000000000002", Controller: ptr.To(true),
+		}}},
+		Spec: offloadv1alpha1.VirtualNodeSpec{NodeName: offloadv1alpha1.VirtualNodeName(name), CredentialsName: name, ClusterID: "stale"},
+	})
+}
+
+func newPeering(t *testing.T, opts ...peeringOption) *testPeering {
 	t.Helper()
 	ctx := context.Background()
 	cfg := framework.APIServer(t)
@@ -95,6 +110,9 @@ func newPeering(t *testing.T) *testPeering {
 		t.Fatal(err)
 	}
 
+	for _, opt := range opts {
+		opt(t, admin, providerName)
+	}
 	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		if err := (&summary.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 			return err
@@ -137,6 +155,25 @@ func sameResources(a, b corev1.ResourceList) bool {
 		}
 	}
 	return true
+}
+
+func TestAVirtualNodeLeftByAnEarlierPeeringOfTheSameNameIsReplaced(t *testing.T) {
+	p := newPeering(t, withStaleVirtualNode)
+	framework.Eventually(t, waitTimeout, "VirtualNodeReady is True, from the peering's own VirtualNode", func(ctx context.Context) bool {
+		r := p.condition(ctx, offloadv1alpha1.ConditionVirtualNodeReady)
+		return r != nil && r.Status == metav1.ConditionTrue
+	})
+	var vn offloadv1alpha1.VirtualNode
+	if err := p.admin.Get(context.Background(), client.ObjectKeyFromObject(p.fc), &vn); err != nil {
+		t.Fatal(err)
+	}
+	var fc offloadv1alpha1.ForeignCluster
+	if err := p.admin.Get(context.Background(), client.ObjectKeyFromObject(p.fc), &fc); err != nil {
+		t.Fatal(err)
+	}
+	if !metav1.IsControlledBy(&vn, &fc) || vn.Spec.ClusterID != fc.Spec.ClusterID {
+		t.Errorf("VirtualNode %s is owned by %v for cluster %s, want the ForeignCluster's own", vn.Name, vn.OwnerReferences, vn.Spec.ClusterID)
+	}
 }
 
 func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {

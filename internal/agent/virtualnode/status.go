@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,12 +35,18 @@ func (r *Reconciler) conditions(ctx context.Context, name string) []metav1.Condi
 // ensureVirtualNode creates the VirtualNode of fc, owned by it, unless it exists.
 func (r *Reconciler) ensureVirtualNode(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) error {
 	vn := &offloadv1alpha1.VirtualNode{}
-	err := r.Client.Get(ctx, client.ObjectKey{Name: fc.Name}, vn)
-	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("reading VirtualNode %s: %w", fc.Name, err)
-	}
-	if err == nil {
+	err := r.Reader.Get(ctx, client.ObjectKey{Name: fc.Name}, vn)
+	switch {
+	case err == nil && metav1.IsControlledBy(vn, fc):
 		return nil
+	case err == nil:
+		// Left by an earlier ForeignCluster of the same name, which the
+		// garbage collector has not removed yet.
+		if err := r.Client.Delete(ctx, vn, client.Preconditions{UID: &vn.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting the VirtualNode %s of an earlier peering: %w", fc.Name, err)
+		}
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading VirtualNode %s: %w", fc.Name, err)
 	}
 	vn = &offloadv1alpha1.VirtualNode{
 		ObjectMeta: metav1.ObjectMeta{Name: fc.Name},

@@ -55,6 +55,10 @@ type Release struct {
 	Values map[string]any
 	// Manifest is the rendered manifest.
 	Manifest string
+	// CRDFiles are the chart's CRD files (crds/NAME.yaml), which tell the
+	// CRDs the installed release knows of; nil when the release does not
+	// say.
+	CRDFiles []string
 }
 
 // Pending reports whether an install, upgrade or rollback of the release
@@ -136,6 +140,9 @@ func fromSDK(rel *release.Release) (*Release, error) {
 	if rel.Chart != nil {
 		if rel.Chart.Metadata != nil {
 			out.ChartVersion = rel.Chart.Metadata.Version
+		}
+		for _, crd := range rel.Chart.CRDObjects() {
+			out.CRDFiles = append(out.CRDFiles, crd.Name)
 		}
 		vals, err := chartutil.CoalesceValues(rel.Chart, rel.Config)
 		if err != nil {
