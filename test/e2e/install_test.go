@@ -150,7 +150,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	// its DaemonSet and ServiceAccount, and the gateways' pod template.
 	// The scheduling mutation is the webhook, with its Service, or where
 	// the API server serves them, two MutatingAdmissionPolicies.
-	want := map[string]int{"CustomResourceDefinition": 7, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 2, "ConfigMap": 2,
+	want := map[string]int{"CustomResourceDefinition": 9, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 2, "ConfigMap": 2,
 		"MutatingWebhookConfiguration": 1, "MutatingAdmissionPolicy": 0, "MutatingAdmissionPolicyBinding": 0, "ValidatingAdmissionPolicy": 14}
 	if schedulingPolicyServed(t, c) {
 		want["Service"], want["MutatingWebhookConfiguration"], want["MutatingAdmissionPolicy"], want["MutatingAdmissionPolicyBinding"] = 1, 0, 2, 2
