@@ -126,11 +126,15 @@ func Equal(have, want *offloadv1alpha1.ForeignClusterStatus) bool {
 		}
 	}
 	// A mirrored condition whose child dropped it goes too.
-	for _, t := range []string{offloadv1alpha1.ConditionAuthenticated, offloadv1alpha1.ConditionUnpeered, offloadv1alpha1.ConditionVirtualNodeReady,
-		offloadv1alpha1.ConditionOutgoingPeering, offloadv1alpha1.ConditionIncomingPeering} {
-		if meta.FindStatusCondition(have.Conditions, t) != nil && meta.FindStatusCondition(want.Conditions, t) == nil {
-			return false
+	gone := func(t string) bool {
+		return meta.FindStatusCondition(have.Conditions, t) != nil && meta.FindStatusCondition(want.Conditions, t) == nil
+	}
+	for _, types := range []map[string]string{fromCredentials, fromVirtualNode} {
+		for _, t := range types {
+			if gone(t) {
+				return false
+			}
 		}
 	}
-	return true
+	return !gone(offloadv1alpha1.ConditionIncomingPeering)
 }
