@@ -133,7 +133,12 @@ type ForeignCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   ForeignClusterSpec   `json:"spec,omitempty"`
+	Spec ForeignClusterSpec `json:"spec,omitempty"`
+
+	// Written by server-side apply: a writer that drops all of its fields
+	// leaves a null status (kubernetes/kubernetes#117447).
+
+	// +nullable
 	Status ForeignClusterStatus `json:"status,omitempty"`
 }
 

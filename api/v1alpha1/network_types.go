@@ -134,8 +134,18 @@ type TunnelSpec struct {
 	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
 }
 
-// TunnelStatus is what the gateway reports.
+// TunnelStatus has two writers, each with its own fields: the gateway
+// reports the data path (everything but phase and NetworkReady, field
+// manager offload-gateway), and the network controller, which keeps the
+// Tunnel, reports the peering's network as a whole (phase and
+// NetworkReady, field manager offload-network), which the ForeignCluster's
+// status mirrors.
 type TunnelStatus struct {
+	// Phase is the peering's network as the network controller sees it,
+	// from the exchange with the peer and the gateway's report: the
+	// ForeignCluster's NETWORK column.
+	// +optional
+	Phase PeeringPhase `json:"phase,omitempty"`
 	// Implementation is the WireGuard device that runs: kernel or userspace.
 	// +optional
 	Implementation string `json:"implementation,omitempty"`
@@ -164,7 +174,9 @@ type TunnelStatus struct {
 	// MTU is the MTU the device runs with.
 	// +optional
 	MTU int32 `json:"mtu,omitempty"`
-	// Conditions has Ready.
+	// Conditions has Ready, the gateway's (the peer answers through the
+	// tunnel), and NetworkReady, the network controller's (the peering's
+	// network works, or why not).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -187,7 +199,12 @@ type Tunnel struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   TunnelSpec   `json:"spec,omitempty"`
+	Spec TunnelSpec `json:"spec,omitempty"`
+
+	// Written by server-side apply: a writer that drops all of its fields
+	// leaves a null status (kubernetes/kubernetes#117447).
+
+	// +nullable
 	Status TunnelStatus `json:"status,omitempty"`
 }
 

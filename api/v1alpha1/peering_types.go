@@ -54,7 +54,12 @@ type PeeringCredentials struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   PeeringCredentialsSpec   `json:"spec,omitempty"`
+	Spec PeeringCredentialsSpec `json:"spec,omitempty"`
+
+	// Written by server-side apply: a writer that drops all of its fields
+	// leaves a null status (kubernetes/kubernetes#117447).
+
+	// +nullable
 	Status PeeringCredentialsStatus `json:"status,omitempty"`
 }
 
@@ -111,7 +116,12 @@ type VirtualNode struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   VirtualNodeSpec   `json:"spec,omitempty"`
+	Spec VirtualNodeSpec `json:"spec,omitempty"`
+
+	// Written by server-side apply: a writer that drops all of its fields
+	// leaves a null status (kubernetes/kubernetes#117447).
+
+	// +nullable
 	Status VirtualNodeStatus `json:"status,omitempty"`
 }
 

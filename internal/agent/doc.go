@@ -11,9 +11,9 @@
 //   - ssa: status writes by server-side apply, one field manager per
 //     controller.
 //   - network: the network fabric's controllers, one per side (the
-//     consumer's tunnel to each provider and NetworkReady; the provider's
-//     answer to each consumer's NetworkPeering), rendering one gateway per
-//     Tunnel.
+//     consumer's tunnel to each provider; the provider's answer to each
+//     consumer's NetworkPeering), rendering one gateway per Tunnel and
+//     reporting the peering's network on it (NetworkReady).
 //   - ipam: the views of peers' pod CIDRs, pure.
 //   - gateway: offload-agent gateway, one per peering, in its own pod: the
 //     WireGuard device, the address translation, the tenant filter.

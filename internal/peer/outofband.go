@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
@@ -173,6 +174,11 @@ func (o *OutOfBandOptions) Run(ctx context.Context) error {
 	if err := o.applyForeignCluster(ctx, &fc, tokenChanged); err != nil {
 		return err
 	}
+	if !peered {
+		if err := o.ownTokenSecret(ctx, &fc); err != nil {
+			return err
+		}
+	}
 	if peered {
 		fmt.Fprintf(o.Out, "foreigncluster.offload.io/%s configured (already authenticated; the token was not needed)\n", o.Args.Name)
 	} else {
@@ -240,6 +246,32 @@ func (o *OutOfBandOptions) exists(ctx context.Context, secret string) (bool, err
 		return false, fmt.Errorf("reading Secret %s: %w", secret, err)
 	}
 	return true, nil
+}
+
+// ownTokenSecret makes fc an owner of the token Secret, so that the
+// Secret goes with the peering even when the agent does not remove it
+// (unpeer --force while the agent is down).
+func (o *OutOfBandOptions) ownTokenSecret(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) error {
+	var s corev1.Secret
+	err := o.client.Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: peering.PeerTokenSecretName(fc.Name)}, &s)
+	if apierrors.IsNotFound(err) {
+		return nil // spent and removed by the agent already
+	}
+	if err != nil {
+		return fmt.Errorf("reading the token Secret %s: %w", peering.PeerTokenSecretName(fc.Name), err)
+	}
+	before := s.DeepCopy()
+	if err := controllerutil.SetOwnerReference(fc, &s, o.client.Scheme()); err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(before.OwnerReferences, s.OwnerReferences) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+	if err := o.client.Patch(ctx, &s, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("making ForeignCluster %s the owner of the token Secret %s: %w", fc.Name, s.Name, err)
+	}
+	return nil
 }
 
 // applyTokenSecret creates or updates the token Secret, and tells whether

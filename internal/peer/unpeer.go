@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -220,37 +219,30 @@ func (o *UnpeerOptions) forceConsumer(ctx context.Context, steps *output.Steps, 
 	if err == nil {
 		return o.waitGone(ctx, steps, fc.UID)
 	}
-	// The agent is not doing it: remove the node, its Lease, the Secrets
-	// and the finalizers here.
-	return steps.Run("Removed the peering without the agent", func() error {
-		node := offloadv1alpha1.VirtualNodeName(o.Name)
-		objs := []client.Object{
-			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
-			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease}},
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName(o.Name), Namespace: o.namespace}},
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName(o.Name), Namespace: o.namespace}},
-		}
-		for _, obj := range objs {
-			if err := o.client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err)
-			}
-		}
+	// The agent is not doing it: remove its finalizers. The peering's
+	// parts are the ForeignCluster's (owner references): the garbage
+	// collector takes them, the virtual node, its Lease, the Secrets, the
+	// PeeringCredentials, the VirtualNode and the Tunnel.
+	if err := steps.Run("Removed the agent's finalizers (the garbage collector removes the rest)", func() error {
 		var cur offloadv1alpha1.ForeignCluster
-		if err := o.client.Get(ctx, types.NamespacedName{Name: o.Name}, &cur); err == nil {
-			patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
-			controllerutil.RemoveFinalizer(&cur, offloadv1alpha1.FinalizerUnpeer)
-			controllerutil.RemoveFinalizer(&cur, offloadv1alpha1.FinalizerVirtualNode)
-			if err := o.client.Patch(ctx, &cur, patch); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("removing the finalizers of ForeignCluster %s: %w", o.Name, err)
-			}
-		} else if !apierrors.IsNotFound(err) {
+		err := o.client.Get(ctx, types.NamespacedName{Name: o.Name}, &cur)
+		if apierrors.IsNotFound(err) || err == nil && cur.UID != fc.UID {
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("reading ForeignCluster %s: %w", o.Name, err)
 		}
-		return o.poll(ctx, func(ctx context.Context) (bool, error) {
-			err := o.client.Get(ctx, types.NamespacedName{Name: o.Name}, &offloadv1alpha1.ForeignCluster{})
-			return apierrors.IsNotFound(err), nil
-		})
-	})
+		patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(&cur, offloadv1alpha1.FinalizerUnpeer)
+		controllerutil.RemoveFinalizer(&cur, offloadv1alpha1.FinalizerVirtualNode)
+		if err := o.client.Patch(ctx, &cur, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("removing the finalizers of ForeignCluster %s: %w", o.Name, err)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("unpeering %s: %w", o.Name, err)
+	}
+	return o.waitGone(ctx, steps, fc.UID)
 }
 
 // unpeerProvider deletes the Tenant of consumer Name and waits until it and

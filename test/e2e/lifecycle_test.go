@@ -12,6 +12,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -276,27 +277,7 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 	}); err != nil {
 		t.Errorf("the provider's ForeignCluster %s is left after unpeer", consumer.Name)
 	}
-	for _, o := range []client.Object{
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
-		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName(a.Name), Namespace: installNS}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName(a.Name), Namespace: installNS}},
-	} {
-		if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
-			t.Errorf("%T %s is left on the consumer (err=%v)", o, o.GetName(), err)
-		}
-	}
-	// The peering's parts go with its ForeignCluster (garbage collection).
-	for _, o := range []client.Object{
-		&offloadv1alpha1.PeeringCredentials{ObjectMeta: metav1.ObjectMeta{Name: a.Name}},
-		&offloadv1alpha1.VirtualNode{ObjectMeta: metav1.ObjectMeta{Name: a.Name}},
-	} {
-		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			return apierrors.IsNotFound(ctrlClient(t, consumer).Get(ctx, client.ObjectKeyFromObject(o), o)), nil
-		}); err != nil {
-			t.Errorf("%T %s is left on the consumer after unpeer", o, o.GetName())
-		}
-	}
+	expectPeeringPartsGone(ctx, t, consumer, a.Name)
 	if _, err := provider.Kube.CoreV1().ServiceAccounts(tenant.Spec.TenantNamespace).Get(ctx, offloadv1alpha1.ConsumerServiceAccount, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the consumer's ServiceAccount is left on the provider (err=%v)", err)
 	}
@@ -307,6 +288,34 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 		t.Errorf("peering again with the spent token: err=%v, stderr %q; want a refusal saying it was used", err, errOut)
 	}
 	expectNoPeeringLeft(ctx, t, consumer, provider, a.Name)
+}
+
+// expectPeeringPartsGone waits until every part of the consumer's peering
+// with peer is gone: the virtual node and its Lease, the Secrets, and the
+// ForeignCluster's children, which go with it (garbage collection).
+func expectPeeringPartsGone(ctx context.Context, t *testing.T, consumer *framework.Cluster, peer string) {
+	t.Helper()
+	node := offloadv1alpha1.VirtualNodeName(peer)
+	tunnel := offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, peer)
+	for _, o := range []client.Object{
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName(peer), Namespace: installNS}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName(peer), Namespace: installNS}},
+		&offloadv1alpha1.PeeringCredentials{ObjectMeta: metav1.ObjectMeta{Name: peer}},
+		&offloadv1alpha1.VirtualNode{ObjectMeta: metav1.ObjectMeta{Name: peer}},
+		&offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Name: tunnel, Namespace: installNS}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.GatewayName(tunnel), Namespace: installNS}},
+	} {
+		var err error
+		_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			err = ctrlClient(t, consumer).Get(ctx, client.ObjectKeyFromObject(o), o)
+			return apierrors.IsNotFound(err), nil
+		})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s is left on the consumer after unpeer (err=%v)", o, o.GetName(), err)
+		}
+	}
 }
 
 // statusWriters are the field managers of obj's status.
@@ -323,16 +332,18 @@ func statusWriters(obj client.Object) []string {
 
 // expectOneWriterPerStatus checks who wrote the status of the peering's
 // objects: on both sides, only the summary controller wrote the
-// ForeignClusters' status (and the network controller, each side's, its
-// NetworkReady); each of the consumer's PeeringCredentials and VirtualNode
-// has one writer and is owned by the ForeignCluster.
+// ForeignClusters' status; each of the consumer's PeeringCredentials and
+// VirtualNode has one writer and is owned by the ForeignCluster; each
+// side's Tunnel has two, each with fields of its own: the gateway (the
+// data path) and the network controller (the peering's network, which
+// the ForeignCluster mirrors).
 func expectOneWriterPerStatus(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, peer string) {
 	t.Helper()
 	for _, side := range []struct {
 		c    *framework.Cluster
 		name string
 		want []string
-	}{{consumer, peer, []string{"offload-network", "offload-summary"}}, {provider, consumer.Name, []string{"offload-network", "offload-summary"}}} {
+	}{{consumer, peer, []string{"offload-summary"}}, {provider, consumer.Name, []string{"offload-summary"}}} {
 		var fc offloadv1alpha1.ForeignCluster
 		if err := ctrlClient(t, side.c).Get(ctx, client.ObjectKey{Name: side.name}, &fc); err != nil {
 			t.Errorf("reading ForeignCluster %s on %s: %v", side.name, side.c.Name, err)
@@ -340,6 +351,19 @@ func expectOneWriterPerStatus(ctx context.Context, t *testing.T, consumer, provi
 		}
 		if got := statusWriters(&fc); !slices.Equal(got, side.want) {
 			t.Errorf("the status of ForeignCluster %s on %s has writers %v, want %v", side.name, side.c.Name, got, side.want)
+		}
+	}
+	for _, side := range []struct {
+		c    *framework.Cluster
+		name string
+	}{{consumer, offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, peer)}, {provider, offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, consumer.Name)}} {
+		var tunnel offloadv1alpha1.Tunnel
+		if err := ctrlClient(t, side.c).Get(ctx, client.ObjectKey{Namespace: installNS, Name: side.name}, &tunnel); err != nil {
+			t.Errorf("reading Tunnel %s on %s: %v", side.name, side.c.Name, err)
+			continue
+		}
+		if got, want := statusWriters(&tunnel), []string{"offload-gateway", "offload-network"}; !slices.Equal(got, want) {
+			t.Errorf("the status of Tunnel %s on %s has writers %v, want %v", side.name, side.c.Name, got, want)
 		}
 	}
 	var fc offloadv1alpha1.ForeignCluster

@@ -190,6 +190,20 @@ func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
 	if errOut, err := outOfBand(t, consumer, a, "--timeout", "1m"); err != nil {
 		t.Errorf("running peer out-of-band again: %v\n%s", err, errOut)
 	}
+
+	// With the agent down, unpeer --force removes the agent's finalizers
+	// and nothing else: every part of the peering is the ForeignCluster's,
+	// and the garbage collector takes them.
+	t.Run("unpeer --force with the agent down", func(t *testing.T) {
+		scaleAgent(ctx, t, consumer, 0)
+		defer scaleAgent(ctx, t, consumer, 1)
+		out := mustOffload(t, consumer, "unpeer", a.Name, "--force", "--timeout", "2m")
+		t.Logf("unpeer --force:\n%s", out)
+		if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: a.Name}, &offloadv1alpha1.ForeignCluster{}); !apierrors.IsNotFound(err) {
+			t.Errorf("ForeignCluster %s is left (err=%v)", a.Name, err)
+		}
+		expectPeeringPartsGone(ctx, t, consumer, a.Name)
+	})
 }
 
 // expectVirtualNodeReady waits until the consumer's node offload-<name> is

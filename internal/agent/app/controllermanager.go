@@ -266,7 +266,7 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		// Both sides: the one writer of the ForeignClusters' status.
 		func(mgr ctrlmanager.Manager) error {
-			return (&summary.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+			return (&summary.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace}).SetupWithManager(mgr)
 		},
 		// Consumer side: authenticating to the providers it peers with.
 		func(mgr ctrlmanager.Manager) error {

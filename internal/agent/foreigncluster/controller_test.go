@@ -146,7 +146,7 @@ func (e *consumerEnv) reconcile(t *testing.T, name string) (ctrl.Result, error) 
 // controller writes from the PeeringCredentials this controller reports in.
 func (e *consumerEnv) foreignCluster(t *testing.T, name string) *offloadv1alpha1.ForeignCluster {
 	t.Helper()
-	if _, err := (&summary.Reconciler{Client: e.c}).Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}); err != nil {
+	if _, err := (&summary.Reconciler{Client: e.c, Namespace: e.namespace}).Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: name}}); err != nil {
 		t.Fatalf("summarizing ForeignCluster %s: %v", name, err)
 	}
 	var fc offloadv1alpha1.ForeignCluster

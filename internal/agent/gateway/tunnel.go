@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/ssa"
 	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
@@ -84,8 +85,12 @@ func TunnelStatus(st Status, generation int64, old offloadv1alpha1.TunnelStatus)
 		Implementation: string(st.Implementation), PublicKey: st.PublicKey, Endpoint: st.Endpoint,
 		RxBytes: st.RxBytes, TxBytes: st.TxBytes, Connected: st.Connected,
 		PathMTU: int32(st.PathMTU), MTU: int32(st.MTU),
-		Conditions:    append([]metav1.Condition(nil), old.Conditions...),
 		LastHandshake: old.LastHandshake,
+	}
+	// Ready is the gateway's one condition; the network controller writes
+	// NetworkReady, and its phase.
+	if ready := meta.FindStatusCondition(old.Conditions, offloadv1alpha1.ConditionReady); ready != nil {
+		out.Conditions = []metav1.Condition{*ready}
 	}
 	if !st.LastHandshake.IsZero() {
 		out.LastHandshake = &metav1.Time{Time: st.LastHandshake.Truncate(time.Second)}
@@ -169,6 +174,11 @@ func (ic *InCluster) Load(ctx context.Context) (*Config, error) {
 	return FromTunnel(t, ic.base)
 }
 
+// FieldManager is the field manager of what the gateway reports on its
+// Tunnel's status: everything but the network controller's phase and
+// NetworkReady.
+const FieldManager = "offload-gateway"
+
 // statusRefresh is how often an unchanged status is written anyway, so the
 // byte counters and the handshake stay current.
 const statusRefresh = 30 * time.Second
@@ -187,9 +197,7 @@ func (ic *InCluster) Report(ctx context.Context, st Status) error {
 	if sameExceptCounters(prev, want) && time.Since(at) < statusRefresh {
 		return nil
 	}
-	patch := client.MergeFrom(t.DeepCopy())
-	t.Status = want
-	if err := ic.client.Status().Patch(ctx, t, patch); err != nil {
+	if err := ssa.ApplyStatus(ctx, ic.client, t, want, FieldManager); err != nil {
 		return fmt.Errorf("writing the status of Tunnel %s: %w", ic.key, err)
 	}
 	ic.mu.Lock()

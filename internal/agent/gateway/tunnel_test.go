@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/ssa"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -103,6 +104,13 @@ func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
 		tunnel.Status.PathMTU != 1420 || tunnel.Status.LastHandshake == nil || ready == nil || ready.Status != metav1.ConditionTrue {
 		t.Errorf("Tunnel status: %+v", tunnel.Status)
 	}
+	// The network controller's report on the same status (phase and
+	// NetworkReady, its own fields) outlives the gateway's reports.
+	network := offloadv1alpha1.TunnelStatus{Phase: offloadv1alpha1.PhaseEstablished, Conditions: []metav1.Condition{{
+		Type: offloadv1alpha1.ConditionNetworkReady, Status: metav1.ConditionTrue, Reason: "TunnelConnected", LastTransitionTime: metav1.Now()}}}
+	if err := ssa.ApplyStatus(ctx, admin, tunnel, network, "offload-network"); err != nil {
+		t.Fatal(err)
+	}
 	st.Connected = false
 	if err := ic.Report(ctx, st); err != nil {
 		t.Fatal(err)
@@ -110,6 +118,9 @@ func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
 	_ = admin.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel)
 	if ready := meta.FindStatusCondition(tunnel.Status.Conditions, offloadv1alpha1.ConditionReady); ready == nil || ready.Reason != "Disconnected" {
 		t.Errorf("a lost tunnel is reported at once: %+v", tunnel.Status.Conditions)
+	}
+	if !meta.IsStatusConditionTrue(tunnel.Status.Conditions, offloadv1alpha1.ConditionNetworkReady) || tunnel.Status.Phase != offloadv1alpha1.PhaseEstablished {
+		t.Errorf("the gateway's report removed the network controller's: %+v", tunnel.Status)
 	}
 
 	// A gateway that replaces it (an upgrade) reports before its own first

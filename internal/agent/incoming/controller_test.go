@@ -30,7 +30,7 @@ func reconcile(t *testing.T, r *Reconciler, name string) {
 	if _, err := r.Reconcile(context.Background(), req); err != nil {
 		t.Fatalf("reconcile %s: %v", name, err)
 	}
-	if _, err := (&summary.Reconciler{Client: r.Client}).Reconcile(context.Background(), req); err != nil {
+	if _, err := (&summary.Reconciler{Client: r.Client, Namespace: "offload-system"}).Reconcile(context.Background(), req); err != nil {
 		t.Fatalf("summarize %s: %v", name, err)
 	}
 }

@@ -13,12 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/summary"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -89,6 +91,11 @@ func newProviderAlone(t *testing.T) *providerAlone {
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), node) })
 
 	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+		// The ForeignCluster's NetworkReady is the summary's mirror of
+		// the server Tunnel's.
+		if err := (&summary.Reconciler{Client: mgr.GetClient(), Namespace: p.pns}).SetupWithManager(mgr); err != nil {
+			return err
+		}
 		return (&ProviderReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: Settings{
 			Namespace: p.pns, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 			ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")},
@@ -244,10 +251,16 @@ func TestAProviderCannotSteerTheConsumersRoutes(t *testing.T) {
 	good := []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.80.0.0/16"}}
 	answer := func(podCIDRs []string, views []offloadv1alpha1.CIDRMapping) {
 		t.Helper()
-		must(t, w.admin.Get(ctx, client.ObjectKeyFromObject(np), np))
-		np.Status.PublicKey, np.Status.Endpoint, np.Status.PodCIDRs, np.Status.ConsumerViews = key.PublicKey().String(), "203.0.113.9:4500", podCIDRs, views
-		meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{Type: offloadv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Served", Message: "served"})
-		must(t, w.admin.Status().Update(ctx, np))
+		// The consumer writes the NetworkPeering meanwhile, as against a
+		// real provider: a conflict is retried.
+		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := w.admin.Get(ctx, client.ObjectKeyFromObject(np), np); err != nil {
+				return err
+			}
+			np.Status.PublicKey, np.Status.Endpoint, np.Status.PodCIDRs, np.Status.ConsumerViews = key.PublicKey().String(), "203.0.113.9:4500", podCIDRs, views
+			meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{Type: offloadv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Served", Message: "served"})
+			return w.admin.Status().Update(ctx, np)
+		}))
 	}
 	networkReady := func(reason string) *metav1.Condition {
 		t.Helper()

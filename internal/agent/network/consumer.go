@@ -25,8 +25,10 @@ import (
 // ConsumerControllerName names the consumer side's controller.
 const ConsumerControllerName = "network-consumer"
 
-// FieldManager is the field manager of the ForeignClusters' NetworkReady
-// condition and NETWORK column.
+// FieldManager is the field manager of the Tunnels' phase and
+// NetworkReady condition: the peering's network as a whole, which the
+// ForeignCluster's status mirrors. The gateway writes the rest of the
+// Tunnel's status.
 const FieldManager = "offload-network"
 
 // How often the consumer looks at its NetworkPeering on the provider, which
@@ -39,8 +41,8 @@ const (
 
 // ConsumerReconciler runs the network side of each outgoing peering: it
 // asks the provider for the tunnel through the NetworkPeering in its tenant
-// namespace, keeps the client Tunnel out-PROVIDER and its gateway, and owns
-// the ForeignCluster's NetworkReady condition and NETWORK column.
+// namespace, keeps the client Tunnel out-PROVIDER and its gateway, and
+// reports the peering's network on the Tunnel (phase and NetworkReady).
 type ConsumerReconciler struct {
 	Client client.Client
 	// Reader reads the identity, the gateway template and the gateway keys
@@ -76,22 +78,23 @@ func (r *ConsumerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	}
 	tunnel := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: r.Settings.Namespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, fc.Name)}}
 	if !fc.Spec.OutgoingPeering.Enabled || fc.Spec.Networking.Disabled {
+		// The ForeignCluster's status says networking is disabled, from
+		// its spec: there is no Tunnel to report on.
 		if err := r.Client.Delete(ctx, tunnel); client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, fmt.Errorf("deleting Tunnel %s: %w", klog.KObj(tunnel), err)
 		}
-		if !fc.Spec.OutgoingPeering.Enabled {
-			return reconcile.Result{}, nil
-		}
-		return reconcile.Result{}, setNetwork(ctx, r.Client, &fc, offloadv1alpha1.PhaseNone, metav1.Condition{Status: metav1.ConditionFalse, Reason: offloadv1alpha1.ReasonNetworkingDisabled,
-			Message: "networking is disabled for this peering (spec.networking.disabled): the clusters are expected to share a network already"})
+		return reconcile.Result{}, nil
 	}
-
-	phase, cond, err := r.connect(ctx, &fc, tunnel)
+	spec, err := r.ensureTunnel(ctx, &fc, tunnel)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	phase, cond, err := r.connect(ctx, &fc, tunnel, spec)
 	if err != nil {
 		phase, cond = offloadv1alpha1.PhasePending, metav1.Condition{Status: metav1.ConditionFalse, Reason: "Pending", Message: err.Error()}
 		klog.FromContext(ctx).V(1).Info("The network peering waits", "foreignCluster", fc.Name, "reason", err.Error())
 	}
-	if err := setNetwork(ctx, r.Client, &fc, phase, cond); err != nil {
+	if err := recordNetwork(ctx, r.Client, tunnel, phase, cond); err != nil {
 		return reconcile.Result{}, err
 	}
 	// The exchange is over once the tunnel is up and the MTU agreed (the
@@ -102,24 +105,32 @@ func (r *ConsumerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	return reconcile.Result{RequeueAfter: pollPending}, nil
 }
 
-// connect runs one step of the exchange and says where the network stands.
-func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, tunnel *offloadv1alpha1.Tunnel) (offloadv1alpha1.PeeringPhase, metav1.Condition, error) {
-	id, err := peering.ReadIdentity(ctx, r.Reader, r.Settings.Namespace)
-	if err != nil {
-		return "", metav1.Condition{}, err
-	}
+// ensureTunnel creates the client Tunnel, or keeps what this cluster
+// decides of it (identity, pod CIDRs, the filter) current, before the
+// exchange, which reports on it. It returns the spec as it then is.
+func (r *ConsumerReconciler) ensureTunnel(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, tunnel *offloadv1alpha1.Tunnel) (offloadv1alpha1.TunnelSpec, error) {
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); client.IgnoreNotFound(err) != nil {
-		return "", metav1.Condition{}, err
+		return offloadv1alpha1.TunnelSpec{}, err
 	}
 	spec := tunnel.Spec
 	spec.ClusterID, spec.ClusterName, spec.Role = fc.Spec.ClusterID, fc.Spec.ClusterName, offloadv1alpha1.TunnelClient
 	spec.LocalPodCIDRs = r.Settings.podCIDRStrings()
 	// The consumer's filter, from the Tunnel's first write: the gateway
 	// never runs without it (ConsumerFilterReconciler follows the pods).
+	var err error
 	if spec.AllowedDestinations, err = r.Settings.reachablePods(ctx, r.Client); err != nil {
-		return "", metav1.Condition{}, err
+		return offloadv1alpha1.TunnelSpec{}, err
 	}
 	if err := applyTunnelOwned(ctx, r.Client, tunnel, spec, fc); err != nil {
+		return offloadv1alpha1.TunnelSpec{}, err
+	}
+	return spec, nil
+}
+
+// connect runs one step of the exchange and says where the network stands.
+func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, tunnel *offloadv1alpha1.Tunnel, spec offloadv1alpha1.TunnelSpec) (offloadv1alpha1.PeeringPhase, metav1.Condition, error) {
+	id, err := peering.ReadIdentity(ctx, r.Reader, r.Settings.Namespace)
+	if err != nil {
 		return "", metav1.Condition{}, err
 	}
 	pub, err := gatewayKey(ctx, r.Client, r.Reader, r.Settings.Namespace, tunnel.Name, tunnel)
@@ -198,22 +209,22 @@ func tunnelPhase(t *offloadv1alpha1.Tunnel) (offloadv1alpha1.PeeringPhase, metav
 	}
 }
 
-// setNetwork writes fc's NetworkReady and NETWORK column when they change,
-// as their one writer (FieldManager): the summary controller writes the
-// rest of the status.
-func setNetwork(ctx context.Context, cl client.Client, fc *offloadv1alpha1.ForeignCluster, phase offloadv1alpha1.PeeringPhase, c metav1.Condition) error {
-	c.Type, c.ObservedGeneration = offloadv1alpha1.ConditionNetworkReady, fc.Generation
-	old := meta.FindStatusCondition(fc.Status.Conditions, c.Type)
-	if fc.Status.Network == phase && old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
+// recordNetwork writes the peering's network on Tunnel t, phase and
+// NetworkReady, when they change, as their one writer (FieldManager): the
+// ForeignCluster's status mirrors them.
+func recordNetwork(ctx context.Context, cl client.Client, t *offloadv1alpha1.Tunnel, phase offloadv1alpha1.PeeringPhase, c metav1.Condition) error {
+	c.Type, c.ObservedGeneration = offloadv1alpha1.ConditionNetworkReady, t.Generation
+	old := meta.FindStatusCondition(t.Status.Conditions, c.Type)
+	if t.Status.Phase == phase && old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message && old.ObservedGeneration == c.ObservedGeneration {
 		return nil
 	}
 	c.LastTransitionTime = metav1.Now()
 	if old != nil && old.Status == c.Status {
 		c.LastTransitionTime = old.LastTransitionTime
 	}
-	st := offloadv1alpha1.ForeignClusterStatus{Network: phase, Conditions: []metav1.Condition{c}}
-	if err := ssa.ApplyStatus(ctx, cl, fc, st, FieldManager); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("writing the network status of ForeignCluster %s: %w", fc.Name, err)
+	st := offloadv1alpha1.TunnelStatus{Phase: phase, Conditions: []metav1.Condition{c}}
+	if err := ssa.ApplyStatus(ctx, cl, t, st, FieldManager); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("writing the network status of Tunnel %s: %w", klog.KObj(t), err)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/summary"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -138,6 +139,11 @@ func newWorldOf(t *testing.T, consumerPool, providerPool, gatewayAddress string,
 			Providers: &providerclient.Set{Reader: mgr.GetAPIReader(), Namespace: cns}}
 		p := &ProviderReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Settings: Settings{Namespace: pns, PodCIDRs: pod, ServiceCIDRs: svc, Pools: []netip.Prefix{netip.MustParsePrefix(providerPool)}, GatewayServiceType: corev1.ServiceTypeNodePort, GatewayAddress: gatewayAddress}}
+		// The ForeignCluster's NetworkReady is the summary's mirror of
+		// the Tunnel's.
+		if err := (&summary.Reconciler{Client: mgr.GetClient(), Namespace: cns}).SetupWithManager(mgr); err != nil {
+			return err
+		}
 		if err := c.SetupWithManager(mgr); err != nil || !withProvider {
 			return err
 		}

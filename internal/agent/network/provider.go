@@ -171,7 +171,7 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if err != nil {
 		log.Error(err, "Serving the network peering", "networkPeering", klog.KObj(&np))
 	}
-	return reconcile.Result{}, r.mirror(ctx, np.Spec.ClusterID, tunnel, refusedHere(ready, &np, consumer))
+	return reconcile.Result{}, r.record(ctx, tunnel, refusedHere(ready, &np, consumer))
 }
 
 // refusedHere is what the provider shows of a refused announcement: its
@@ -190,43 +190,55 @@ func refusedHere(ready metav1.Condition, np *offloadv1alpha1.NetworkPeering, con
 	return nil
 }
 
-// mirror shows the server tunnel on the consumer's ForeignCluster here:
-// NetworkReady and the NETWORK column, or refused, the refusal. When this
-// cluster also consumes that peer, the consumer side owns them.
-func (r *ProviderReconciler) mirror(ctx context.Context, consumerID string, tunnel *offloadv1alpha1.Tunnel, refused *metav1.Condition) error {
-	var fcs offloadv1alpha1.ForeignClusterList
-	if err := r.Client.List(ctx, &fcs); err != nil {
-		return err
+// record reports the consumer's network on the server Tunnel, phase and
+// NetworkReady, which the ForeignCluster of the consumer here mirrors: the
+// refusal of an announcement, when one side refuses, else what the
+// gateway reports. A Tunnel serve could not write (no Tunnel yet) has no
+// report.
+func (r *ProviderReconciler) record(ctx context.Context, tunnel *offloadv1alpha1.Tunnel, refused *metav1.Condition) error {
+	if tunnel.UID == "" {
+		return nil
 	}
-	for i := range fcs.Items {
-		fc := &fcs.Items[i]
-		if fc.Spec.ClusterID != consumerID || fc.Spec.OutgoingPeering.Enabled || !fc.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if refused != nil {
-			return setNetwork(ctx, r.Client, fc, offloadv1alpha1.PhaseFailed, *refused)
-		}
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		phase, c, _ := tunnelPhase(tunnel)
-		return setNetwork(ctx, r.Client, fc, phase, c)
+	if refused != nil {
+		return recordNetwork(ctx, r.Client, tunnel, offloadv1alpha1.PhaseFailed, *refused)
 	}
-	return nil
+	phase, c, _ := tunnelPhase(tunnel)
+	return recordNetwork(ctx, r.Client, tunnel, phase, c)
 }
 
 // serve brings the Tunnel, the gateway and the NetworkPeering's status in
 // line, and says how ready the answer is.
 func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.NetworkPeering, consumer string, tunnel *offloadv1alpha1.Tunnel) (metav1.Condition, error) {
-	if err := validSpec(np.Spec); err != nil {
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "InvalidSpec", Message: err.Error()}, nil
+	// The consumer's Tenant owns the Tunnel: when the tenant goes, even
+	// while this agent is down, the gateway goes too.
+	var tenant offloadv1alpha1.Tenant
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: consumer}, &tenant); err != nil {
+		return metav1.Condition{}, fmt.Errorf("reading the Tenant of consumer %s: %w", consumer, err)
+	}
+	if tenant.Spec.ClusterID != np.Spec.ClusterID {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "InvalidSpec",
+			Message: fmt.Sprintf("clusterID %s is not the one of this tenant", np.Spec.ClusterID)}, nil
 	}
 	allowed, err := r.tenantPods(ctx, np.Spec.ClusterID)
 	if err != nil {
 		return metav1.Condition{}, err
 	}
+	// The Tunnel exists from the first answer, refused or not: the
+	// network's report on it is what the consumer's ForeignCluster here
+	// shows. Until an announcement is accepted it has no peer, so no
+	// gateway.
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); client.IgnoreNotFound(err) != nil {
 		return metav1.Condition{}, err
+	}
+	if tunnel.UID == "" {
+		spec := offloadv1alpha1.TunnelSpec{ClusterID: np.Spec.ClusterID, ClusterName: consumer, Role: offloadv1alpha1.TunnelServer,
+			LocalPodCIDRs: r.Settings.podCIDRStrings(), AllowedDestinations: allowed}
+		if err := applyTunnelOwned(ctx, r.Client, tunnel, spec, &tenant); err != nil {
+			return metav1.Condition{}, err
+		}
+	}
+	if err := validSpec(np.Spec); err != nil {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "InvalidSpec", Message: err.Error()}, nil
 	}
 	if bad := r.Settings.checkPeerCIDRs(tunnel, np.Spec.PodCIDRs, "consumer "+consumer); bad != nil {
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: bad.reason, Message: bad.message}, nil
@@ -240,16 +252,6 @@ func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.Netw
 		ClusterID: np.Spec.ClusterID, ClusterName: consumer, Role: offloadv1alpha1.TunnelServer,
 		PeerPublicKey: np.Spec.PublicKey, MTU: agreedMTU(np.Spec.MTU, tunnel.Status.PathMTU),
 		LocalPodCIDRs: r.Settings.podCIDRStrings(), Mappings: mappings, AllowedDestinations: allowed,
-	}
-	// The consumer's Tenant owns the Tunnel: when the tenant goes, even
-	// while this agent is down, the gateway goes too.
-	var tenant offloadv1alpha1.Tenant
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: consumer}, &tenant); err != nil {
-		return metav1.Condition{}, fmt.Errorf("reading the Tenant of consumer %s: %w", consumer, err)
-	}
-	if tenant.Spec.ClusterID != np.Spec.ClusterID {
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "InvalidSpec",
-			Message: fmt.Sprintf("clusterID %s is not the one of this tenant", np.Spec.ClusterID)}, nil
 	}
 	err = applyTunnelOwned(ctx, r.Client, tunnel, spec, &tenant)
 	allocated()

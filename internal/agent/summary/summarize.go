@@ -21,6 +21,12 @@ type Inputs struct {
 	VirtualNode *offloadv1alpha1.VirtualNodeStatus
 	// Tenant says the peer consumes this cluster: its Tenant is there.
 	Tenant bool
+	// NetworkingDisabled is spec.networking.disabled.
+	NetworkingDisabled bool
+	// Tunnel is the status of the peering's Tunnel, nil when there is
+	// none: on a consumer, the client Tunnel the ForeignCluster owns; on a
+	// provider only, the server Tunnel of the peer's tenant.
+	Tunnel *offloadv1alpha1.TunnelStatus
 }
 
 // mirrored maps the children's conditions to the ForeignCluster's.
@@ -33,11 +39,12 @@ var (
 		offloadv1alpha1.ConditionReady:     offloadv1alpha1.ConditionVirtualNodeReady,
 		offloadv1alpha1.ConditionOfferRead: offloadv1alpha1.ConditionOutgoingPeering,
 	}
+	fromTunnel = map[string]string{
+		offloadv1alpha1.ConditionNetworkReady: offloadv1alpha1.ConditionNetworkReady,
+	}
 )
 
-// Summarize computes the part of a ForeignCluster's status this
-// controller owns: everything but NetworkReady and the NETWORK column,
-// which the network controller writes.
+// Summarize computes a ForeignCluster's status.
 func Summarize(in Inputs) offloadv1alpha1.ForeignClusterStatus {
 	prev := in.Previous
 	if prev == nil {
@@ -74,6 +81,16 @@ func Summarize(in Inputs) offloadv1alpha1.ForeignClusterStatus {
 		if vs.LastSeen != nil && (out.LastSeen == nil || out.LastSeen.Before(vs.LastSeen)) {
 			out.LastSeen = vs.LastSeen
 		}
+	}
+	switch {
+	case in.Outgoing && in.NetworkingDisabled:
+		out.Network = offloadv1alpha1.PhaseNone
+		out.Conditions = append(out.Conditions, transition(prev, metav1.Condition{Type: offloadv1alpha1.ConditionNetworkReady,
+			Status: metav1.ConditionFalse, Reason: offloadv1alpha1.ReasonNetworkingDisabled,
+			Message: "networking is disabled for this peering (spec.networking.disabled): the clusters are expected to share a network already"}))
+	case in.Tunnel != nil:
+		mirror(in.Tunnel.Conditions, fromTunnel)
+		out.Network = in.Tunnel.Phase
 	}
 	recorded := meta.FindStatusCondition(prev.Conditions, offloadv1alpha1.ConditionIncomingPeering) != nil
 	switch {
@@ -113,10 +130,15 @@ func transition(prev *offloadv1alpha1.ForeignClusterStatus, c metav1.Condition) 
 // Equal reports whether have already says what want says, in the fields
 // Summarize computes.
 func Equal(have, want *offloadv1alpha1.ForeignClusterStatus) bool {
-	if have.Role != want.Role || have.Outgoing != want.Outgoing || have.Incoming != want.Incoming || have.Auth != want.Auth ||
+	if have.Role != want.Role || have.Outgoing != want.Outgoing || have.Network != want.Network || have.Incoming != want.Incoming || have.Auth != want.Auth ||
 		have.ObservedTokenID != want.ObservedTokenID || have.APIServerURL != want.APIServerURL ||
 		!equality.Semantic.DeepEqual(have.LastSeen, want.LastSeen) || !equality.Semantic.DeepEqual(have.CredentialExpiry, want.CredentialExpiry) ||
 		!equality.Semantic.DeepEqual(have.ProviderPolicy, want.ProviderPolicy) {
+		return false
+	}
+	// The summary is the status's one writer: a condition it does not
+	// compute (a child dropped it, or an earlier release wrote it) goes.
+	if len(have.Conditions) != len(want.Conditions) {
 		return false
 	}
 	for _, w := range want.Conditions {
@@ -125,16 +147,5 @@ func Equal(have, want *offloadv1alpha1.ForeignClusterStatus) bool {
 			return false
 		}
 	}
-	// A mirrored condition whose child dropped it goes too.
-	gone := func(t string) bool {
-		return meta.FindStatusCondition(have.Conditions, t) != nil && meta.FindStatusCondition(want.Conditions, t) == nil
-	}
-	for _, types := range []map[string]string{fromCredentials, fromVirtualNode} {
-		for _, t := range types {
-			if gone(t) {
-				return false
-			}
-		}
-	}
-	return !gone(offloadv1alpha1.ConditionIncomingPeering)
+	return true
 }

@@ -89,12 +89,47 @@ func TestTheChildrenAreMirroredWithTheirReasons(t *testing.T) {
 	if !Equal(&got, &got) {
 		t.Error("a summary differs from itself")
 	}
-	if !Equal(&got, func() *offloadv1alpha1.ForeignClusterStatus {
+	for name, stale := range map[string]func(s *offloadv1alpha1.ForeignClusterStatus){
+		"another NETWORK column": func(s *offloadv1alpha1.ForeignClusterStatus) { s.Network = offloadv1alpha1.PhaseEstablished },
+		"a condition no child reports": func(s *offloadv1alpha1.ForeignClusterStatus) {
+			s.Conditions = append(s.Conditions, cond("Stale", metav1.ConditionTrue, "Old"))
+		},
+	} {
 		s := got.DeepCopy()
-		s.Network = offloadv1alpha1.PhaseEstablished
-		return s
-	}()) {
-		t.Error("the network controller's fields make the summary look stale")
+		stale(s)
+		if Equal(s, &got) {
+			t.Errorf("a status with %s looks current", name)
+		}
+	}
+}
+
+func TestTheNetworkIsTheTunnelsOrDisabledBySpec(t *testing.T) {
+	tunnel := &offloadv1alpha1.TunnelStatus{Phase: offloadv1alpha1.PhaseFailed, Conditions: []metav1.Condition{
+		cond(offloadv1alpha1.ConditionReady, metav1.ConditionFalse, offloadv1alpha1.ReasonTunnelWaiting),
+		cond(offloadv1alpha1.ConditionNetworkReady, metav1.ConditionFalse, "RefusedPodCIDRs"),
+	}}
+	tests := []struct {
+		name   string
+		in     Inputs
+		phase  offloadv1alpha1.PeeringPhase
+		reason string
+	}{
+		{"no Tunnel: no network reported", Inputs{Outgoing: true}, "", ""},
+		{"the Tunnel's report, not its gateway's Ready", Inputs{Outgoing: true, Tunnel: tunnel}, offloadv1alpha1.PhaseFailed, "RefusedPodCIDRs"},
+		{"a provider's report on its server Tunnel", Inputs{Tenant: true, Tunnel: tunnel}, offloadv1alpha1.PhaseFailed, "RefusedPodCIDRs"},
+		{"disabled by the spec", Inputs{Outgoing: true, NetworkingDisabled: true, Tunnel: tunnel}, offloadv1alpha1.PhaseNone, offloadv1alpha1.ReasonNetworkingDisabled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Summarize(tt.in)
+			c := meta.FindStatusCondition(got.Conditions, offloadv1alpha1.ConditionNetworkReady)
+			if got.Network != tt.phase || (c == nil) != (tt.reason == "") || c != nil && c.Reason != tt.reason {
+				t.Errorf("NETWORK %q, NetworkReady %+v; want %q, reason %q", got.Network, c, tt.phase, tt.reason)
+			}
+			if meta.FindStatusCondition(got.Conditions, offloadv1alpha1.ConditionReady) != nil {
+				t.Error("the gateway's Ready leaked into the ForeignCluster")
+			}
+		})
 	}
 }
 

@@ -7,6 +7,9 @@
 //     server and the peering token the status answers;
 //   - VirtualNode (the virtual node's runtime): VirtualNodeReady and
 //     OutgoingPeering, the OUTGOING column, the provider's policy;
+//   - Tunnel (the network controller): NetworkReady and the NETWORK
+//     column, from the consumer's client Tunnel, or on a provider only,
+//     from the server Tunnel of the peer's tenant;
 //   - Tenant, on a provider (the auth service): IncomingPeering and the
 //     INCOMING column.
 //
@@ -17,10 +20,12 @@ package summary
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -41,6 +46,8 @@ const (
 // Reconciler writes the ForeignClusters' status from their children.
 type Reconciler struct {
 	Client client.Client
+	// Namespace is the install namespace, where the Tunnels are.
+	Namespace string
 }
 
 // SetupWithManager registers the reconciler with mgr.
@@ -52,11 +59,24 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&offloadv1alpha1.VirtualNode{}).
 		// A consumer's Tenant is named after it, as its ForeignCluster is.
 		Watches(&offloadv1alpha1.Tenant{}, &handler.EnqueueRequestForObject{}).
+		// Tunnels are named after the peer too: out-PEER, in-PEER.
+		Watches(&offloadv1alpha1.Tunnel{}, handler.EnqueueRequestsFromMapFunc(peerOfTunnel)).
 		Complete(r)
+}
+
+// peerOfTunnel maps a Tunnel to the ForeignCluster of its peer.
+func peerOfTunnel(_ context.Context, o client.Object) []ctrl.Request {
+	for _, role := range []offloadv1alpha1.TunnelRole{offloadv1alpha1.TunnelClient, offloadv1alpha1.TunnelServer} {
+		if peer, ok := strings.CutPrefix(o.GetName(), offloadv1alpha1.TunnelName(role, "")); ok {
+			return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: peer}}}
+		}
+	}
+	return nil
 }
 
 // +kubebuilder:rbac:groups=offload.io,resources=foreignclusters/status,verbs=get;patch
 // +kubebuilder:rbac:groups=offload.io,resources=peeringcredentials;virtualnodes;tenants,verbs=get;list;watch
+// +kubebuilder:rbac:groups=offload.io,resources=tunnels,verbs=get;list;watch,namespace=offload-system
 
 // Reconcile writes the status of ForeignCluster req.Name.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -85,7 +105,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// A Tenant of the same name stands for this peer only if its cluster
 	// ID is the peer's.
 	in.Tenant = t.UID != "" && t.DeletionTimestamp.IsZero() && t.Spec.ClusterID == fc.Spec.ClusterID
-	in.Outgoing = fc.Spec.OutgoingPeering.Enabled
+	in.Outgoing, in.NetworkingDisabled = fc.Spec.OutgoingPeering.Enabled, fc.Spec.Networking.Disabled
+	var err error
+	if in.Tunnel, err = r.tunnel(ctx, &fc, in.Outgoing); err != nil {
+		return ctrl.Result{}, err
+	}
 	want := Summarize(in)
 	if Equal(&fc.Status, &want) {
 		return ctrl.Result{}, nil
@@ -94,6 +118,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("writing the status of ForeignCluster %s: %w", fc.Name, err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// tunnel is the status of fc's Tunnel, nil when there is none: when this
+// cluster consumes the peer, the client Tunnel fc owns; else the server
+// Tunnel of the peer's tenant, if it serves that peer (its cluster ID).
+func (r *Reconciler) tunnel(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, outgoing bool) (*offloadv1alpha1.TunnelStatus, error) {
+	role := offloadv1alpha1.TunnelServer
+	if outgoing {
+		role = offloadv1alpha1.TunnelClient
+	}
+	t := &offloadv1alpha1.Tunnel{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: offloadv1alpha1.TunnelName(role, fc.Name)}, t)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t.Spec.Role != role || t.Spec.ClusterID != fc.Spec.ClusterID || outgoing && !metav1.IsControlledBy(t, fc) {
+		return nil, nil
+	}
+	return &t.Status, nil
 }
 
 // get reads the cluster-scoped object name into obj; obj stays empty when

@@ -41,8 +41,9 @@ func TestTheSummaryIsTheOneWriterOfTheForeignClustersStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), fc) })
+	ns := framework.NewNamespace(t, c, "offload")
 	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
-		return (&Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+		return (&Reconciler{Client: mgr.GetClient(), Namespace: ns}).SetupWithManager(mgr)
 	})
 
 	// The children, each written by its own field manager, as the
@@ -89,6 +90,31 @@ func TestTheSummaryIsTheOneWriterOfTheForeignClustersStatus(t *testing.T) {
 		got := get(ctx)
 		return got != nil && meta.IsStatusConditionTrue(got.Status.Conditions, offloadv1alpha1.ConditionVirtualNodeReady) &&
 			got.Status.Outgoing == offloadv1alpha1.PhaseEstablished
+	})
+
+	// The network: the client Tunnel's report, written by the network
+	// controller beside its gateway's, reaches the summary alone.
+	tunnel := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, name)},
+		Spec: offloadv1alpha1.TunnelSpec{ClusterID: id, ClusterName: name, Role: offloadv1alpha1.TunnelClient, LocalPodCIDRs: []string{"10.244.0.0/16"}}}
+	if err := controllerutil.SetControllerReference(fc, tunnel, c.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, tunnel); err != nil {
+		t.Fatal(err)
+	}
+	gateway := offloadv1alpha1.TunnelStatus{Connected: true, Conditions: []metav1.Condition{cond(offloadv1alpha1.ConditionReady, metav1.ConditionTrue, "Connected")}}
+	network := offloadv1alpha1.TunnelStatus{Phase: offloadv1alpha1.PhaseEstablished,
+		Conditions: []metav1.Condition{cond(offloadv1alpha1.ConditionNetworkReady, metav1.ConditionTrue, offloadv1alpha1.ReasonTunnelConnected)}}
+	if err := ssa.ApplyStatus(ctx, c, tunnel, gateway, "offload-gateway"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ssa.ApplyStatus(ctx, c, tunnel, network, "offload-network"); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 20*time.Second, "NetworkReady follows the Tunnel", func(ctx context.Context) bool {
+		got := get(ctx)
+		return got != nil && meta.IsStatusConditionTrue(got.Status.Conditions, offloadv1alpha1.ConditionNetworkReady) &&
+			got.Status.Network == offloadv1alpha1.PhaseEstablished
 	})
 	if m := statusManagers(get(ctx)); len(m) != 1 || !m[FieldManager] {
 		t.Errorf("the ForeignCluster's status has managers %v, want %s alone", m, FieldManager)

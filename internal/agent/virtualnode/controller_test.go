@@ -114,7 +114,7 @@ func newPeering(t *testing.T, opts ...peeringOption) *testPeering {
 		opt(t, admin, providerName)
 	}
 	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
-		if err := (&summary.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		if err := (&summary.Reconciler{Client: mgr.GetClient(), Namespace: install}).SetupWithManager(mgr); err != nil {
 			return err
 		}
 		return (&Reconciler{Client: mgr.GetClient(), Namespace: install, PollInterval: 500 * time.Millisecond}).SetupWithManager(mgr)
