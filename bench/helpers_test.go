@@ -1,17 +1,13 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -89,57 +84,31 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 	p := &pair{consumer: clusters[0], provider: clusters[1], bin: bin}
 	fmt.Printf("BenchmarkOffload %s: clusters up with %d fake provider nodes: %s; %s", mode.name, fakeNodes, time.Since(start).Round(time.Millisecond), mode.describe())
 
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i, c := range clusters {
-		wg.Go(func() {
-			// P1-P5 measure the control plane as before the fabric
-			// existed; P6 (make bench-network) measures the fabric.
-			args := []string{"install", "--cluster-name", c.Name, "--timeout", "3m", "--api-server-url", c.PeerAPIServerURL(), "--network=false"}
-			for _, v := range []string{
-				"image.repository=registry.local/offload/offload-agent",
-				"image.tag=test",
-				"image.pullPolicy=Never",
-				`controllerManager.nodeSelector.offload\.io/test-node=real`,
-				`auth.nodeSelector.offload\.io/test-node=real`,
-				"sharingPercentage=100",
-				"controllerManager.resources.limits.memory=" + agentMemoryLimit,
-				"controllerManager.resources.limits.cpu=" + agentCPULimit,
-			} {
-				args = append(args, "--set", v)
-			}
-			if m := os.Getenv(schedulingEnv); m != "" {
-				args = append(args, "--set", "webhook.mode="+m)
-			}
-			if os.Getenv("OFFLOAD_BENCH_PROFILE") != "" {
-				args = append(args, "--set", "controllerManager.pprofBindAddress=:"+strconv.Itoa(agentPprofPort))
-			}
-			_, errs[i] = p.offload(ctx, c, args...)
-		})
+	// P1-P5 measure the control plane as before the fabric existed; P6
+	// (make bench-network) measures the fabric.
+	install := []string{"--network=false"}
+	for _, v := range []string{
+		"sharingPercentage=100",
+		"controllerManager.resources.limits.memory=" + agentMemoryLimit,
+		"controllerManager.resources.limits.cpu=" + agentCPULimit,
+	} {
+		install = append(install, "--set", v)
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
+	if m := os.Getenv(schedulingEnv); m != "" {
+		install = append(install, "--set", "webhook.mode="+m)
 	}
-	for _, c := range clusters {
-		for _, component := range []string{"controller-manager", "auth"} {
-			if err := waitPodsReady(ctx, c, installNS, "app.kubernetes.io/component="+component, 1); err != nil {
-				b.Fatal(err)
-			}
-		}
+	if os.Getenv("OFFLOAD_BENCH_PROFILE") != "" {
+		install = append(install, "--set", "controllerManager.pprofBindAddress=:"+strconv.Itoa(agentPprofPort))
+	}
+	// The peered-pair fixture, in two halves: the provider's real node is
+	// cordoned between them.
+	if err := framework.InstallPair(ctx, p.consumer, p.provider, framework.PairOptions{Bin: bin, Install: install}); err != nil {
+		b.Fatal(err)
 	}
 	// Every benchmark pod, direct or remote, goes to a fake node.
 	cordon := []byte(`{"spec":{"unschedulable":true}}`)
 	if _, err := p.provider.Kube.CoreV1().Nodes().Patch(ctx, p.provider.Node.Name, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {
 		b.Fatalf("cordoning the provider's real node: %v", err)
-	}
-	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, string) {
-		_, err := p.provider.Kube.CoreV1().Secrets(installNS).Get(ctx, offloadv1alpha1.AuthCASecret, metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	}); err != nil {
-		b.Fatalf("waiting for the provider's auth CA: %v", err)
 	}
 	p.peer(ctx, b, maxPods)
 	p.namespaces(ctx, b)
@@ -153,21 +122,13 @@ func (p *pair) peer(ctx context.Context, b *testing.B, maxPods int) {
 	b.Helper()
 	// The provider lends its fake nodes, which are tainted as the local
 	// clusters' are, to the consumer.
-	doc, err := p.offload(ctx, p.provider, "peer", "generate", "-o", "json", "--toleration", framework.FakeNodeTolerationFlag)
+	pp, err := framework.PeerPair(ctx, p.consumer, p.provider, framework.PairOptions{Bin: p.bin, Generate: []string{"--toleration", framework.FakeNodeTolerationFlag}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	var pc peer.PeerCommand
-	if err := json.Unmarshal([]byte(doc), &pc); err != nil {
-		b.Fatalf("peer generate -o json: %v", err)
-	}
-	a := peer.PeerCommandArgs{Name: pc.Name, AuthURL: pc.AuthURL, ClusterID: pc.ClusterID, AuthToken: pc.AuthToken, CACertHash: pc.CACertHash}
-	args := append(strings.Fields(strings.TrimPrefix(a.Command(), "kubectl offload ")), "--timeout", "3m")
-	start := time.Now()
-	if _, err := p.offload(ctx, p.consumer, args...); err != nil {
-		b.Fatal(err)
-	}
-	returned := time.Since(start)
+	// P3 counts from the start of peer out-of-band, not of peer generate.
+	returned := pp.OutOfBand
+	start := time.Now().Add(-returned)
 	if err := poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, string) {
 		nodes, err := p.consumer.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: virtualNodeLabel})
 		if err != nil || len(nodes.Items) != 1 {
@@ -223,15 +184,7 @@ func (p *pair) namespaces(ctx context.Context, b *testing.B) {
 
 // offload runs the built kubectl-offload binary against c.
 func (p *pair) offload(ctx context.Context, c *framework.Cluster, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(p.bin, "kubectl-offload"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("kubectl offload %s on %s: %w\n%s", strings.Join(args, " "), c.Name, err, errOut.String())
-	}
-	return out.String(), nil
+	return framework.Offload(ctx, p.bin, c, args...)
 }
 
 // poll checks cond every 250 ms until it holds or timeout passes; the

@@ -63,13 +63,9 @@ IMAGES="$("${WORK}/bin/conformance" images -dir "${WORK}/images" -agnhost "${BIN
 
 KUBECTL="${BIN}/kubectl"
 OFFLOAD="${ROOT}/bin/kubectl-offload"
-# As in the demo: the agent image imported into the real nodes, and its pods pinned to them.
-AGENT=(--set image.repository=registry.local/offload/offload-agent --set image.tag=test --set image.pullPolicy=Never
-  --set 'controllerManager.nodeSelector.offload\.io/test-node=real' --set 'auth.nodeSelector.offload\.io/test-node=real'
-  --set 'network.gateway.nodeSelector.offload\.io/test-node=real'
-  # The provider lends all its free capacity, not half: the tests run 4 at
-  # once, and a pod without requests counts 100m CPU against the offer.
-  --set sharingPercentage=100)
+# The provider lends all its free capacity, not half: the tests run 4 at
+# once, and a pod without requests counts 100m CPU against the offer.
+AGENT=(--set sharingPercentage=100)
 
 teardown() {
   log "removing the conformance clusters"
@@ -78,20 +74,15 @@ teardown() {
 trap teardown EXIT
 
 start=$(date +%s)
-declare -A KUBECONFIGS
-while read -r name kubeconfig apiserver; do
-  KUBECONFIGS[${name}]="${kubeconfig}"
-  "${OFFLOAD}" --kubeconfig "${kubeconfig}" install --cluster-name "${name}" --api-server-url "${apiserver}" "${AGENT[@]}" >/dev/null
-  "${OFFLOAD}" --kubeconfig "${kubeconfig}" status --wait --timeout 3m >/dev/null
-  log "kubectl-offload installed on ${name}"
+# As the demo and the e2e tests: the agent from the test image on the real
+# nodes, and the consumer peered with the provider (framework.StartPeeredPair).
 # No fake nodes: the provider runs every pod on its real node.
-done < <(go run ./hack/local-clusters up -workdir "${CLUSTERS}" -fake-nodes 0 -images "${IMAGES}" consumer provider)
+clusters="$(go run ./hack/local-clusters up -workdir "${CLUSTERS}" -fake-nodes 0 -images "${IMAGES}" --install --peer "${AGENT[@]}" consumer provider)"
+declare -A KUBECONFIGS
+while read -r name kubeconfig _; do
+  KUBECONFIGS[${name}]="${kubeconfig}"
+done <<<"${clusters}"
 CONSUMER="${KUBECONFIGS[consumer]}"
-PROVIDER="${KUBECONFIGS[provider]}"
-command="$("${OFFLOAD}" --kubeconfig "${PROVIDER}" peer generate)"
-read -ra args <<<"${command#kubectl offload }"
-"${OFFLOAD}" --kubeconfig "${CONSUMER}" "${args[@]}" >/dev/null
-"${KUBECTL}" --kubeconfig "${CONSUMER}" wait node offload-provider --for=condition=Ready --timeout 2m >/dev/null
 # The consumer's own node takes no new pod: a test pod that escaped the
 # virtual node would stay Pending and fail its test.
 "${KUBECTL}" --kubeconfig "${CONSUMER}" cordon -l offload.io/test-node=real >/dev/null

@@ -28,40 +28,32 @@ hack/setup.sh
 make --no-print-directory build >/dev/null
 KUBECTL="${OFFLOAD_CACHE_DIR:-${ROOT}/.cache}/bin/kubectl"
 OFFLOAD="${ROOT}/bin/kubectl-offload"
-# The agent image imported into the real nodes, and its pods pinned to them.
-AGENT=(--set image.repository=registry.local/offload/offload-agent --set image.tag=test --set image.pullPolicy=Never
-  --set 'controllerManager.nodeSelector.offload\.io/test-node=real' --set 'auth.nodeSelector.offload\.io/test-node=real'
-  # The network fabric is on by default: install detects the same pod CIDR
-  # on both sides (10.244.0.0/16, kind's and kubeadm's default), so every
-  # flow between the clusters is translated.
-  --set 'network.gateway.nodeSelector.offload\.io/test-node=real')
 
-STEP="starting the local clusters"
+# The peered pair, as the e2e tests, the conformance runner and the
+# benchmarks start theirs (framework.StartPeeredPair): kubectl-offload
+# installed on both clusters with the agent from the test image on their
+# real nodes, and the consumer peered with the provider as a user does,
+# peer generate on the provider, the printed command on the consumer. The
+# network fabric is on by default: install detects the same pod CIDR on
+# both sides (10.244.0.0/16, kind's and kubeadm's default), so every flow
+# between the clusters is translated. The provider lends its real node:
+# its fake nodes (kwok) run no container, and are tainted so that nothing
+# lands there by mistake.
+STEP="starting, installing and peering the local clusters"
+step "${STEP}"
+clusters="$(go run ./hack/local-clusters up --install --peer --generate-flags "--node-selector offload.io/test-node=real" consumer provider)"
 declare -A KUBECONFIGS
-while read -r name kubeconfig apiserver; do
-  step "${name} (export KUBECONFIG=${kubeconfig})"
+while read -r name kubeconfig _; do
   KUBECONFIGS[${name}]="${kubeconfig}"
-  "${KUBECTL}" --kubeconfig "${kubeconfig}" get nodes -o wide
-  # The API server as the other cluster's pods reach it.
-  "${OFFLOAD}" --kubeconfig "${kubeconfig}" install --cluster-name "${name}" --api-server-url "${apiserver}" "${AGENT[@]}"
-  "${OFFLOAD}" --kubeconfig "${kubeconfig}" status --wait --timeout 3m >/dev/null
-  "${KUBECTL}" --kubeconfig "${kubeconfig}" -n offload-system get pods -o wide
-done < <(go run ./hack/local-clusters up consumer provider)
-
-CONSUMER="${KUBECONFIGS[consumer]}"
-PROVIDER="${KUBECONFIGS[provider]}"
-step "peering: the provider prints a command, the consumer runs it"
-# The provider lends its real node: its fake nodes (kwok) run no
-# container, and are tainted so that nothing lands there by mistake.
-if "${KUBECTL}" --kubeconfig "${CONSUMER}" get foreigncluster provider >/dev/null 2>&1; then
-  echo "(already peered)"
-else
-  command="$("${OFFLOAD}" --kubeconfig "${PROVIDER}" peer generate --node-selector offload.io/test-node=real)"
-  echo "${command}" | sed -E 's/(--auth-token )[^ ]+/\1<redacted>/'
-  read -ra args <<<"${command#kubectl offload }"
-  "${OFFLOAD}" --kubeconfig "${CONSUMER}" "${args[@]}"
-fi
-"${KUBECTL}" --kubeconfig "${CONSUMER}" get nodes
+done <<<"${clusters}"
+CONSUMER="${KUBECONFIGS[consumer]:-}"
+PROVIDER="${KUBECONFIGS[provider]:-}"
+require "kubeconfig of the consumer" "${CONSUMER}"; require "kubeconfig of the provider" "${PROVIDER}"
+for name in consumer provider; do
+  step "${name} (export KUBECONFIG=${KUBECONFIGS[${name}]})"
+  "${KUBECTL}" --kubeconfig "${KUBECONFIGS[${name}]}" get nodes -o wide
+  "${KUBECTL}" --kubeconfig "${KUBECONFIGS[${name}]}" -n offload-system get pods -o wide
+done
 
 step "offloading namespace demo, and a Deployment of 6 replicas spread over the local and virtual nodes"
 "${KUBECTL}" --kubeconfig "${CONSUMER}" create namespace demo --dry-run=client -o yaml | "${KUBECTL}" --kubeconfig "${CONSUMER}" apply -f -

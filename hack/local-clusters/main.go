@@ -4,6 +4,11 @@
 // kubeconfig and the API server URL its peers use (tab-separated).
 //
 //	go run ./hack/local-clusters up [--flavour kubeadm|k3s] [--fake-nodes N] [--taint-fake-nodes=false] [--real-node=false] [--metrics-server=false] [--images A.tar,B.tar] [NAME ...]   (default: consumer provider)
+//	go run ./hack/local-clusters up --install [--peer] [--set K=V ...] [--generate-flags "..."] CONSUMER PROVIDER
+//	    also installs kubectl-offload (bin/kubectl-offload, the agent from
+//	    the test image) on both and, with --peer, peers CONSUMER with
+//	    PROVIDER (framework.InstallPair, then PeerPair unless CONSUMER is
+//	    peered already): the fixture the e2e tests and the benchmarks use.
 //	go run ./hack/local-clusters down [NAME ...]                  (default: every cluster)
 package main
 
@@ -21,6 +26,10 @@ import (
 	"syscall"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -51,6 +60,12 @@ func run(ctx context.Context, args []string) error {
 	isolated := fs.Bool("isolated", true, "Isolate the clusters as separate machines: only node addresses and API servers reach across, not pods (up only; needs --real-node).")
 	flavour := fs.String("flavour", "kubeadm", "The distribution the clusters imitate: kubeadm (kubeadm's and kind's defaults) or k3s (kine over SQLite, k3s's CIDRs, node metadata and kubeconfig at https://127.0.0.1:6443; one cluster per machine, needs --real-node) (up only).")
 	images := fs.String("images", "", "More image archives, comma-separated, to import into the real nodes beside the standard test images (up only).")
+	install := fs.Bool("install", false, "Install kubectl-offload on both clusters, CONSUMER and PROVIDER, with the agent from the test image on their real nodes (up only).")
+	peer := fs.Bool("peer", false, "Peer CONSUMER with PROVIDER as a user does, peer generate and the command it prints (up only; implies --install).")
+	bin := fs.String("bin", "bin", "The directory holding the kubectl-offload binary (make build) for --install.")
+	generateFlags := fs.String("generate-flags", "", "More flags of peer generate, space-separated, for --peer.")
+	var sets []string
+	fs.Func("set", "A chart value K=V for --install; repeat it.", func(v string) error { sets = append(sets, "--set", v); return nil })
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -79,7 +94,14 @@ func run(ctx context.Context, args []string) error {
 			}
 			o.Images = append(slices.Collect(maps.Values(archives)), strings.Split(*images, ",")...)
 		}
-		return up(ctx, env, names, o)
+		if err := up(ctx, env, names, o); err != nil || !*install && !*peer {
+			return err
+		}
+		if len(names) != 2 {
+			return fmt.Errorf("--install and --peer take two clusters, CONSUMER PROVIDER, not %d", len(names))
+		}
+		return installAndPeer(ctx, env, names, *peer, framework.PairOptions{Bin: *bin, Install: sets, Generate: strings.Fields(*generateFlags),
+			Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, " ✓ "+format+"\n", args...) }})
 	case "down":
 		if len(names) == 0 {
 			names = env.Names()
@@ -92,6 +114,42 @@ func run(ctx context.Context, args []string) error {
 		return errors.Join(errs...)
 	}
 	return fmt.Errorf("unknown action %q: use up or down", args[0])
+}
+
+// installAndPeer installs kubectl-offload on the two clusters and, with
+// peer, peers the first with the second, unless it is peered already.
+func installAndPeer(ctx context.Context, env *framework.Env, names []string, peer bool, o framework.PairOptions) error {
+	consumer, err := env.Open(ctx, names[0])
+	if err != nil {
+		return err
+	}
+	provider, err := env.Open(ctx, names[1])
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := framework.InstallPair(ctx, consumer, provider, o); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, " ✓ installed kubectl-offload on %s and %s in %s\n", consumer.Name, provider.Name, time.Since(start).Round(time.Millisecond))
+	if !peer {
+		return nil
+	}
+	c, err := client.New(consumer.Config, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return err
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: provider.Name}, &offloadv1alpha1.ForeignCluster{}); err == nil {
+		fmt.Fprintf(os.Stderr, " ✓ %s is already peered with %s\n", consumer.Name, provider.Name)
+		return nil
+	}
+	p, err := framework.PeerPair(ctx, consumer, provider, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, " ✓ %s peered with %s: virtual node %s Ready in %s\n", consumer.Name, provider.Name,
+		"offload-"+p.Peer.Name, p.OutOfBand.Round(time.Millisecond))
+	return nil
 }
 
 // up starts the clusters that are not running yet; running ones are reused.

@@ -15,22 +15,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// agentValues point the chart at the agent image imported into the real
-// node, and pin the agent's pods, gateways included, to that node.
-func agentValues() []string {
-	var out []string
-	for _, v := range []string{
-		"image.repository=registry.local/offload/offload-agent",
-		"image.tag=test",
-		"image.pullPolicy=Never",
-		`controllerManager.nodeSelector.offload\.io/test-node=real`,
-		`auth.nodeSelector.offload\.io/test-node=real`,
-		`network.gateway.nodeSelector.offload\.io/test-node=real`,
-	} {
-		out = append(out, "--set", v)
-	}
-	return out
-}
+// agentValues are the install flags that run the agent under test on the
+// real nodes: the fixture's (framework.AgentValues).
+func agentValues() []string { return framework.AgentValues() }
 
 // installAgent installs kubectl-offload with its agent running as pods on the real node.
 func installAgent(t *testing.T, c *framework.Cluster, extra ...string) {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,16 +116,12 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute+2*(frozenOutage(t)-defaultFrozenOutage))
 	defer cancel()
 	// The agents log at the highest verbosity: expectNoSecretInLogs reads them.
-	consumer, provider := peerableClusters(ctx, t,
+	pair := peeredClustersWith(ctx, t,
+		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
+		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true}, nil,
 		"--set", "auth.credentialExpirationSeconds="+strconv.FormatInt(int64(credentialLifetime/time.Second), 10),
 		"--set", "logVerbosity=10")
-
-	a := generate(t, provider)
-	start := time.Now()
-	if errOut, err := outOfBand(t, consumer, a, "--timeout", "2m"); err != nil {
-		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
-	}
-	t.Logf("peer out-of-band to VirtualNodeReady: %s", time.Since(start).Round(time.Millisecond))
+	consumer, provider, a := pair.Consumer, pair.Provider, peerArgs(pair.Peer)
 	node := "offload-" + a.Name
 	var tenant offloadv1alpha1.Tenant
 	if err := ctrlClient(t, provider).Get(ctx, client.ObjectKey{Name: consumer.Name}, &tenant); err != nil {
@@ -253,7 +249,7 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 	}
 
 	// unpeer: the credentials stop working at once, and nothing is left.
-	start = time.Now()
+	start := time.Now()
 	if out := mustOffload(t, consumer, "unpeer", a.Name); !strings.Contains(out, "unpeered "+a.Name) {
 		t.Errorf("unpeer printed %q", out)
 	}

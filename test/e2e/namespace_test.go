@@ -39,11 +39,12 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 	t.Cleanup(func() { expectHostRestored(t, before) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	consumer, provider := peerableClusters(ctx, t)
 	// The provider lets this consumer keep its namespaces' names.
-	if errOut, err := outOfBand(t, consumer, generate(t, provider, "--allow-same-name-namespaces"), "--timeout", "2m"); err != nil {
-		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
-	}
+	pair := peeredClustersWith(ctx, t,
+		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
+		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
+		[]string{"--allow-same-name-namespaces"})
+	consumer, provider := pair.Consumer, pair.Provider
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
 
 	// Bad input: a clear error, and nothing is written.

@@ -63,15 +63,13 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	defer cancel()
 	// Isolated as separate machines: only node addresses and API servers
 	// reach across. Every pod really runs.
-	consumer, provider := peerableClustersWith(ctx, t,
+	pair := peeredClustersWith(ctx, t,
 		// Two real nodes on the consumer: a client on the node without the
 		// gateway goes through the fabric's route to the gateway's node.
 		framework.ClusterOptions{Name: "consumer", RealNode: true, ExtraRealNodes: 1, Isolated: true},
-		framework.ClusterOptions{Name: "provider", RealNode: true, Isolated: true})
-	start := time.Now()
-	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
-		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
-	}
+		framework.ClusterOptions{Name: "provider", RealNode: true, Isolated: true}, nil)
+	consumer, provider := pair.Consumer, pair.Provider
+	start := time.Now().Add(-pair.OutOfBand)
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
 
 	// One command: the tunnel comes up with the peering.

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -99,21 +98,35 @@ func peerableClustersWith(ctx context.Context, t *testing.T, consumerOpts, provi
 
 // installPeerable installs the agent with extra on a consumer and a
 // provider at once, each advertising the API server URL peers reach, and
-// waits until the agent pods are Ready and the provider's auth CA exists.
+// waits until the agent pods are Ready and the provider's auth CA exists:
+// the first half of the peered-pair fixture (framework.InstallPair).
 func installPeerable(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, extra ...string) {
 	t.Helper()
-	var wg sync.WaitGroup
-	for _, c := range []*framework.Cluster{consumer, provider} {
-		wg.Go(func() {
-			installAgent(t, c, append([]string{"--api-server-url", c.PeerAPIServerURL()}, extra...)...)
-		})
+	start := time.Now()
+	if err := framework.InstallPair(ctx, consumer, provider, framework.PairOptions{Bin: binDir, Install: extra}); err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	for _, c := range []*framework.Cluster{consumer, provider} {
-		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
-		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
+	t.Logf("kubectl offload install on %s and %s, agents Ready: %s", consumer.Name, provider.Name, time.Since(start).Round(time.Millisecond))
+}
+
+// peeredClustersWith starts a consumer and a provider and peers them with
+// the peered-pair fixture (framework.StartPeeredPair): install with extra,
+// peer generate with generateArgs, and the printed command, which returns
+// once the virtual node is Ready.
+func peeredClustersWith(ctx context.Context, t *testing.T, consumerOpts, providerOpts framework.ClusterOptions, generateArgs []string, extra ...string) *framework.PeeredPair {
+	t.Helper()
+	clusters := framework.StartClusters(t, consumerOpts, providerOpts)
+	p, err := framework.StartPeeredPair(ctx, clusters[0], clusters[1], framework.PairOptions{Bin: binDir, Install: extra, Generate: generateArgs})
+	if err != nil {
+		t.Fatal(err)
 	}
-	waitCASecret(ctx, t, provider)
+	t.Logf("peer out-of-band to node offload-%s Ready: %s", p.Peer.Name, p.OutOfBand.Round(time.Millisecond))
+	return p
+}
+
+// peerArgs are the flags of the command the fixture ran.
+func peerArgs(pc framework.PeerCommand) peer.PeerCommandArgs {
+	return peer.PeerCommandArgs{Name: pc.Name, AuthURL: pc.AuthURL, ClusterID: pc.ClusterID, AuthToken: pc.AuthToken, CACertHash: pc.CACertHash}
 }
 
 func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {

@@ -3,11 +3,13 @@
 // Ready while the provider serves it, and whose pods run in the provider.
 //
 // The Reconciler (controller.go) is thin: it decides whether a peer's
-// runtime runs and with which credentials. The runtime (runtime.go) runs
-// the peer's named steps, each restarted on its own: the node controller
-// (node.go, provider.go), the pod controller with its podreflection.Handler,
-// whose own loops collect orphans and renew tokens, and object reflection
-// (pods.go).
+// runtime runs and with which credentials. The runtime (runtime.go) builds
+// every client of the provider once, when it starts, and runs the peer's
+// named steps, each restarted on its own: the node (node.go, in three
+// phases: wait for the offer, register, follow; provider.go is its
+// virtual-kubelet NodeProvider), the pod controller with its
+// podreflection.Handler, whose own loops collect orphans and renew tokens,
+// and object reflection (pods.go).
 package virtualnode
 
 import (
@@ -172,18 +174,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if !fc.DeletionTimestamp.IsZero() || !fc.Spec.OutgoingPeering.Enabled {
-		if err := r.remove(ctx, fc.Name); err != nil {
-			return ctrl.Result{}, err
-		}
-		if controllerutil.RemoveFinalizer(&fc, offloadv1alpha1.FinalizerVirtualNode) {
-			if err := r.Client.Update(ctx, &fc); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, fmt.Errorf("removing finalizer %s: %w", offloadv1alpha1.FinalizerVirtualNode, err)
-			}
-		}
-		if fc.DeletionTimestamp.IsZero() && meta.FindStatusCondition(r.conditions(ctx, fc.Name), offloadv1alpha1.ConditionOfferRead) != nil {
-			return ctrl.Result{}, r.setStatus(ctx, fc.Name, metav1.ConditionFalse, metav1.ConditionFalse, ReasonDisabled, "outgoing peering is disabled", false)
-		}
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.disable(ctx, &fc)
 	}
 	var pc offloadv1alpha1.PeeringCredentials
 	if err := r.Client.Get(ctx, req.NamespacedName, &pc); client.IgnoreNotFound(err) != nil {
@@ -220,13 +211,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// running clients use it from their next request on.
 		return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
 	}
-	rt, err := newRuntime(&fc, creds, key, tunnelAddresses(r.Reader, r.Namespace, fc.Name, networked))
+	rt, err := newRuntime(&fc, creds, key, tunnelAddresses(r.Reader, r.Namespace, fc.Name, networked), r.Client.Scheme(), r.pollInterval())
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	r.stop(fc.Name)
 	r.start(ctx, rt, r.steps(rt))
 	return ctrl.Result{RequeueAfter: secretCheckInterval}, nil
+}
+
+// disable removes the virtual node of fc, which is deleted or no longer
+// consumes its peer, and lets fc go.
+func (r *Reconciler) disable(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) error {
+	if err := r.remove(ctx, fc.Name); err != nil {
+		return err
+	}
+	if controllerutil.RemoveFinalizer(fc, offloadv1alpha1.FinalizerVirtualNode) {
+		if err := r.Client.Update(ctx, fc); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("removing finalizer %s: %w", offloadv1alpha1.FinalizerVirtualNode, err)
+		}
+	}
+	if fc.DeletionTimestamp.IsZero() && meta.FindStatusCondition(r.conditions(ctx, fc.Name), offloadv1alpha1.ConditionOfferRead) != nil {
+		return r.setStatus(ctx, fc.Name, metav1.ConditionFalse, metav1.ConditionFalse, ReasonDisabled, "outgoing peering is disabled", false)
+	}
+	return nil
 }
 
 // remove stops the runtime of name and deletes its node and Lease.

@@ -11,17 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/version"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/providerclient"
 )
 
 // nodeFailed records on the VirtualNode that the node controller of p
@@ -36,48 +31,75 @@ func (r *Reconciler) nodeFailed(ctx context.Context, p *peer, err error) {
 	}
 }
 
-// runNode waits for the offer, starts the virtual-kubelet node controller
-// and follows the offer, pinging the provider, until ctx is cancelled or
-// the controller fails. The offer is watched, so a new one shows at once;
-// the ping every poll interval tells whether the provider still answers.
+// runNode runs the peer's virtual node until ctx is cancelled or the node
+// controller fails, in three phases: wait for the provider's offer,
+// register the node with virtual-kubelet's node controller, and follow the
+// offer and the provider's health. The offer is watched, so a new one
+// shows at once; a read every poll interval tells whether the provider
+// still answers.
 func (r *Reconciler) runNode(ctx context.Context, peer *peer) error {
-	fc := peer.fc
-	p, err := r.newProvider(ctx, fc, peer.creds)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p, err := r.newProvider(ctx, peer)
 	if err != nil {
 		return err
 	}
-	p.policy = &peer.policy
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	interval := r.pollInterval()
 	offers := make(chan *offloadv1alpha1.ResourceOffer, 1)
 	go p.follow(ctx, offers, interval)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 
+	offer, err := r.waitForOffer(ctx, peer, p, offers, ticker.C)
+	if err != nil || offer == nil {
+		return err
+	}
+	nc, err := r.register(ctx, peer, p, offer)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cancel()
+		<-nc.Done()
+	}()
+	return r.followOffer(ctx, peer, p, nc, offer, offers, ticker.C)
+}
+
+// waitForOffer reads the provider's ResourceOffer until there is one,
+// which the provider publishes right after it made the tenant. It returns
+// nil when ctx ends first.
+func (r *Reconciler) waitForOffer(ctx context.Context, peer *peer, p *offerProvider, offers <-chan *offloadv1alpha1.ResourceOffer, tick <-chan time.Time) (*offloadv1alpha1.ResourceOffer, error) {
 	offer, err := p.read(ctx)
 	for err != nil {
 		if !apierrors.IsNotFound(err) {
-			return err
+			return nil, err
 		}
-		// The provider publishes the offer right after the tenant is made.
-		if err := r.setStatus(ctx, fc.Name, metav1.ConditionUnknown, metav1.ConditionUnknown, ReasonStarting,
+		if err := r.setStatus(ctx, peer.fc.Name, metav1.ConditionUnknown, metav1.ConditionUnknown, ReasonStarting,
 			"waiting for the provider to publish ResourceOffer "+p.offer.String(), false); err != nil {
-			return err
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return nil, nil
 		case offer = <-offers:
 			err = nil
-		case <-ticker.C:
+		case <-tick:
 			offer, err = p.read(ctx)
 		}
 	}
 	p.observe(offer)
-	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionUnknown, ReasonStarting, "starting virtual node "+offloadv1alpha1.VirtualNodeName(fc.Name), false); err != nil {
-		return err
+	return offer, nil
+}
+
+// register starts virtual-kubelet's node controller for the peer's node,
+// with the offer's resources, and returns it once the node is registered.
+// The node controller stops with ctx.
+func (r *Reconciler) register(ctx context.Context, peer *peer, p *offerProvider, offer *offloadv1alpha1.ResourceOffer) (*node.NodeController, error) {
+	fc, name := peer.fc, peer.node()
+	if err := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionUnknown, ReasonStarting, "starting virtual node "+name, false); err != nil {
+		return nil, err
 	}
+	interval := r.pollInterval()
 	nc, err := node.NewNodeController(p, newNode(fc, p.endpoint, offer.Spec.Resources), r.Kube.CoreV1().Nodes(),
 		node.WithNodeEnableLeaseV1(r.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease), 0),
 		node.WithNodePingInterval(interval),
@@ -91,60 +113,68 @@ func (r *Reconciler) runNode(ctx context.Context, peer *peer) error {
 			return err
 		}))
 	if err != nil {
-		return fmt.Errorf("creating the node controller of %q: %w", offloadv1alpha1.VirtualNodeName(fc.Name), err)
+		return nil, fmt.Errorf("creating the node controller of %q: %w", name, err)
 	}
-	defer func() {
-		cancel()
-		<-nc.Done()
-	}()
 	go func() { _ = nc.Run(ctx) }()
 	select {
 	case <-nc.Ready():
+		return nc, nil
 	case <-nc.Done():
-		return fmt.Errorf("registering virtual node %q: %w", offloadv1alpha1.VirtualNodeName(fc.Name), nc.Err())
+		return nil, fmt.Errorf("registering virtual node %q: %w", name, nc.Err())
 	}
-	var unreachable error // what the last ping said
-	r.healthy(ctx, fc, p, offer, &unreachable)
+}
+
+// followOffer keeps the registered node in line with the offer and the
+// provider's health until ctx ends or the node controller stops.
+func (r *Reconciler) followOffer(ctx context.Context, peer *peer, p *offerProvider, nc *node.NodeController, offer *offloadv1alpha1.ResourceOffer,
+	offers <-chan *offloadv1alpha1.ResourceOffer, tick <-chan time.Time) error {
+	var unreachable error // what the last read said
+	r.healthy(ctx, peer.fc, p, offer, &unreachable)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-nc.Done():
-			return fmt.Errorf("running virtual node %q: %w", offloadv1alpha1.VirtualNodeName(fc.Name), errors.Join(nc.Err(), errors.New("the node controller stopped")))
+			return fmt.Errorf("running virtual node %q: %w", peer.node(), errors.Join(nc.Err(), errors.New("the node controller stopped")))
 		case offer := <-offers:
 			if unreachable == nil {
-				r.healthy(ctx, fc, p, offer, &unreachable)
+				r.healthy(ctx, peer.fc, p, offer, &unreachable)
 			}
-		case <-ticker.C:
+		case <-tick:
 			offer, err := p.read(ctx)
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return nil
-			}
-			if err == nil {
-				r.healthy(ctx, fc, p, offer, &unreachable)
-				continue
-			}
-			if unreachable == nil {
-				// NotReady at once: the node controller stops renewing the
-				// Lease too, but kube-controller-manager would take its
-				// node-monitor-grace-period to notice.
-				if notify := p.notifier(); notify != nil {
-					notify(nodeWithHealth(fc, p.endpoint, p.current(), err))
-				}
-			}
-			unreachable = err
-			// An Unauthorized answer sets CredentialsAccepted=False: the
-			// credentials controller, which watches the VirtualNode, asks
-			// the provider whether the credentials were revoked then.
-			reason := ReasonProviderUnreachable
-			if apierrors.IsUnauthorized(err) {
-				reason = offloadv1alpha1.ReasonUnauthorized
-			}
-			if setErr := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionFalse, reason,
-				err.Error()+"; the virtual node is NotReady until the provider answers again", false); setErr != nil {
-				log.FromContext(ctx).Info("Cannot update the VirtualNode status", "error", setErr.Error())
+			case err == nil:
+				r.healthy(ctx, peer.fc, p, offer, &unreachable)
+			default:
+				r.unhealthy(ctx, peer.fc, p, err, &unreachable)
 			}
 		}
+	}
+}
+
+// unhealthy records a failed read of the offer: the node is NotReady at
+// once, and the VirtualNode says why. The node controller stops renewing
+// the Lease too, but kube-controller-manager would take its
+// node-monitor-grace-period to notice.
+func (r *Reconciler) unhealthy(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, p *offerProvider, err error, unreachable *error) {
+	if *unreachable == nil {
+		if notify := p.notifier(); notify != nil {
+			notify(nodeWithHealth(fc, p.endpoint, p.current(), err))
+		}
+	}
+	*unreachable = err
+	// An Unauthorized answer sets CredentialsAccepted=False: the
+	// credentials controller, which watches the VirtualNode, asks the
+	// provider whether the credentials were revoked then.
+	reason := ReasonProviderUnreachable
+	if apierrors.IsUnauthorized(err) {
+		reason = offloadv1alpha1.ReasonUnauthorized
+	}
+	if setErr := r.setStatus(ctx, fc.Name, metav1.ConditionTrue, metav1.ConditionFalse, reason,
+		err.Error()+"; the virtual node is NotReady until the provider answers again", false); setErr != nil {
+		log.FromContext(ctx).Info("Cannot update the VirtualNode status", "error", setErr.Error())
 	}
 }
 
@@ -164,38 +194,29 @@ func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	}
 }
 
-// newProvider builds the NodeProvider reading the offer with creds.
-func (r *Reconciler) newProvider(ctx context.Context, fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials) (*offerProvider, error) {
-	// No client-wide timeout: it would cut the watch of the offer. Reads
-	// are bounded by readTimeout instead.
-	cfg := creds.Config()
-	p := &offerProvider{offer: types.NamespacedName{Namespace: creds.Namespace, Name: fc.Spec.ClusterName}, readTimeout: r.pollInterval()}
-	remote, err := client.NewWithWatch(cfg, client.Options{Scheme: r.Client.Scheme()})
-	if err != nil {
-		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)
-	}
-	p.remote = remote
-	if p.endpoint, err = r.endpoint(ctx, offloadv1alpha1.VirtualNodeName(fc.Name)); err != nil {
+// newProvider builds the NodeProvider of the peer's node, over the
+// runtime's client of the offer: where the node's kubelet API is, and the
+// provider's version, which the node reports.
+func (r *Reconciler) newProvider(ctx context.Context, peer *peer) (*offerProvider, error) {
+	p := &offerProvider{remote: peer.offers, policy: &peer.policy, readTimeout: r.pollInterval(),
+		offer: types.NamespacedName{Namespace: peer.creds.Namespace, Name: peer.fc.Spec.ClusterName}}
+	var err error
+	if p.endpoint, err = r.endpoint(ctx, peer.node()); err != nil {
 		return nil, err
 	}
-	p.endpoint.version = r.providerVersion(fc, cfg)
+	p.endpoint.version = providerVersion(peer)
 	return p, nil
 }
 
 // providerVersion asks the provider's API server for its Kubernetes
 // version, which the virtual node reports as its kubelet version, as a
 // real node reports its own. It returns "" when the provider does not answer.
-func (r *Reconciler) providerVersion(fc *offloadv1alpha1.ForeignCluster, cfg *rest.Config) string {
-	cfg = rest.CopyConfig(cfg)
-	cfg.Timeout = r.pollInterval()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+func providerVersion(peer *peer) string {
+	v, err := peer.discovery.ServerVersion()
 	if err == nil {
-		var v *version.Info
-		if v, err = dc.ServerVersion(); err == nil {
-			return v.GitVersion
-		}
+		return v.GitVersion
 	}
-	log.Log.Info("Cannot read the provider's Kubernetes version", "foreignCluster", klog.KObj(fc), "error", err.Error())
+	log.Log.Info("Cannot read the provider's Kubernetes version", "foreignCluster", klog.KObj(peer.fc), "error", err.Error())
 	return ""
 }
 

@@ -14,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -66,69 +68,25 @@ const DefaultPodWorkers = 32
 // started: the agent reads Secrets only in offloaded namespaces, never
 // cluster-wide.
 func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) error {
-	p := rt.peer
-	logger := log.FromContext(ctx)
-	consumerID, err := r.consumerClusterID(ctx)
-	if err != nil {
-		return err
-	}
-	consumer := r.podsKube()
-	name := p.node()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	name := rt.peer.node()
 	versions := &podreflection.PodVersions{}
-	onNode := informers.NewSharedInformerFactoryWithOptions(consumer, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	onNode := informers.NewSharedInformerFactoryWithOptions(r.podsKube(), 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
 	}), informers.WithTransform(versions.Transform))
 	pods := onNode.Core().V1().Pods()
 	versions.Store = pods.Informer().GetStore()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: consumer.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.podsKube().CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	h, err := podreflection.New(podreflection.Options{
-		Provider:           p.provider,
-		Consumer:           consumer,
-		ConsumerReader:     r.Client,
-		LocalPods:          pods.Lister(),
-		ConsumerClusterID:  consumerID,
-		ProviderClusterID:  p.fc.Spec.ClusterID,
-		VirtualNodeName:    name,
-		VirtualNodeLabels:  newNode(p.fc, endpoint{}, nil).Labels,
-		NodeIP:             r.NodeIP,
-		Addresses:          p.addresses,
-		Policy:             p.providerPolicy,
-		TokenRenewInterval: r.TokenRenewInterval,
-		// The provider's events of a remote pod, on its consumer pod, from
-		// "provider/NAME": correlated and rate-limited per pod.
-		Events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "provider/" + p.fc.Name, Host: name}),
-		Logger: logger.WithName("pods"),
-	})
+	h, err := r.newPodHandler(ctx, rt.peer, pods.Lister(), broadcaster)
 	if err != nil {
 		return err
 	}
-	if err := h.Start(ctx); err != nil {
-		return fmt.Errorf("watching the remote pods on provider %s: %w", p.fc.Name, err)
-	}
-	unstarted := informers.NewSharedInformerFactory(consumer, 0)
-	pc, err := node.NewPodController(node.PodControllerConfig{
-		PodClient:                 consumer.CoreV1(),
-		PodInformer:               pods,
-		EventRecorder:             warningsOnly{broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name})},
-		Provider:                  h,
-		ConfigMapInformer:         unstarted.Core().V1().ConfigMaps(),
-		SecretInformer:            unstarted.Core().V1().Secrets(),
-		ServiceInformer:           unstarted.Core().V1().Services(),
-		SkipDownwardAPIResolution: true,
-		// virtual-kubelet's default limiter lets 10 pods a second through
-		// once a burst of 100 is spent, on every enqueue, not only retries:
-		// a 1000-replica Deployment would take a minute and a half to start.
-		// The clients' rate limits (reflectionQPS) protect the API servers.
-		SyncPodsFromKubernetesRateLimiter:    queueRateLimiter(),
-		DeletePodsFromKubernetesRateLimiter:  queueRateLimiter(),
-		SyncPodStatusFromProviderRateLimiter: queueRateLimiter(),
-	})
+	pc, err := r.newPodController(name, h, pods, broadcaster)
 	if err != nil {
-		return fmt.Errorf("creating the pod controller of %q: %w", name, err)
+		return err
 	}
 	onNode.Start(ctx.Done())
 	defer onNode.Shutdown()
@@ -157,6 +115,68 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	case <-pc.Done():
 		return fmt.Errorf("running the pod controller of %q: %w", name, errors.Join(pc.Err(), errors.New("the pod controller stopped")))
 	}
+}
+
+// newPodHandler builds the peer's podreflection.Handler over the pods of
+// its virtual node, and starts its watch of the remote pods.
+func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods corelisters.PodLister, broadcaster record.EventBroadcaster) (*podreflection.Handler, error) {
+	consumerID, err := r.consumerClusterID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := p.node()
+	h, err := podreflection.New(podreflection.Options{
+		Provider:           p.provider,
+		Consumer:           r.podsKube(),
+		ConsumerReader:     r.Client,
+		LocalPods:          pods,
+		ConsumerClusterID:  consumerID,
+		ProviderClusterID:  p.fc.Spec.ClusterID,
+		VirtualNodeName:    name,
+		VirtualNodeLabels:  newNode(p.fc, endpoint{}, nil).Labels,
+		NodeIP:             r.NodeIP,
+		Addresses:          p.addresses,
+		Policy:             p.providerPolicy,
+		TokenRenewInterval: r.TokenRenewInterval,
+		// The provider's events of a remote pod, on its consumer pod, from
+		// "provider/NAME": correlated and rate-limited per pod.
+		Events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "provider/" + p.fc.Name, Host: name}),
+		Logger: log.FromContext(ctx).WithName("pods"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Start(ctx); err != nil {
+		return nil, fmt.Errorf("watching the remote pods on provider %s: %w", p.fc.Name, err)
+	}
+	return h, nil
+}
+
+// newPodController builds virtual-kubelet's PodController of node name
+// over h.
+func (r *Reconciler) newPodController(name string, h *podreflection.Handler, pods coreinformers.PodInformer, broadcaster record.EventBroadcaster) (*node.PodController, error) {
+	unstarted := informers.NewSharedInformerFactory(r.podsKube(), 0)
+	pc, err := node.NewPodController(node.PodControllerConfig{
+		PodClient:                 r.podsKube().CoreV1(),
+		PodInformer:               pods,
+		EventRecorder:             warningsOnly{broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name})},
+		Provider:                  h,
+		ConfigMapInformer:         unstarted.Core().V1().ConfigMaps(),
+		SecretInformer:            unstarted.Core().V1().Secrets(),
+		ServiceInformer:           unstarted.Core().V1().Services(),
+		SkipDownwardAPIResolution: true,
+		// virtual-kubelet's default limiter lets 10 pods a second through
+		// once a burst of 100 is spent, on every enqueue, not only retries:
+		// a 1000-replica Deployment would take a minute and a half to start.
+		// The clients' rate limits (reflectionQPS) protect the API servers.
+		SyncPodsFromKubernetesRateLimiter:    queueRateLimiter(),
+		DeletePodsFromKubernetesRateLimiter:  queueRateLimiter(),
+		SyncPodStatusFromProviderRateLimiter: queueRateLimiter(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the pod controller of %q: %w", name, err)
+	}
+	return pc, nil
 }
 
 // warningsOnly records the Warning events of a recorder and drops the

@@ -171,14 +171,6 @@ func (r *Reconciler) endpoint(ctx context.Context, name string) (endpoint, error
 // nodeWithHealth builds the virtual node of ForeignCluster fc with
 // resources; a non-nil unreachable makes it NotReady with that reason.
 func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, ep endpoint, resources corev1.ResourceList, unreachable error) *corev1.Node {
-	now := metav1.NewTime(time.Now())
-	condition := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
-		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
-	}
-	ready := condition(corev1.NodeReady, corev1.ConditionTrue, "ProviderReachable", "the provider serves the ResourceOffer")
-	if unreachable != nil {
-		ready = condition(corev1.NodeReady, corev1.ConditionFalse, ReasonProviderUnreachable, unreachable.Error())
-	}
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: offloadv1alpha1.VirtualNodeName(fc.Name),
@@ -201,13 +193,7 @@ func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, ep endpoint, resources c
 			Capacity:    resources.DeepCopy(),
 			Allocatable: resources.DeepCopy(),
 			Phase:       corev1.NodeRunning,
-			Conditions: []corev1.NodeCondition{
-				ready,
-				condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "ProviderReachable", ""),
-				condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "ProviderReachable", ""),
-				condition(corev1.NodePIDPressure, corev1.ConditionFalse, "ProviderReachable", ""),
-				condition(corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "ProviderReachable", ""),
-			},
+			Conditions:  nodeConditions(unreachable),
 			NodeInfo: corev1.NodeSystemInfo{
 				OperatingSystem: "linux",
 				KubeletVersion:  cmp.Or(ep.version, fallbackKubeletVersion),
@@ -221,6 +207,27 @@ func nodeWithHealth(fc *offloadv1alpha1.ForeignCluster, ep endpoint, resources c
 		n.Status.DaemonEndpoints.KubeletEndpoint.Port = ep.port
 	}
 	return n
+}
+
+// nodeConditions are a virtual node's conditions: Ready while the provider
+// is reachable (unreachable is nil), NotReady with why otherwise; never
+// under pressure.
+func nodeConditions(unreachable error) []corev1.NodeCondition {
+	now := metav1.NewTime(time.Now())
+	condition := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	ready := condition(corev1.NodeReady, corev1.ConditionTrue, "ProviderReachable", "the provider serves the ResourceOffer")
+	if unreachable != nil {
+		ready = condition(corev1.NodeReady, corev1.ConditionFalse, ReasonProviderUnreachable, unreachable.Error())
+	}
+	return []corev1.NodeCondition{
+		ready,
+		condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "ProviderReachable", ""),
+		condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "ProviderReachable", ""),
+		condition(corev1.NodePIDPressure, corev1.ConditionFalse, "ProviderReachable", ""),
+		condition(corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "ProviderReachable", ""),
+	}
 }
 
 // current returns the resources last read from the offer.

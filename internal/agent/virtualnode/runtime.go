@@ -11,13 +11,16 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -44,6 +47,13 @@ type peer struct {
 	provider       kubernetes.Interface
 	// metrics reads the provider's metrics API as the tenant.
 	metrics metricsclient.Interface
+	// offers reads and watches the provider's ResourceOffer (JSON, no
+	// client-wide timeout, which would cut the watch: reads are bounded
+	// one by one).
+	offers client.WithWatch
+	// discovery asks the provider's API server for its version, within
+	// the poll interval.
+	discovery discovery.ServerVersionInterface
 	// addresses is the peering's address translation, one read of the
 	// Tunnel shared by pod and object reflection.
 	addresses func() *reflection.Addresses
@@ -130,22 +140,30 @@ func (rt *peerRuntime) setPods(run, was *podsRun) {
 	}
 }
 
-// newRuntime prepares the runtime of fc: the provider's client and the
-// peering's address translation. It starts nothing.
-func newRuntime(fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials, key string, addresses func() *reflection.Addresses) (*peerRuntime, error) {
+// newRuntime prepares the runtime of fc: every client of the provider the
+// runtime's steps use, built once, and the peering's address translation.
+// It starts nothing.
+func newRuntime(fc *offloadv1alpha1.ForeignCluster, creds *providerclient.Credentials, key string, addresses func() *reflection.Addresses,
+	scheme *runtime.Scheme, timeout time.Duration) (*peerRuntime, error) {
 	cfg := creds.Config()
 	cfg.QPS, cfg.Burst = reflectionQPS, reflectionBurst
-	provider, err := kubernetes.NewForConfig(reflectionConfig(cfg))
-	if err != nil {
+	p := &peer{fc: fc.DeepCopy(), creds: creds, providerConfig: cfg, addresses: addresses}
+	var err error
+	if p.provider, err = kubernetes.NewForConfig(reflectionConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("creating the client of provider %s: %w", fc.Name, err)
 	}
-	metrics, err := metricsclient.NewForConfig(cfg)
-	if err != nil {
+	if p.metrics, err = metricsclient.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("creating the metrics client of provider %s: %w", fc.Name, err)
 	}
-	return &peerRuntime{key: key, started: time.Now(), peer: &peer{
-		fc: fc.DeepCopy(), creds: creds, providerConfig: cfg, provider: provider, metrics: metrics, addresses: addresses,
-	}}, nil
+	if p.offers, err = client.NewWithWatch(creds.Config(), client.Options{Scheme: scheme}); err != nil {
+		return nil, fmt.Errorf("creating the client of provider %s's offer: %w", fc.Name, err)
+	}
+	versionConfig := creds.Config()
+	versionConfig.Timeout = timeout
+	if p.discovery, err = discovery.NewDiscoveryClientForConfig(versionConfig); err != nil {
+		return nil, fmt.Errorf("creating the discovery client of provider %s: %w", fc.Name, err)
+	}
+	return &peerRuntime{key: key, started: time.Now(), peer: p}, nil
 }
 
 // start runs steps, the steps of rt, each in its goroutine, until stop.
