@@ -194,29 +194,6 @@ func poll(ctx context.Context, timeout time.Duration, cond func(ctx context.Cont
 	return err
 }
 
-// waitPodsReady waits until want pods matching selector are Running and Ready.
-func waitPodsReady(ctx context.Context, c *framework.Cluster, ns, selector string, want int) error {
-	err := poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, string) {
-		list, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return false, err.Error()
-		}
-		ready := 0
-		for _, p := range list.Items {
-			for _, cond := range p.Status.Conditions {
-				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
-					ready++
-				}
-			}
-		}
-		return ready == want, fmt.Sprintf("%d of %d pods ready", ready, len(list.Items))
-	})
-	if err != nil {
-		return fmt.Errorf("%s: waiting for %d ready pods %s in %s: %w", c.Name, want, selector, ns, err)
-	}
-	return nil
-}
-
 // waitNoPods waits until no pod matching selector is left in ns.
 func waitNoPods(ctx context.Context, c *framework.Cluster, ns, selector string, timeout time.Duration) error {
 	err := poll(ctx, timeout, func(ctx context.Context) (bool, string) {
