@@ -33,7 +33,7 @@ func TestKubernetesModulesArePinnedInLockstep(t *testing.T) {
 	}
 	for v := range versions {
 		if !strings.HasPrefix(v, "v0.37.") {
-			t.Errorf("k8s.io modules are on %s, the design pins v0.37.x", v)
+			t.Errorf("k8s.io modules are on %s, want v0.37.x, the newest minor the module proxy serves", v)
 		}
 	}
 }

@@ -20,7 +20,7 @@ import (
 // virtual node. Remote pods are taken from synced informers of every twin
 // namespace; as localPods may be older than that view, every candidate is
 // checked once more against the consumer API before it is deleted, so a pod
-// created meanwhile is never taken for an orphan (DESIGN "Failure policy").
+// created meanwhile is never taken for an orphan (docs/architecture.md, Failure policy).
 // Pods of other consumers are never touched.
 func (h *Handler) CollectOrphans(ctx context.Context, localPods []*corev1.Pod) error {
 	twins, err := h.syncAll(ctx)

@@ -34,7 +34,7 @@ func IsRemoteOf(remote *corev1.Pod, clusterID string) (types.UID, bool) {
 // is not among localUIDs, sorted by namespace and name. Pods of other
 // consumers, pods that cannot be attributed and pods already terminating are
 // never returned. localUIDs must come from a full list of the consumer's pods
-// taken after remotes was listed (DESIGN "Failure policy"), or a pod created
+// taken after remotes was listed (docs/architecture.md, Failure policy), or a pod created
 // in between would look orphaned.
 func Orphans(remotes []corev1.Pod, localUIDs sets.Set[types.UID], clusterID string) []corev1.Pod {
 	var out []corev1.Pod

@@ -22,7 +22,7 @@ import (
 //     constraints about virtual nodes (see the affinity rules in affinity.go);
 //   - tolerations of offload.io/ and virtual-kubelet taints, and of
 //     node.kubernetes.io/unreachable and not-ready: those protect the pod
-//     from virtual-node partitions (DESIGN "Failure policy"); on the provider
+//     from virtual-node partitions (docs/architecture.md, Failure policy); on the provider
 //     its DefaultTolerationSeconds admission gives the usual 300 s, so a dead
 //     provider node still frees the pod for its consumer-side controller;
 //   - unless the provider lets the consumer place its pods

@@ -19,7 +19,7 @@ import (
 // The node-lifecycle taints that offloaded pods tolerate for
 // Options.TolerationSeconds: a virtual node goes NotReady or unreachable
 // when its provider cannot be reached, and the pods it runs must survive
-// that (DESIGN.md, Failure policy).
+// that (docs/architecture.md, Failure policy).
 const (
 	TaintNodeUnreachable = corev1.TaintNodeUnreachable
 	TaintNodeNotReady    = corev1.TaintNodeNotReady
