@@ -10,6 +10,13 @@
 //     consumer's Tenant).
 //   - ssa: status writes by server-side apply, one field manager per
 //     controller.
+//   - children: the parts of a peering a controller owns, created, and
+//     replaced when an earlier owner of the same name left them.
+//   - pki: the certificate authority and the serving certificates it
+//     issues and renews: the auth service's CA, which peers pin, the
+//     webhook's and the virtual nodes' kubelet API's. It imports neither
+//     side, so the consumer's webhook and kubelet API do not import the
+//     provider's auth service.
 //   - network: the network fabric's controllers, one per side (the
 //     consumer's tunnel to each provider; the provider's answer to each
 //     consumer's NetworkPeering), rendering one gateway per Tunnel and

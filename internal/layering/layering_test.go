@@ -66,3 +66,37 @@ func TestTheCLIAndTheAgentDoNotImportEachOther(t *testing.T) {
 		}
 	}
 }
+
+// The agent's packages by side: a consumer's package never imports a
+// provider's, nor the reverse. What both use is the shared agent packages
+// (app, manager, summary, ssa, pki, the network fabric) or a leaf.
+var (
+	consumerPackages = []string{"foreigncluster", "virtualnode", "providerclient", "podreflection", "objectreflection", "reflection",
+		"namespaceoffloading", "webhook", "daemonset", "kubeletapi"}
+	providerPackages = []string{"auth", "tenant", "incoming", "remotenamespace", "resourceoffer"}
+)
+
+func TestAConsumersPackageNeverImportsAProvidersNorTheReverse(t *testing.T) {
+	side := func(pkg string) string {
+		for _, p := range consumerPackages {
+			if within(pkg, "internal/agent/"+p) {
+				return "consumer"
+			}
+		}
+		for _, p := range providerPackages {
+			if within(pkg, "internal/agent/"+p) {
+				return "provider"
+			}
+		}
+		return ""
+	}
+	for _, line := range goList(t, "-f", `{{.ImportPath}}={{join .Imports ","}}`, "./internal/agent/...") {
+		pkg, imports, _ := strings.Cut(line, "=")
+		from := side(pkg)
+		for _, imp := range strings.Split(imports, ",") {
+			if to := side(imp); from != "" && to != "" && from != to {
+				t.Errorf("%s package %s imports %s package %s", from, pkg, to, imp)
+			}
+		}
+	}
+}

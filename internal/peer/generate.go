@@ -13,11 +13,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/authurl"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/internal/status"
 )
 
 // Token lifetimes. A token is a bearer credential that travels out of band,
@@ -286,7 +286,7 @@ func (o *GenerateOptions) releaseAuthURL(ctx context.Context) (string, error) {
 	if rel == nil {
 		return "", fmt.Errorf("no Helm release %s in namespace %s: run kubectl offload install", offloadv1alpha1.ReleaseName, o.namespace)
 	}
-	u, err := status.AuthURL(ctx, o.kube, o.namespace, rel.Values)
+	u, _, err := authurl.Resolve(ctx, o.kube, o.namespace, authurl.Configured(rel.Values))
 	if err != nil {
 		return "", fmt.Errorf("finding the auth URL (or pass --auth-url): %w", err)
 	}

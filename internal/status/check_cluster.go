@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/authurl"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -129,9 +130,9 @@ func (endpointsChecker) Check(ctx context.Context, env *Env) Section {
 		s.Checks = append(s.Checks, *c)
 		return s
 	}
-	u, svcType, err := authURL(ctx, env.Kube, env.Namespace, rel.Values)
+	u, svcType, err := authurl.Resolve(ctx, env.Kube, env.Namespace, authurl.Configured(rel.Values))
 	switch {
-	case errors.Is(err, ErrNoLoadBalancerAddress), errors.Is(err, ErrNoNodeAddress):
+	case errors.Is(err, authurl.ErrNoLoadBalancerAddress), errors.Is(err, authurl.ErrNoNodeAddress):
 		// The installation works; peers just need an address to be told.
 		s.Checks = append(s.Checks, warn("authURL", "%v", err))
 	case err != nil:

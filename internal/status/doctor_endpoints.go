@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/authurl"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -73,10 +74,10 @@ func (authEndpointChecker) Check(ctx context.Context, d *DoctorEnv) Section {
 		s.Checks = append(s.Checks, *c)
 		return s
 	}
-	u, svcType, err := authURL(ctx, d.Kube, d.Namespace, rel.Values)
+	u, svcType, err := authurl.Resolve(ctx, d.Kube, d.Namespace, authurl.Configured(rel.Values))
 	s.Fields = []Field{{Name: "authURL", Label: "Auth URL", Value: u}}
 	switch {
-	case errors.Is(err, ErrNoLoadBalancerAddress), errors.Is(err, ErrNoNodeAddress):
+	case errors.Is(err, authurl.ErrNoLoadBalancerAddress), errors.Is(err, authurl.ErrNoNodeAddress):
 		s.Checks = append(s.Checks, warn("authURL", "%v", err))
 		return s
 	case err != nil:

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
@@ -134,15 +134,15 @@ func waitCASecret(ctx context.Context, t *testing.T, c *framework.Cluster) []byt
 	t.Helper()
 	var cert []byte
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		s, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, auth.CASecretName, metav1.GetOptions{})
+		s, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, offloadv1alpha1.AuthCASecret, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		cert = s.Data[auth.CACertKey]
+		cert = s.Data[offloadv1alpha1.AuthCACertKey]
 		return len(cert) > 0, nil
 	})
 	if err != nil {
-		t.Fatalf("the auth CA Secret %s did not appear: %v", auth.CASecretName, err)
+		t.Fatalf("the auth CA Secret %s did not appear: %v", offloadv1alpha1.AuthCASecret, err)
 	}
 	return cert
 }

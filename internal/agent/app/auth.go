@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
@@ -23,7 +24,7 @@ liveness (/healthz) and readiness (/readyz) probes over plain HTTP on
 
 The TLS certificate comes from a CA the agent manages itself, with no
 cert-manager: the first replica to start creates it in Secret
-` + auth.CASecretName + ` of the agent's namespace, and every replica then
+` + offloadv1alpha1.AuthCASecret + ` of the agent's namespace, and every replica then
 issues itself a serving certificate, kept in memory, for the offload-auth
 Service's names, localhost and each --tls-san. Consumers pin that CA by the
 hash kubectl offload peer generate prints.

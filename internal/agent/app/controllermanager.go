@@ -118,7 +118,7 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus /metrics endpoint, such as ":8080"; "0" turns it off.`)
 	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress, `Address of Go's /debug/pprof profiling endpoints, such as "127.0.0.1:6060"; empty or "0" (the default) turns them off.`)
-	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Run the controllers on one replica at a time, elected through Lease "+manager.LeaderElectionID+".")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Run the controllers on one replica at a time, elected through Lease "+offloadv1alpha1.ControllerManager+".")
 	fs.IntVar(&o.SharingPercentage, "sharing-percentage", o.SharingPercentage, "Percentage of this cluster's free cpu, memory and pods offered to each consumer.")
 	fs.Int64Var(&o.UnreachableTolerationSeconds, "unreachable-toleration-seconds", o.UnreachableTolerationSeconds,
 		"How long offloaded pods stay bound to an unreachable or NotReady virtual node; negative means for ever.")

@@ -22,8 +22,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -117,7 +115,7 @@ func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
 		t.Setenv(envClusterName, "app-test")
 		health := freeAddr(t)
 		runUntilReady(t, health, func(t *testing.T) {
-			key := types.NamespacedName{Namespace: ns, Name: manager.LeaderElectionID}
+			key := types.NamespacedName{Namespace: ns, Name: offloadv1alpha1.ControllerManager}
 			err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 				var lease coordinationv1.Lease
 				return c.Get(ctx, key, &lease) == nil, nil
@@ -135,7 +133,7 @@ func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
 		runUntilReady(t, health, nil, "auth", "--kubeconfig", kubeconfig, "--namespace", ns,
 			"--listen", freeAddr(t), "--health-probe-bind-address", health, "--tls-san", "192.0.2.10")
 		var secret corev1.Secret
-		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: auth.CASecretName}, &secret); err != nil {
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: offloadv1alpha1.AuthCASecret}, &secret); err != nil {
 			t.Errorf("the CA secret is not in %s: %v", ns, err)
 		}
 	})

@@ -254,7 +254,7 @@ func TestALegitimateRefreshSucceedsDuringAFloodOfBadTokensFromAnotherSource(t *t
 
 	// The attacker opens a new connection for every request, as a flood
 	// does, and keeps at it until the legitimate refreshes are done.
-	attacker := clientFrom(t, getCASecret(t, e.admin, e.namespace).Data[CACertKey], "127.0.0.2")
+	attacker := clientFrom(t, getCASecret(t, e.admin, e.namespace).Data[offloadv1alpha1.AuthCACertKey], "127.0.0.2")
 	attacker.Transport.(*http.Transport).DisableKeepAlives = true
 	var (
 		wg                   sync.WaitGroup
@@ -493,7 +493,7 @@ func startLimitedServer(t *testing.T) *limitedServer {
 		}))
 	})
 	s.url = "https://" + run.https
-	s.caPEM = getCASecret(t, c, ns).Data[CACertKey]
+	s.caPEM = getCASecret(t, c, ns).Data[offloadv1alpha1.AuthCACertKey]
 	return s
 }
 
@@ -641,7 +641,7 @@ func TestARefreshSucceedsDuringAFloodOfBadTokensFromItsOwnAddress(t *testing.T) 
 	}
 	// A new connection from the address is not closed before the TLS
 	// handshake: the consumer could not present its credential.
-	fresh := clientTrusting(t, getCASecret(t, e.admin, e.namespace).Data[CACertKey], "")
+	fresh := clientTrusting(t, getCASecret(t, e.admin, e.namespace).Data[offloadv1alpha1.AuthCACertKey], "")
 	fresh.Transport.(*http.Transport).DisableKeepAlives = true
 	body, err := json.Marshal(peering.RefreshRequest{ClusterID: c.id})
 	if err != nil {

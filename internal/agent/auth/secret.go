@@ -12,23 +12,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/pki"
 )
 
 const (
-	// CASecretName is the Secret, in the agent's namespace, that holds the
-	// auth CA. The auth service creates it on its first start and reuses it
-	// afterwards.
-	CASecretName = offloadv1alpha1.AuthCASecret
 	// CASecretType is the type of the CA Secret. It is not kubernetes.io/tls
 	// because that type requires tls.crt and tls.key.
 	CASecretType corev1.SecretType = "offload.io/auth-ca"
-	// CACertKey is the key of the PEM CA certificate in the CA Secret.
-	CACertKey = offloadv1alpha1.AuthCACertKey
 	// CAKeyKey is the key of the PEM CA private key in the CA Secret.
 	CAKeyKey = "ca.key"
 )
 
-// LoadOrCreateCA returns the CA stored in Secret CASecretName in namespace,
+// LoadOrCreateCA returns the CA stored in Secret offload-auth-ca in namespace,
 // and creates that Secret with a new CA when it does not exist. created
 // tells whether this call created it.
 //
@@ -37,14 +32,14 @@ const (
 // existing Secret that does not hold a valid CA is an error, not something
 // to overwrite: peers pin the CA, and replacing it silently would break
 // every peering.
-func LoadOrCreateCA(ctx context.Context, c client.Client, namespace string, now time.Time) (ca *CA, created bool, err error) {
-	key := types.NamespacedName{Namespace: namespace, Name: CASecretName}
+func LoadOrCreateCA(ctx context.Context, c client.Client, namespace string, now time.Time) (ca *pki.CA, created bool, err error) {
+	key := types.NamespacedName{Namespace: namespace, Name: offloadv1alpha1.AuthCASecret}
 	ca, err = getCA(ctx, c, key, now)
 	if err == nil || !apierrors.IsNotFound(err) {
 		return ca, false, err
 	}
 
-	ca, err = NewCA(now)
+	ca, err = pki.NewCA(now)
 	if err != nil {
 		return nil, false, err
 	}
@@ -54,7 +49,7 @@ func LoadOrCreateCA(ctx context.Context, c client.Client, namespace string, now 
 	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      CASecretName,
+			Name:      offloadv1alpha1.AuthCASecret,
 			Namespace: namespace,
 			Labels: map[string]string{
 				"app.kubernetes.io/name":       "offload",
@@ -64,7 +59,7 @@ func LoadOrCreateCA(ctx context.Context, c client.Client, namespace string, now 
 			},
 		},
 		Type: CASecretType,
-		Data: map[string][]byte{CACertKey: ca.CertPEM, CAKeyKey: keyPEM},
+		Data: map[string][]byte{offloadv1alpha1.AuthCACertKey: ca.CertPEM, CAKeyKey: keyPEM},
 	}
 	err = c.Create(ctx, secret)
 	switch {
@@ -81,7 +76,7 @@ func LoadOrCreateCA(ctx context.Context, c client.Client, namespace string, now 
 
 // getCA reads and parses the CA Secret. A missing Secret is returned as the
 // API's NotFound error, unwrapped enough for apierrors.IsNotFound.
-func getCA(ctx context.Context, c client.Client, key types.NamespacedName, now time.Time) (*CA, error) {
+func getCA(ctx context.Context, c client.Client, key types.NamespacedName, now time.Time) (*pki.CA, error) {
 	var secret corev1.Secret
 	if err := c.Get(ctx, key, &secret); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -89,7 +84,7 @@ func getCA(ctx context.Context, c client.Client, key types.NamespacedName, now t
 		}
 		return nil, fmt.Errorf("reading secret %s: %w", key, err)
 	}
-	ca, err := ParseCA(secret.Data[CACertKey], secret.Data[CAKeyKey], now)
+	ca, err := pki.ParseCA(secret.Data[offloadv1alpha1.AuthCACertKey], secret.Data[CAKeyKey], now)
 	if err != nil {
 		return nil, fmt.Errorf("secret %s does not hold a valid CA (%w); delete it to have a new CA created, then peer again, since peers pin the old one", key, err)
 	}

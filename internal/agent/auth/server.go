@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/pki"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -161,10 +162,10 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log.Info("Using the auth CA", "secret", klog.KRef(s.opts.Namespace, CASecretName), "created", created,
+	log.Info("Using the auth CA", "secret", klog.KRef(s.opts.Namespace, offloadv1alpha1.AuthCASecret), "created", created,
 		"caCertHash", hash, "notAfter", ca.Cert.NotAfter.UTC())
 
-	certs, err := newCertSource(ca, s.opts.Hosts(), log, time.Now)
+	certs, err := pki.NewServingCert(ca, s.opts.Hosts(), log, time.Now)
 	if err != nil {
 		return err
 	}
@@ -177,7 +178,7 @@ func (s *Server) Run(ctx context.Context) error {
 		limiter.credentials = newCredentials(s.opts.SigningKeys)
 	}
 	https := s.newHTTPServer(limiter.wrap(s.mux))
-	https.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.getCertificate}
+	https.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
 	go func() { errc <- serve(https, tls.NewListener(limiter.listen(ln), https.TLSConfig), "HTTPS server") }()
 	servers = append(servers, https)
 	s.ready.Store(true)

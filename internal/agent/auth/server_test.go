@@ -21,6 +21,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/pki"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -37,10 +39,10 @@ func TestAuthServerCreatesTheCAOnceAndASecondInstanceReusesIt(t *testing.T) {
 
 	first := startServer(t, c, ns)
 	secret := getCASecret(t, c, ns)
-	if secret.Type != CASecretType || len(secret.Data[CACertKey]) == 0 || len(secret.Data[CAKeyKey]) == 0 {
-		t.Fatalf("CA secret has type %q and keys %v, want %s with %s and %s", secret.Type, keys(secret.Data), CASecretType, CACertKey, CAKeyKey)
+	if secret.Type != CASecretType || len(secret.Data[offloadv1alpha1.AuthCACertKey]) == 0 || len(secret.Data[CAKeyKey]) == 0 {
+		t.Fatalf("CA secret has type %q and keys %v, want %s with %s and %s", secret.Type, keys(secret.Data), CASecretType, offloadv1alpha1.AuthCACertKey, CAKeyKey)
 	}
-	caPEM := secret.Data[CACertKey]
+	caPEM := secret.Data[offloadv1alpha1.AuthCACertKey]
 
 	second := startServer(t, c, ns)
 	if again := getCASecret(t, c, ns); again.ResourceVersion != secret.ResourceVersion {
@@ -70,7 +72,7 @@ func TestAuthServerAnswersUnknownPathsWithAJSONNotFound(t *testing.T) {
 	c := framework.NewClient(t, framework.APIServer(t))
 	ns := framework.NewNamespace(t, c, "auth")
 	s := startServer(t, c, ns)
-	client := clientTrusting(t, getCASecret(t, c, ns).Data[CACertKey], "")
+	client := clientTrusting(t, getCASecret(t, c, ns).Data[offloadv1alpha1.AuthCACertKey], "")
 
 	resp, err := client.Post("https://"+s.https+"/v1/nope", "application/json", strings.NewReader("{}"))
 	if err != nil {
@@ -91,9 +93,9 @@ func TestAuthServerRefusesClientsThatDoNotTrustItsCA(t *testing.T) {
 	c := framework.NewClient(t, framework.APIServer(t))
 	ns := framework.NewNamespace(t, c, "auth")
 	s := startServer(t, c, ns)
-	caPEM := getCASecret(t, c, ns).Data[CACertKey]
+	caPEM := getCASecret(t, c, ns).Data[offloadv1alpha1.AuthCACertKey]
 
-	unrelated, err := NewCA(time.Now())
+	unrelated, err := pki.NewCA(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func TestReplicasRacingToCreateTheCAEndUpWithTheSameOne(t *testing.T) {
 	)
 	for i := range replicas {
 		wg.Go(func() {
-			var ca *CA
+			var ca *pki.CA
 			ca, created[i], errs[i] = LoadOrCreateCA(context.Background(), c, ns, time.Now())
 			if ca != nil {
 				certs[i] = string(ca.CertPEM)
@@ -142,7 +144,7 @@ func TestReplicasRacingToCreateTheCAEndUpWithTheSameOne(t *testing.T) {
 	if creators != 1 {
 		t.Errorf("%d replicas report creating the CA, want exactly 1", creators)
 	}
-	if stored := string(getCASecret(t, c, ns).Data[CACertKey]); stored != certs[0] {
+	if stored := string(getCASecret(t, c, ns).Data[offloadv1alpha1.AuthCACertKey]); stored != certs[0] {
 		t.Error("the replicas use another CA than the stored one")
 	}
 }
@@ -151,9 +153,9 @@ func TestAnInvalidCASecretIsReportedAndLeftAlone(t *testing.T) {
 	c := framework.NewClient(t, framework.APIServer(t))
 	ns := framework.NewNamespace(t, c, "auth")
 	bad := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: CASecretName, Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.AuthCASecret, Namespace: ns},
 		Type:       CASecretType,
-		Data:       map[string][]byte{CACertKey: []byte("not a certificate"), CAKeyKey: []byte("not a key")},
+		Data:       map[string][]byte{offloadv1alpha1.AuthCACertKey: []byte("not a certificate"), CAKeyKey: []byte("not a key")},
 	}
 	if err := c.Create(context.Background(), bad); err != nil {
 		t.Fatal(err)
@@ -162,7 +164,7 @@ func TestAnInvalidCASecretIsReportedAndLeftAlone(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "delete it") {
 		t.Fatalf("error %v, want one that says to delete the secret", err)
 	}
-	if got := getCASecret(t, c, ns); string(got.Data[CACertKey]) != "not a certificate" {
+	if got := getCASecret(t, c, ns); string(got.Data[offloadv1alpha1.AuthCACertKey]) != "not a certificate" {
 		t.Error("the invalid secret was overwritten")
 	}
 }
@@ -265,7 +267,7 @@ func startServerWith(t *testing.T, c client.Client, namespace string, setup func
 func getCASecret(t *testing.T, c client.Client, namespace string) *corev1.Secret {
 	t.Helper()
 	var s corev1.Secret
-	if err := c.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: CASecretName}, &s); err != nil {
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: offloadv1alpha1.AuthCASecret}, &s); err != nil {
 		t.Fatalf("reading the CA secret: %v", err)
 	}
 	return &s

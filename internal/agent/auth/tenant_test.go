@@ -142,7 +142,7 @@ func newPeeringEnvWith(t *testing.T, l limits) *peeringEnv {
 		t.Fatalf("waiting for the auth server: %v", err)
 	}
 	e.url = "https://" + o.Listen
-	e.http = clientTrusting(t, getCASecret(t, admin, ns).Data[CACertKey], "")
+	e.http = clientTrusting(t, getCASecret(t, admin, ns).Data[offloadv1alpha1.AuthCACertKey], "")
 	e.http.Timeout = time.Minute
 	return e
 }
@@ -196,7 +196,7 @@ func (e *peeringEnv) authSAConfig(t *testing.T) *rest.Config {
 	mustCreate(t, e.admin, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "offload-auth", Namespace: e.namespace},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{CASecretName}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{offloadv1alpha1.AuthCASecret}, Verbs: []string{"get"}},
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "update", "delete"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete"}},

@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/pki"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // newCA returns an auth CA and its pin.
-func newCA(t *testing.T) (*auth.CA, string) {
+func newCA(t *testing.T) (*pki.CA, string) {
 	t.Helper()
-	ca, err := auth.NewCA(time.Now())
+	ca, err := pki.NewCA(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func newCA(t *testing.T) (*auth.CA, string) {
 
 // servingCert issues a certificate for a host name the client never dials,
 // to show that host names are not checked.
-func servingCert(t *testing.T, ca *auth.CA) *tls.Certificate {
+func servingCert(t *testing.T, ca *pki.CA) *tls.Certificate {
 	t.Helper()
 	cert, err := ca.IssueServingCert([]string{"auth.provider.example"}, time.Now())
 	if err != nil {

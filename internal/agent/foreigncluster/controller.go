@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/children"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/ssa"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
@@ -334,35 +335,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, pc *offloadv1alpha1.Peerin
 	return nil
 }
 
-// credentials returns fc's PeeringCredentials, created if need be. It
-// reads them from the API server, not a cache: the status is applied whole,
-// so it must start from the last one written.
+// credentials returns fc's PeeringCredentials, created if need be; ones
+// an earlier ForeignCluster of the same name left are replaced. It reads
+// them from the API server, not a cache: the status is applied whole, so
+// it must start from the last one written.
 func (r *Reconciler) credentials(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) (*offloadv1alpha1.PeeringCredentials, error) {
-	pc := &offloadv1alpha1.PeeringCredentials{}
-	err := r.Reader.Get(ctx, client.ObjectKey{Name: fc.Name}, pc)
-	switch {
-	case err == nil && metav1.IsControlledBy(pc, fc):
-		return pc, nil
-	case err == nil:
-		// Left by an earlier ForeignCluster of the same name, which the
-		// garbage collector has not removed yet.
-		if err := r.Client.Delete(ctx, pc, client.Preconditions{UID: &pc.UID}); client.IgnoreNotFound(err) != nil {
-			return nil, fmt.Errorf("deleting the PeeringCredentials %s of an earlier peering: %w", fc.Name, err)
-		}
-	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("reading PeeringCredentials %s: %w", fc.Name, err)
-	}
-	pc = &offloadv1alpha1.PeeringCredentials{
+	return children.Ensure(ctx, r.Client, r.Reader, fc, &offloadv1alpha1.PeeringCredentials{
 		ObjectMeta: metav1.ObjectMeta{Name: fc.Name},
 		Spec:       offloadv1alpha1.PeeringCredentialsSpec{SecretName: peering.PeerKubeconfigSecretName(fc.Name)},
-	}
-	if err := controllerutil.SetControllerReference(fc, pc, r.Client.Scheme()); err != nil {
-		return nil, err
-	}
-	if err := r.Client.Create(ctx, pc); err != nil {
-		return nil, fmt.Errorf("creating PeeringCredentials %s: %w", fc.Name, err)
-	}
-	return pc, nil
+	}, &offloadv1alpha1.PeeringCredentials{})
 }
 
 // kubeconfigSecret builds the Secret holding creds, owned by fc.

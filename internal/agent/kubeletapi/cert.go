@@ -5,19 +5,16 @@ import (
 	"net"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/pki"
 )
-
-// certificateValidity is how long a serving certificate is valid.
-const certificateValidity = auth.ServingCertValidity
 
 // servingCertificate returns an ECDSA P-256 serving certificate for ips and
 // dnsNames, valid for a year from now, issued by a CA made for it and
-// forgotten (the webhook's certificates come from the same auth.CA). The
+// forgotten (the webhook's certificates come from the same pki.CA). The
 // API server does not verify kubelet serving certificates unless it is
 // given --kubelet-certificate-authority, so TLS is all that is asked of it.
 func servingCertificate(ips []net.IP, dnsNames []string, now time.Time) (tls.Certificate, error) {
-	ca, err := auth.NewCA(now)
+	ca, err := pki.NewCA(now)
 	if err != nil {
 		return tls.Certificate{}, err
 	}

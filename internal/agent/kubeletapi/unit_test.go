@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/pki"
 )
 
 func TestParsePath(t *testing.T) {
@@ -102,7 +104,7 @@ func TestServingCertificateNamesTheNodesForAYear(t *testing.T) {
 	if err := leaf.VerifyHostname("node.example"); err != nil {
 		t.Error(err)
 	}
-	if d := leaf.NotAfter.Sub(now); d < certificateValidity-time.Second || d > certificateValidity {
+	if d := leaf.NotAfter.Sub(now); d < pki.ServingCertValidity-time.Second || d > pki.ServingCertValidity {
 		t.Errorf("not after %s, want a year from now", leaf.NotAfter)
 	}
 }

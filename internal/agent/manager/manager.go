@@ -24,10 +24,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 )
 
-// LeaderElectionID is the name of the Lease, in the agent's namespace, that
-// the controller-manager replicas compete for.
-const LeaderElectionID = offloadv1alpha1.ControllerManager
-
 // Options configure the controller-manager.
 type Options struct {
 	// Namespace is the namespace the agent runs in: it holds the leader
@@ -112,7 +108,7 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 		PprofBindAddress:                    o.PprofBindAddress,
 		LeaderElection:                      o.LeaderElection,
 		LeaderElectionResourceLockInterface: lock,
-		LeaderElectionID:                    LeaderElectionID,
+		LeaderElectionID:                    offloadv1alpha1.ControllerManager,
 		LeaderElectionNamespace:             o.Namespace,
 		// A replica that is shut down hands the Lease over at once, so a
 		// rollout does not wait for the Lease to expire.

@@ -117,8 +117,8 @@ func TestDefaultsMatchTheChart(t *testing.T) {
 	if o.HealthProbeBindAddress != ":8081" || o.MetricsBindAddress != "0" || !o.LeaderElection {
 		t.Errorf("defaults %+v, want health on :8081, metrics off and leader election on", o)
 	}
-	if LeaderElectionID != "offload-controller-manager" {
-		t.Errorf("LeaderElectionID = %s, want offload-controller-manager", LeaderElectionID)
+	if offloadv1alpha1.ControllerManager != "offload-controller-manager" {
+		t.Errorf("offloadv1alpha1.ControllerManager = %s, want offload-controller-manager", offloadv1alpha1.ControllerManager)
 	}
 }
 
@@ -180,7 +180,7 @@ func waitForStatus(t *testing.T, done <-chan error, url string, want int) {
 func waitForLease(t *testing.T, c client.Client, namespace string, cond func(*coordinationv1.Lease) bool) *coordinationv1.Lease {
 	t.Helper()
 	var lease coordinationv1.Lease
-	key := types.NamespacedName{Namespace: namespace, Name: LeaderElectionID}
+	key := types.NamespacedName{Namespace: namespace, Name: offloadv1alpha1.ControllerManager}
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, &lease); err != nil {
 			return false, client.IgnoreNotFound(err)

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // An API server outage longer than the Lease's renew deadline makes the
@@ -57,7 +59,7 @@ func leaderLock(cfg *rest.Config, namespace string) (resourcelock.Interface, err
 	if err != nil {
 		return nil, fmt.Errorf("creating the leader election client: %w", err)
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, namespace, LeaderElectionID,
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, namespace, offloadv1alpha1.ControllerManager,
 		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {
 		return nil, fmt.Errorf("creating the leader election lock: %w", err)

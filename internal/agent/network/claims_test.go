@@ -9,11 +9,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -111,12 +111,12 @@ func (p *providerAlone) announce(t *testing.T, cidrs ...string) *metav1.Conditio
 	t.Helper()
 	ctx := t.Context()
 	np := &offloadv1alpha1.NetworkPeering{ObjectMeta: metav1.ObjectMeta{Namespace: p.tenantNS, Name: offloadv1alpha1.NetworkPeeringName}}
-	err := p.admin.Get(ctx, client.ObjectKeyFromObject(np), np)
-	np.Spec = offloadv1alpha1.NetworkPeeringSpec{ClusterID: p.id, PublicKey: p.consumerPubKey, PodCIDRs: cidrs}
-	if err != nil {
+	spec := offloadv1alpha1.NetworkPeeringSpec{ClusterID: p.id, PublicKey: p.consumerPubKey, PodCIDRs: cidrs}
+	if err := p.admin.Get(ctx, client.ObjectKeyFromObject(np), np); apierrors.IsNotFound(err) {
+		np.Spec = spec
 		must(t, p.admin.Create(ctx, np))
 	} else {
-		must(t, p.admin.Update(ctx, np))
+		update(t, p.admin, np, func() { np.Spec = spec })
 	}
 	var ready *metav1.Condition
 	framework.Eventually(t, 20*time.Second, "the provider answers the announcement of "+strings.Join(cidrs, ","), func(ctx context.Context) bool {
@@ -185,10 +185,8 @@ func TestAConsumerCannotSteerTheProvidersRoutes(t *testing.T) {
 	if m := p.mappings(t); !slices.Equal(m, agreed) {
 		t.Errorf("the unapproved change moved the Tunnel's mappings from %v to %v", agreed, m)
 	}
-	var tn offloadv1alpha1.Tunnel
-	must(t, p.admin.Get(t.Context(), p.tunnel, &tn))
-	tn.Annotations = map[string]string{AnnotationApprovedPodCIDRs: "172.20.0.0/16"}
-	must(t, p.admin.Update(t.Context(), &tn))
+	tn := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: p.tunnel.Namespace, Name: p.tunnel.Name}}
+	update(t, p.admin, tn, func() { tn.Annotations = map[string]string{AnnotationApprovedPodCIDRs: "172.20.0.0/16"} })
 	framework.Eventually(t, 20*time.Second, "the approved change reaches the Tunnel", func(context.Context) bool {
 		m := p.mappings(t)
 		return len(m) == 1 && m[0].Real == "172.20.0.0/16"
@@ -196,17 +194,15 @@ func TestAConsumerCannotSteerTheProvidersRoutes(t *testing.T) {
 
 	// The consumer refusing the provider's announcement shows here, its
 	// words cleaned of what a terminal would obey.
-	np := &offloadv1alpha1.NetworkPeering{}
-	must(t, p.admin.Get(t.Context(), client.ObjectKey{Namespace: p.tenantNS, Name: offloadv1alpha1.NetworkPeeringName}, np))
-	np.Annotations = map[string]string{AnnotationRefusedAnnouncement: "RefusedPodCIDRs: your views\x1b[2J are wrong\x07"}
-	must(t, p.admin.Update(t.Context(), np))
+	np := &offloadv1alpha1.NetworkPeering{ObjectMeta: metav1.ObjectMeta{Namespace: p.tenantNS, Name: offloadv1alpha1.NetworkPeeringName}}
+	update(t, p.admin, np, func() {
+		np.Annotations = map[string]string{AnnotationRefusedAnnouncement: "RefusedPodCIDRs: your views\x1b[2J are wrong\x07"}
+	})
 	c := p.waitNetworkReady(t, fc, ReasonRefusedByConsumer, "your views")
 	if strings.ContainsAny(c.Message, "\x1b\x07") || !strings.Contains(c.Message, "consumer "+p.consumer) {
 		t.Errorf("NetworkReady %q: want the consumer named and no control character", c.Message)
 	}
-	must(t, p.admin.Get(t.Context(), client.ObjectKeyFromObject(np), np))
-	delete(np.Annotations, AnnotationRefusedAnnouncement)
-	must(t, p.admin.Update(t.Context(), np))
+	update(t, p.admin, np, func() { delete(np.Annotations, AnnotationRefusedAnnouncement) })
 	framework.Eventually(t, 20*time.Second, "the consumer's withdrawn refusal leaves the provider's record", func(ctx context.Context) bool {
 		var got offloadv1alpha1.ForeignCluster
 		if p.admin.Get(ctx, client.ObjectKeyFromObject(fc), &got) != nil {
@@ -253,14 +249,10 @@ func TestAProviderCannotSteerTheConsumersRoutes(t *testing.T) {
 		t.Helper()
 		// The consumer writes the NetworkPeering meanwhile, as against a
 		// real provider: a conflict is retried.
-		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := w.admin.Get(ctx, client.ObjectKeyFromObject(np), np); err != nil {
-				return err
-			}
+		updateStatus(t, w.admin, np, func() {
 			np.Status.PublicKey, np.Status.Endpoint, np.Status.PodCIDRs, np.Status.ConsumerViews = key.PublicKey().String(), "203.0.113.9:4500", podCIDRs, views
 			meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{Type: offloadv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Served", Message: "served"})
-			return w.admin.Status().Update(ctx, np)
-		}))
+		})
 	}
 	networkReady := func(reason string) *metav1.Condition {
 		t.Helper()

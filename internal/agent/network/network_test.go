@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +42,30 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// update reads obj again, applies change and writes it, again on a
+// conflict: the controllers write the same objects meanwhile.
+func update(t *testing.T, c client.Client, obj client.Object, change func()) {
+	t.Helper()
+	rewrite(t, c, obj, change, func() error { return c.Update(t.Context(), obj) })
+}
+
+// updateStatus is update for obj's status.
+func updateStatus(t *testing.T, c client.Client, obj client.Object, change func()) {
+	t.Helper()
+	rewrite(t, c, obj, change, func() error { return c.Status().Update(t.Context(), obj) })
+}
+
+func rewrite(t *testing.T, c client.Client, obj client.Object, change func(), write func() error) {
+	t.Helper()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change()
+		return write()
+	}))
 }
 
 // A gateway pod template as the chart renders it.
@@ -280,9 +305,7 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 
 	// Networking turned off for the peering: the Tunnel goes, and the
 	// status says disabled, not broken.
-	must(t, admin.Get(ctx, client.ObjectKeyFromObject(fc), fc))
-	fc.Spec.Networking.Disabled = true
-	must(t, admin.Update(ctx, fc))
+	update(t, admin, fc, func() { fc.Spec.Networking.Disabled = true })
 	framework.Eventually(t, 20*time.Second, "a peering without networking has no Tunnel and says so", func(ctx context.Context) bool {
 		_ = admin.Get(ctx, client.ObjectKeyFromObject(fc), fc)
 		c := meta.FindStatusCondition(fc.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)

@@ -6,13 +6,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/children"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/ssa"
 )
 
@@ -32,35 +31,16 @@ func (r *Reconciler) conditions(ctx context.Context, name string) []metav1.Condi
 	return vn.Status.Conditions
 }
 
-// ensureVirtualNode creates the VirtualNode of fc, owned by it, unless it exists.
+// ensureVirtualNode creates the VirtualNode of fc, owned by it, unless it
+// exists; one an earlier ForeignCluster of the same name left is replaced.
 func (r *Reconciler) ensureVirtualNode(ctx context.Context, fc *offloadv1alpha1.ForeignCluster) error {
-	vn := &offloadv1alpha1.VirtualNode{}
-	err := r.Reader.Get(ctx, client.ObjectKey{Name: fc.Name}, vn)
-	switch {
-	case err == nil && metav1.IsControlledBy(vn, fc):
-		return nil
-	case err == nil:
-		// Left by an earlier ForeignCluster of the same name, which the
-		// garbage collector has not removed yet.
-		if err := r.Client.Delete(ctx, vn, client.Preconditions{UID: &vn.UID}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting the VirtualNode %s of an earlier peering: %w", fc.Name, err)
-		}
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading VirtualNode %s: %w", fc.Name, err)
-	}
-	vn = &offloadv1alpha1.VirtualNode{
+	_, err := children.Ensure(ctx, r.Client, r.Reader, fc, &offloadv1alpha1.VirtualNode{
 		ObjectMeta: metav1.ObjectMeta{Name: fc.Name},
 		Spec: offloadv1alpha1.VirtualNodeSpec{
 			NodeName: offloadv1alpha1.VirtualNodeName(fc.Name), CredentialsName: fc.Name, ClusterID: fc.Spec.ClusterID,
 		},
-	}
-	if err := controllerutil.SetControllerReference(fc, vn, r.Client.Scheme()); err != nil {
-		return err
-	}
-	if err := r.Client.Create(ctx, vn); client.IgnoreAlreadyExists(err) != nil {
-		return fmt.Errorf("creating VirtualNode %s: %w", fc.Name, err)
-	}
-	return nil
+	}, &offloadv1alpha1.VirtualNode{})
+	return err
 }
 
 // updateStatus changes the status of VirtualNode name with change and

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/auth"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/pki"
 )
 
 // Keys of the certificate Secret, a kubernetes.io/tls Secret.
@@ -181,12 +181,12 @@ func (m *CertManager) renew(data map[string][]byte, now time.Time) (map[string][
 	if out == nil {
 		out = map[string][]byte{}
 	}
-	ca, err := auth.ParseCA(data[CACertKey], data[CAKeyKey], now)
+	ca, err := pki.ParseCA(data[CACertKey], data[CAKeyKey], now)
 	if err != nil || dueForRenewal(ca.Cert, now) {
 		if ca != nil {
 			out[PreviousCACertKey] = ca.CertPEM
 		}
-		if ca, err = auth.NewCA(now); err != nil {
+		if ca, err = pki.NewCA(now); err != nil {
 			return nil, false, err
 		}
 		keyPEM, err := ca.KeyPEM()
@@ -219,7 +219,7 @@ func (m *CertManager) renew(data map[string][]byte, now time.Time) (map[string][
 
 // servingCertValid tells whether certPEM and keyPEM are a pair that ca
 // signed, valid for every host and not yet due for renewal.
-func (m *CertManager) servingCertValid(ca *auth.CA, certPEM, keyPEM []byte, now time.Time) bool {
+func (m *CertManager) servingCertValid(ca *pki.CA, certPEM, keyPEM []byte, now time.Time) bool {
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil || pair.Leaf == nil || dueForRenewal(pair.Leaf, now) {
 		return false

@@ -16,15 +16,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/daemonset"
 )
 
-// The node-lifecycle taints that offloaded pods tolerate for
-// Options.TolerationSeconds: a virtual node goes NotReady or unreachable
-// when its provider cannot be reached, and the pods it runs must survive
-// that (docs/architecture.md, Failure policy).
-const (
-	TaintNodeUnreachable = corev1.TaintNodeUnreachable
-	TaintNodeNotReady    = corev1.TaintNodeNotReady
-)
-
 var (
 	// virtualNodeTaint is the taint every virtual node carries.
 	virtualNodeTaint = corev1.Taint{Key: offloadv1alpha1.TaintVirtualNode, Value: "true", Effect: corev1.TaintEffectNoExecute}
@@ -201,7 +192,11 @@ func tolerateOffloading(pod *corev1.Pod, seconds *int64) {
 			Key: offloadv1alpha1.TaintVirtualNode, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute,
 		})
 	}
-	for _, key := range []string{TaintNodeUnreachable, TaintNodeNotReady} {
+	// The node-lifecycle taints, tolerated for Options.TolerationSeconds: a
+	// virtual node goes NotReady or unreachable when its provider cannot be
+	// reached, and the pods it runs must survive that
+	// (docs/architecture.md, Failure policy).
+	for _, key := range []string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady} {
 		setToleration(pod, corev1.Toleration{
 			Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: copySeconds(seconds),
 		})
@@ -247,7 +242,7 @@ func copySeconds(s *int64) *int64 {
 // server to refuse.
 func KeepTolerations(old, pod *corev1.Pod) (changed bool) {
 	for _, t := range old.Spec.Tolerations {
-		ours := t.Key == offloadv1alpha1.TaintVirtualNode || slices.Contains([]string{TaintNodeUnreachable, TaintNodeNotReady}, t.Key)
+		ours := t.Key == offloadv1alpha1.TaintVirtualNode || slices.Contains([]string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady}, t.Key)
 		if !ours || t.Effect != corev1.TaintEffectNoExecute {
 			continue
 		}

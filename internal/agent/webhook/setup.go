@@ -26,9 +26,6 @@ const (
 	// DefaultConfigurationName is the MutatingWebhookConfiguration whose
 	// caBundle the CertManager keeps.
 	DefaultConfigurationName = "offload-webhook"
-	// DefaultSecretName is the Secret, in the agent's namespace, that holds
-	// the webhook CA and serving certificate. The CertManager creates it.
-	DefaultSecretName = offloadv1alpha1.WebhookCertSecret
 	// DefaultResyncInterval is how often the CertManager checks the Secret,
 	// the files and the caBundle once they are right.
 	DefaultResyncInterval = time.Minute
@@ -73,7 +70,7 @@ func NewOptions() Options {
 	return Options{
 		ServiceName:       DefaultServiceName,
 		ConfigurationName: DefaultConfigurationName,
-		SecretName:        DefaultSecretName,
+		SecretName:        offloadv1alpha1.WebhookCertSecret,
 		CertDir:           DefaultCertDir,
 		ResyncInterval:    DefaultResyncInterval,
 	}

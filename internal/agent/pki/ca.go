@@ -1,4 +1,8 @@
-package auth
+// Package pki is the agent's certificate authority and the certificates it
+// issues: the auth service's CA, which peers pin, and serving certificates
+// renewed before they expire (the auth service, the webhook, the virtual
+// nodes' kubelet API). Both sides of a peering use it; it imports neither.
+package pki
 
 import (
 	"crypto"

@@ -1,4 +1,7 @@
-package status
+// Package authurl says where peers reach this cluster's auth service, the
+// URL peer generate prints: the one place the CLI derives it, for peer
+// generate, status and doctor.
+package authurl
 
 import (
 	"context"
@@ -28,23 +31,25 @@ var ErrNoLoadBalancerAddress = errors.New("the LoadBalancer service " + offloadv
 // InternalIP, as with simulated nodes; auth.url must be set then.
 var ErrNoNodeAddress = errors.New("no node has an InternalIP to reach the node port of service " + offloadv1alpha1.Auth)
 
-// AuthURL returns the URL where peers reach this cluster's auth service: the
-// auth.url value when it is set, else an address derived from the
-// offload-auth Service in namespace. A NodePort Service gives
-// https://<first node InternalIP>:<nodePort>, a LoadBalancer its ingress IP
-// or hostname and port, and a ClusterIP Service its in-cluster DNS name.
-// values are the merged values of the installed release. When no address is
-// known yet the error wraps ErrNoLoadBalancerAddress or ErrNoNodeAddress.
-func AuthURL(ctx context.Context, kube kubernetes.Interface, namespace string, values map[string]any) (string, error) {
-	u, _, err := authURL(ctx, kube, namespace, values)
-	return u, err
+// Configured is the auth.url value of a release's merged Helm values, ""
+// when it is not set.
+func Configured(values map[string]any) string {
+	auth, _ := values["auth"].(map[string]any)
+	u, _ := auth["url"].(string)
+	return u
 }
 
-// authURL is AuthURL that also returns the type of the Service the URL was
-// derived from, or "" when auth.url is set.
-func authURL(ctx context.Context, kube kubernetes.Interface, namespace string, values map[string]any) (string, corev1.ServiceType, error) {
-	if u := stringValue(values, "auth", "url"); u != "" {
-		return u, "", nil
+// Resolve returns the URL where peers reach this cluster's auth service,
+// and the type of the Service it was derived from: configured (the
+// release's auth.url value) when it is set, with no Service type, else an
+// address derived from the offload-auth Service in namespace. A NodePort
+// Service gives https://<first node InternalIP>:<nodePort>, a LoadBalancer
+// its ingress IP or hostname and port, and a ClusterIP Service its
+// in-cluster DNS name. When no address is known yet the error wraps
+// ErrNoLoadBalancerAddress or ErrNoNodeAddress.
+func Resolve(ctx context.Context, kube kubernetes.Interface, namespace, configured string) (string, corev1.ServiceType, error) {
+	if configured != "" {
+		return configured, "", nil
 	}
 	svc, err := kube.CoreV1().Services(namespace).Get(ctx, offloadv1alpha1.Auth, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -1,19 +1,17 @@
-package auth
+package pki
 
 import (
 	"crypto/tls"
-	"log"
-	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 )
 
-// certSource holds the in-memory serving certificate and reissues it from
+// ServingCert holds an in-memory serving certificate and reissues it from
 // the CA once two thirds of its validity have passed, so a long-running
-// auth pod never serves an expired certificate.
-type certSource struct {
+// server never serves an expired certificate.
+type ServingCert struct {
 	ca    *CA
 	hosts []string
 	log   klog.Logger
@@ -23,9 +21,9 @@ type certSource struct {
 	cert *tls.Certificate
 }
 
-// newCertSource issues the first certificate for hosts; now is the clock.
-func newCertSource(ca *CA, hosts []string, log klog.Logger, now func() time.Time) (*certSource, error) {
-	s := &certSource{ca: ca, hosts: hosts, log: log, now: now}
+// NewServingCert issues the first certificate for hosts; now is the clock.
+func NewServingCert(ca *CA, hosts []string, log klog.Logger, now func() time.Time) (*ServingCert, error) {
+	s := &ServingCert{ca: ca, hosts: hosts, log: log, now: now}
 	cert, err := ca.IssueServingCert(hosts, s.now())
 	if err != nil {
 		return nil, err
@@ -36,8 +34,8 @@ func newCertSource(ca *CA, hosts []string, log klog.Logger, now func() time.Time
 	return s, nil
 }
 
-// getCertificate is the tls.Config.GetCertificate callback.
-func (s *certSource) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+// GetCertificate is the tls.Config.GetCertificate callback.
+func (s *ServingCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -55,18 +53,4 @@ func (s *certSource) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 	s.cert = cert
 	s.log.Info("Renewed the serving certificate", "notAfter", cert.Leaf.NotAfter.UTC())
 	return s.cert, nil
-}
-
-// newStdLogger returns a standard library logger, for http.Server.ErrorLog,
-// that writes to logger. TLS handshake errors from scanners and load
-// balancer probes end up there, so callers pass a verbose logger.
-func newStdLogger(logger klog.Logger) *log.Logger {
-	return log.New(logWriter{logger}, "", 0)
-}
-
-type logWriter struct{ log klog.Logger }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.log.Info(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

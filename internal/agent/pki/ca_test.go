@@ -1,4 +1,4 @@
-package auth
+package pki
 
 import (
 	"crypto/ecdsa"
@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -161,62 +160,20 @@ func TestParseCARejectsBrokenCAsWithoutQuotingTheKey(t *testing.T) {
 	}
 }
 
-func TestServingCertChainsToTheCAAndCarriesEverySAN(t *testing.T) {
-	ca := newTestCA(t)
-	o := Options{Namespace: "offload-system", TLSSANs: []string{"auth.example.com", "192.0.2.10"}}
-	cert, err := ca.IssueServingCert(o.Hosts(), testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := cert.Leaf
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	wantDNS := []string{"offload-auth", "offload-auth.offload-system", "offload-auth.offload-system.svc",
-		"offload-auth.offload-system.svc.cluster.local", "auth.example.com", "localhost"}
-	for _, name := range append(wantDNS, "192.0.2.10", "127.0.0.1", "::1") {
-		_, err := leaf.Verify(x509.VerifyOptions{
-			DNSName:     name,
-			Roots:       roots,
-			CurrentTime: testNow,
-			KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		})
-		if err != nil {
-			t.Errorf("certificate does not verify for %s against the CA: %v", name, err)
-		}
-	}
-	if strings.Join(leaf.DNSNames, ",") != strings.Join(wantDNS, ",") {
-		t.Errorf("DNS SANs = %v, want %v", leaf.DNSNames, wantDNS)
-	}
-	if len(leaf.IPAddresses) != 3 || !leaf.IPAddresses[0].Equal(net.ParseIP("192.0.2.10")) {
-		t.Errorf("IP SANs = %v, want 192.0.2.10, 127.0.0.1, ::1", leaf.IPAddresses)
-	}
-	if got := leaf.NotAfter.Sub(testNow); got != ServingCertValidity {
-		t.Errorf("serving certificate valid for %s, want %s", got, ServingCertValidity)
-	}
-	if len(cert.Certificate) != 2 {
-		t.Errorf("chain has %d certificates, want leaf and CA", len(cert.Certificate))
-	}
-	otherRoots := x509.NewCertPool()
-	otherRoots.AddCert(newTestCA(t).Cert)
-	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "localhost", Roots: otherRoots, CurrentTime: testNow}); err == nil {
-		t.Error("certificate verifies against an unrelated CA")
-	}
-}
-
-func TestCertSourceRenewsAfterTwoThirdsOfTheValidity(t *testing.T) {
+func TestAServingCertIsRenewedAfterTwoThirdsOfItsValidity(t *testing.T) {
 	ca := newTestCA(t)
 	now := testNow
-	s, err := newCertSource(ca, []string{"localhost"}, klog.Logger{}, func() time.Time { return now })
+	s, err := NewServingCert(ca, []string{"localhost"}, klog.Logger{}, func() time.Time { return now })
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, _ := s.getCertificate(nil)
+	first, _ := s.GetCertificate(nil)
 	now = testNow.Add(ServingCertValidity / 2)
-	if again, _ := s.getCertificate(nil); again != first {
+	if again, _ := s.GetCertificate(nil); again != first {
 		t.Error("certificate was renewed half-way through its validity")
 	}
 	now = testNow.Add(ServingCertValidity * 3 / 4)
-	renewed, _ := s.getCertificate(nil)
+	renewed, _ := s.GetCertificate(nil)
 	if renewed == first || !renewed.Leaf.NotAfter.After(first.Leaf.NotAfter) {
 		t.Error("certificate was not renewed three quarters through its validity")
 	}

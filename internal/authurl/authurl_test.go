@@ -1,4 +1,4 @@
-package status
+package authurl
 
 import (
 	"context"
@@ -24,19 +24,28 @@ func authService(typ corev1.ServiceType, ingress ...corev1.LoadBalancerIngress) 
 	}
 }
 
-func TestAuthURL(t *testing.T) {
+const testNamespace = "offload-system"
+
+func node(name, ip string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}},
+	}
+}
+
+func TestTheAuthURLIsTheValueElseTheServicesAddress(t *testing.T) {
 	virtual := node("a-offload-beta", "10.9.9.9", map[string]string{offloadv1alpha1.LabelType: "virtual-node"})
 	tests := []struct {
 		name    string
-		values  map[string]any
+		auth    string // the auth.url value
 		objects []runtime.Object
 		want    string
 		wantErr error
 	}{
 		{
-			name:   "the auth.url value wins over the Service",
-			values: map[string]any{"auth": map[string]any{"url": "https://auth.example.com"}},
-			want:   "https://auth.example.com",
+			name: "the auth.url value wins over the Service",
+			auth: "https://auth.example.com",
+			want: "https://auth.example.com",
 		},
 		{
 			name:    "a NodePort Service is reached on the first real node's InternalIP",
@@ -94,17 +103,18 @@ func TestAuthURL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			kube := k8sfake.NewClientset(tt.objects...)
-			got, err := AuthURL(context.Background(), kube, testNamespace, tt.values)
+			values := map[string]any{"auth": map[string]any{"url": tt.auth}}
+			got, _, err := Resolve(context.Background(), kube, testNamespace, Configured(values))
 			switch {
 			case tt.wantErr == errAny && err == nil:
-				t.Fatalf("AuthURL = %q, want an error", got)
+				t.Fatalf("Resolve = %q, want an error", got)
 			case tt.wantErr != nil && tt.wantErr != errAny && !errors.Is(err, tt.wantErr):
-				t.Fatalf("AuthURL error = %v, want %v", err, tt.wantErr)
+				t.Fatalf("Resolve error = %v, want %v", err, tt.wantErr)
 			case tt.wantErr == nil && err != nil:
-				t.Fatalf("AuthURL: %v", err)
+				t.Fatalf("Resolve: %v", err)
 			}
 			if got != tt.want {
-				t.Errorf("AuthURL = %q, want %q", got, tt.want)
+				t.Errorf("Resolve = %q, want %q", got, tt.want)
 			}
 		})
 	}
