@@ -26,7 +26,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
@@ -34,6 +36,10 @@ import (
 )
 
 func main() {
+	// The controller-runtime client that checks for an existing peering
+	// logs nothing worth showing; without a logger it prints a warning
+	// with a stack trace.
+	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()

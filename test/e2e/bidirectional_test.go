@@ -17,6 +17,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go).
+
 // condition returns the condition t of ForeignCluster name on c, or nil.
 func condition(ctx context.Context, t *testing.T, c *framework.Cluster, name, typ string) (*offloadv1alpha1.ForeignCluster, *metav1.Condition) {
 	t.Helper()

@@ -19,6 +19,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapter of this file runs in expectProviderRefusesUnsafePods
+// (provider_safety_test.go), so in the tests that drive that one.
+
 // expectATenantIsBounded plays a consumer that tries to fill its
 // provider's etcd with its own credentials (tenant, tc): ServiceAccounts
 // past its twin namespace's quota, RemoteNamespaces past its tenant

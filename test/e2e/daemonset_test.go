@@ -16,6 +16,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go) and
+// TestCompatibility (compat_test.go).
+
 // everywhere is a DaemonSet of the test application whose pods tolerate
 // every taint, as CNI agents, log shippers and kube-proxy do.
 func everywhere(name string, annotations map[string]string) *appsv1.DaemonSet {
@@ -30,7 +34,7 @@ func everywhere(name string, annotations map[string]string) *appsv1.DaemonSet {
 // createDaemonSet creates ds in ns of c, and deletes it when the test
 // ends, before the clusters go: its pods tolerate the taint that drains a
 // real node at teardown.
-func createDaemonSet(ctx context.Context, t *testing.T, c *framework.Cluster, ns string, ds *appsv1.DaemonSet) {
+func createDaemonSet(ctx context.Context, t testing.TB, c *framework.Cluster, ns string, ds *appsv1.DaemonSet) {
 	t.Helper()
 	if _, err := c.Kube.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -79,11 +83,13 @@ const preexistingDaemonSet = "node-agent"
 // the peering in kube-system, and now in the offloaded namespace work)
 // get no pod on the virtual node, none in the twin namespace, and roll out;
 // and that one opting in runs on the virtual node, in the provider.
-func expectDaemonSetsStayOffVirtualNodes(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin string) {
+func expectDaemonSetsStayOffVirtualNodes(ctx context.Context, t *testing.T, scope testing.TB, consumer, provider *framework.Cluster, twin string) {
 	t.Helper()
 	virtual := offloadv1alpha1.VirtualNodeName(provider.Name)
-	createDaemonSet(ctx, t, consumer, "work", everywhere("logs", nil))
-	createDaemonSet(ctx, t, consumer, "work", everywhere("edge", map[string]string{offloadv1alpha1.AnnotationVirtualNodes: offloadv1alpha1.VirtualNodesAllowed}))
+	// The DaemonSets live as long as scope, the test: a later chapter
+	// (expectDaemonSetsBackOnEveryNode) finds them again after unpeer.
+	createDaemonSet(ctx, scope, consumer, "work", everywhere("logs", nil))
+	createDaemonSet(ctx, scope, consumer, "work", everywhere("edge", map[string]string{offloadv1alpha1.AnnotationVirtualNodes: offloadv1alpha1.VirtualNodesAllowed}))
 	for _, ds := range []struct{ ns, name string }{{metav1.NamespaceSystem, preexistingDaemonSet}, {"work", "logs"}, {"work", "edge"}} {
 		rolledOut(t, consumer, ds.ns, ds.name)
 	}

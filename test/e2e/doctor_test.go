@@ -13,6 +13,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly
+// (lifecycle_test.go) and TestSeedFlowsBetweenK3sAndKubeadm (k3s_test.go).
+
 // offloadDoctor runs `kubectl offload doctor -o json` against c and returns
 // the report, which has the shape of a status report, and the exit code.
 func offloadDoctor(t *testing.T, c *framework.Cluster) (statusReport, int) {

@@ -15,6 +15,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go).
+
 // expectRemoteFailuresShown offloads a pod whose image the provider's node
 // does not have, and checks that the consumer tells why it does not run,
 // as a real node would: the container's waiting reason, and the

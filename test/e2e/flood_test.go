@@ -14,6 +14,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly
+// (lifecycle_test.go).
+
 // authFlood is an attacker on a consumer's own address: from network
 // namespace netns (a consumer node, whose address the consumer agent's
 // traffic leaves by), workers send refreshes with bad tokens to authURL,

@@ -287,30 +287,41 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 			}
 		}
 	}
-	expectReflected(ctx, t, consumer, provider, twin, consumerID, "app=web", 2)
-	expectKubectlTop(ctx, t, consumer, provider, twin, "app=web")
-	expectPodsSurviveAPartition(ctx, t, consumer, provider, twin, consumerID, "app=web", 2)
-
-	expectProviderRefusesUnsafePods(ctx, t, consumer, provider, twin, consumerID)
-	expectWorkloads(ctx, t, consumer, provider, twin, consumerID)
-	expectDaemonSetsStayOffVirtualNodes(ctx, t, consumer, provider, twin)
-	expectRemoteFailuresShown(ctx, t, consumer, provider)
-	expectSpecUpdatesReachTheRemotePod(ctx, t, consumer, provider, twin)
-	expectStrategies(ctx, t, consumer, cc)
-	expectTheProviderChoosesItsNodes(ctx, t, consumer, provider, twin, consumerID)
-	expectUnpeerEndsOneDirection(ctx, t, consumer, provider, twin, consumerID)
-
-	// unoffload removes the remote pods with the twin namespace.
-	mustOffload(t, consumer, "unoffload", "namespace", "work", "--timeout", "2m")
-	waitFor(ctx, t, 2*time.Minute, "the twin namespace and its pods to go", func(ctx context.Context) (bool, string) {
-		_, err := provider.Kube.CoreV1().Namespaces().Get(ctx, twin, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	// The chapters, each a subtest that reports on its own; a failed one
+	// does not hide the ones after it.
+	t.Run("reflection", func(t *testing.T) { expectReflected(ctx, t, consumer, provider, twin, consumerID, "app=web", 2) })
+	t.Run("kubectl top", func(t *testing.T) { expectKubectlTop(ctx, t, consumer, provider, twin, "app=web") })
+	t.Run("a partition", func(t *testing.T) {
+		expectPodsSurviveAPartition(ctx, t, consumer, provider, twin, consumerID, "app=web", 2)
 	})
-	expectRevokedConsumerSaysUnauthorized(ctx, t, consumer, provider)
-
-	// Unpeered, the consumer has no virtual node: its DaemonSets are back.
-	mustOffload(t, consumer, "unpeer", provider.Name, "--timeout", "2m")
-	expectDaemonSetsBackOnEveryNode(ctx, t, consumer)
+	t.Run("the provider refuses unsafe pods", func(t *testing.T) {
+		expectProviderRefusesUnsafePods(ctx, t, consumer, provider, twin, consumerID)
+	})
+	t.Run("workloads", func(t *testing.T) { expectWorkloads(ctx, t, consumer, provider, twin, consumerID) })
+	scope := t
+	t.Run("DaemonSets stay off virtual nodes", func(t *testing.T) {
+		expectDaemonSetsStayOffVirtualNodes(ctx, t, scope, consumer, provider, twin)
+	})
+	t.Run("remote failures shown", func(t *testing.T) { expectRemoteFailuresShown(ctx, t, consumer, provider) })
+	t.Run("spec updates", func(t *testing.T) { expectSpecUpdatesReachTheRemotePod(ctx, t, consumer, provider, twin) })
+	t.Run("strategies", func(t *testing.T) { expectStrategies(ctx, t, consumer, cc) })
+	t.Run("the provider chooses its nodes", func(t *testing.T) {
+		expectTheProviderChoosesItsNodes(ctx, t, consumer, provider, twin, consumerID)
+	})
+	t.Run("unpeer ends one direction", func(t *testing.T) { expectUnpeerEndsOneDirection(ctx, t, consumer, provider, twin, consumerID) })
+	t.Run("unoffload, and a revoked consumer", func(t *testing.T) {
+		// unoffload removes the remote pods with the twin namespace.
+		mustOffload(t, consumer, "unoffload", "namespace", "work", "--timeout", "2m")
+		waitFor(ctx, t, 2*time.Minute, "the twin namespace and its pods to go", func(ctx context.Context) (bool, string) {
+			_, err := provider.Kube.CoreV1().Namespaces().Get(ctx, twin, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		expectRevokedConsumerSaysUnauthorized(ctx, t, consumer, provider)
+	})
+	t.Run("unpeered, DaemonSets are back", func(t *testing.T) {
+		mustOffload(t, consumer, "unpeer", provider.Name, "--timeout", "2m")
+		expectDaemonSetsBackOnEveryNode(ctx, t, consumer)
+	})
 }
 
 // scaleAgent scales the consumer's controller-manager to replicas and waits

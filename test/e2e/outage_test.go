@@ -17,6 +17,12 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly
+// (lifecycle_test.go) and
+// TestAnAgentKilledWhileOffloadingAThousandPodsLeavesNoDuplicateAndNoOrphan
+// (kill_test.go).
+
 // defaultFrozenOutage is how long a frozen API server stays frozen: longer
 // than the agents' Lease (15 s) and its renew deadline (10 s), so the
 // leader loses it, as it would in a long outage.

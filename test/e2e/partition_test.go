@@ -13,6 +13,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go).
+
 // shortToleration is the consumer API server's default not-ready and
 // unreachable toleration in the tests, instead of 300 s: a partition
 // longer than it would evict every pod of the virtual node that only has

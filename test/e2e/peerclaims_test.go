@@ -22,6 +22,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR
+// (network_test.go).
+
 // nodeFabricRoutes are the routes the fabric added in network namespace
 // netns (protocol 0x6f, in any table) and the rules to its table, one per
 // line.

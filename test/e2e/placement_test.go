@@ -22,6 +22,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go).
+
 // shownIPs records every pod IP the consumer's pods in ns with label
 // selector show, in every status the API server stored, from before they
 // exist. It stops with ctx.

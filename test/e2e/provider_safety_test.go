@@ -24,6 +24,11 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go),
+// TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin
+// (namespace_test.go) and TestCompatibility (compat_test.go).
+
 // attackPod is a pod a consumer must not be able to run on its provider.
 type attackPod struct {
 	name string

@@ -20,6 +20,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go).
+
 // expectKubectlTop checks kubectl top for the virtual node and its pods, on
 // a consumer and a provider that both run metrics-server: the consumer's
 // metrics-server scrapes the virtual node's kubelet API, which answers with

@@ -13,6 +13,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
+// The chapters of this file run in
+// TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR
+// (network_test.go).
+
 // expectTheTunnelFilteredBothWays checks the tenant filters of both
 // gateways. The offloaded pod (remotePod, of namespace net) reaches the
 // consumer's local pod of net, but not a consumer pod of a namespace that
