@@ -15,14 +15,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// agentValues are the install flags that run the agent under test on the
-// real nodes: the fixture's (framework.AgentValues).
-func agentValues() []string { return framework.AgentValues() }
-
 // installAgent installs kubectl-offload with its agent running as pods on the real node.
 func installAgent(t *testing.T, c *framework.Cluster, extra ...string) {
 	t.Helper()
-	mustOffload(t, c, append(append([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, agentValues()...), extra...)...)
+	mustOffload(t, c, append(append([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, framework.AgentValues()...), extra...)...)
 }
 
 func TestAgentRunsAsPodsOnARealNode(t *testing.T) {

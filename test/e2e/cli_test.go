@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -24,16 +22,7 @@ func offload(t *testing.T, c *framework.Cluster, args ...string) (stdout, stderr
 // it is nil: offload runs the one under test, the upgrade test an older
 // release's.
 func offloadWith(bin string, c *framework.Cluster, args ...string) (stdout, stderr string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if c != nil {
-		args = append([]string{"--kubeconfig", c.Kubeconfig}, args...)
-	}
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
-	return out.String(), errOut.String(), err
+	return framework.RunOffload(context.Background(), bin, c, args...)
 }
 
 func TestVersionReportsTheClusterItTalksTo(t *testing.T) {

@@ -93,7 +93,7 @@ func TestCompatibility(t *testing.T) {
 				t.Fatalf("%s's real node: %v; want a kubelet of %s", c.Name, err, want)
 			}
 		}
-		objects = manifestObjects(t, mustOffload(t, consumer, append([]string{"install", "--cluster-name", consumer.Name, "--dry-run", "-o", "yaml"}, agentValues()...)...))
+		objects = manifestObjects(t, mustOffload(t, consumer, append([]string{"install", "--cluster-name", consumer.Name, "--dry-run", "-o", "yaml"}, framework.AgentValues()...)...))
 		installPeerable(ctx, t, consumer, provider)
 	})
 

@@ -117,7 +117,7 @@ func TestTheKindQuickstartRuns(t *testing.T) {
 		}
 	}
 	installFlags := func(c *framework.Cluster) string {
-		return strings.Join(append(agentValues(), "--api-server-url", c.PeerAPIServerURL()), " ")
+		return strings.Join(append(framework.AgentValues(), "--api-server-url", c.PeerAPIServerURL()), " ")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()

@@ -137,7 +137,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	cl := ctrlClient(t, c)
 
 	// --dry-run prints every manifest and creates nothing.
-	manifest := mustOffload(t, c, append([]string{"install", "--cluster-name", "inst", "--dry-run", "-o", "yaml"}, agentValues()...)...)
+	manifest := mustOffload(t, c, append([]string{"install", "--cluster-name", "inst", "--dry-run", "-o", "yaml"}, framework.AgentValues()...)...)
 	objects := manifestObjects(t, manifest)
 	kinds := map[string]int{}
 	for _, o := range objects {
@@ -226,7 +226,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 
 	// --set on reinstall upgrades, and upgrade works on the installed release.
 	installAgent(t, c, "--set", "sharingPercentage=30")
-	mustOffload(t, c, append(append([]string{"upgrade"}, agentValues()...), "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")...)
+	mustOffload(t, c, append(append([]string{"upgrade"}, framework.AgentValues()...), "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")...)
 	svc, err := c.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
 	if err != nil || svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		t.Errorf("upgrade --set auth.service.type=ClusterIP: service %v, err %v", svc.Spec.Type, err)

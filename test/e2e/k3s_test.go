@@ -239,7 +239,7 @@ func installWithDetection(ctx context.Context, t *testing.T, extra map[*framewor
 	var wg sync.WaitGroup
 	for c, args := range extra {
 		wg.Go(func() {
-			out, errOut, err := offload(t, c, slices.Concat([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, agentValues(), args)...)
+			out, errOut, err := offload(t, c, slices.Concat([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, framework.AgentValues(), args)...)
 			if err != nil {
 				t.Errorf("install on %s: %v\n%s\n%s", c.Name, err, out, errOut)
 				return

@@ -124,7 +124,7 @@ func testUpgrade(t *testing.T, order upgradeOrder) {
 	var objects []object
 	for _, o := range slices.Concat(
 		manifestObjects(t, mustOffloadWith(t, old.CLI, s.consumer, append(dryRun, oldReleaseValues()...)...)),
-		manifestObjects(t, mustOffload(t, s.consumer, append(dryRun, agentValues()...)...))) {
+		manifestObjects(t, mustOffload(t, s.consumer, append(dryRun, framework.AgentValues()...)...))) {
 		if !slices.Contains(objects, o) {
 			objects = append(objects, o)
 		}
@@ -193,10 +193,10 @@ func oldRelease(t *testing.T) *framework.Release {
 	return r
 }
 
-// oldReleaseValues are agentValues with the old agent's image.
+// oldReleaseValues are framework.AgentValues with the old agent's image.
 func oldReleaseValues() []string {
 	// Of two --set of one key, the last wins, as in helm.
-	return append(agentValues(), "--set", "image.tag="+framework.OldAgentImageTag)
+	return append(framework.AgentValues(), "--set", "image.tag="+framework.OldAgentImageTag)
 }
 
 // mustOffloadWith is mustOffload for the kubectl-offload binary bin.
@@ -306,7 +306,7 @@ func (s *upgradeScene) upgradeStep(ctx context.Context, t *testing.T, c *framewo
 	t.Helper()
 	start := time.Now()
 	probe.beginStep(c.Name)
-	mustOffload(t, c, append([]string{"upgrade", "--timeout", "3m"}, agentValues()...)...)
+	mustOffload(t, c, append([]string{"upgrade", "--timeout", "3m"}, framework.AgentValues()...)...)
 	expectAgentImage(ctx, t, c, "test")
 	s.expectPeeringUp(ctx, t)
 	for _, cl := range s.clusters() {

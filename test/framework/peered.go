@@ -85,7 +85,7 @@ func parsePeerCommand(printed string) (PeerCommand, error) {
 	pc := PeerCommand{Command: strings.TrimSpace(printed)}
 	words := strings.Fields(pc.Command)
 	if len(words) < 5 || strings.Join(words[:4], " ") != "kubectl offload peer out-of-band" {
-		return pc, fmt.Errorf("peer generate printed %q, not a peer out-of-band command", tokenFlag.ReplaceAllString(pc.Command, "${1}<redacted>"))
+		return pc, fmt.Errorf("peer generate printed %q, not a peer out-of-band command", redacted(pc.Command))
 	}
 	pc.Name = words[4]
 	flags := map[string]*string{"--auth-url": &pc.AuthURL, "--cluster-id": &pc.ClusterID, "--auth-token": &pc.AuthToken, "--ca-cert-hash": &pc.CACertHash}
@@ -119,8 +119,9 @@ func InstallPair(ctx context.Context, consumer, provider *Cluster, o PairOptions
 	for i, c := range []*Cluster{consumer, provider} {
 		wg.Go(func() {
 			args := append([]string{"install", "--cluster-name", c.Name, "--timeout", "3m", "--api-server-url", c.PeerAPIServerURL()}, AgentValues()...)
-			_, errs[i] = Offload(ctx, o.Bin, c, append(args, o.Install...)...)
-			o.log("kubectl offload install on %s", c.Name)
+			if _, errs[i] = Offload(ctx, o.Bin, c, append(args, o.Install...)...); errs[i] == nil {
+				o.log("kubectl offload install on %s", c.Name)
+			}
 		})
 	}
 	wg.Wait()
@@ -155,7 +156,7 @@ func PeerPair(ctx context.Context, consumer, provider *Cluster, o PairOptions) (
 		return nil, err
 	}
 	p := &PeeredPair{Consumer: consumer, Provider: provider, Peer: pc}
-	o.log("on %s: %s", consumer.Name, tokenFlag.ReplaceAllString(pc.Command, "${1}<redacted>"))
+	o.log("on %s: %s", consumer.Name, redacted(pc.Command))
 	start := time.Now()
 	// The printed command, verbatim.
 	if _, err := Offload(ctx, o.Bin, consumer, append(strings.Fields(strings.TrimPrefix(pc.Command, "kubectl offload ")), "--timeout", "3m")...); err != nil {
@@ -168,30 +169,32 @@ func PeerPair(ctx context.Context, consumer, provider *Cluster, o PairOptions) (
 // tokenFlag matches the peering token in a peer command.
 var tokenFlag = regexp.MustCompile(`(--auth-token[ =])\S+`)
 
+// redacted is command with its peering token hidden.
+func redacted(command string) string { return tokenFlag.ReplaceAllString(command, "${1}<redacted>") }
+
 // Offload runs the kubectl-offload binary of bin against c and returns its
 // standard output; an error carries its standard error.
 func Offload(ctx context.Context, bin string, c *Cluster, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "kubectl-offload"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("kubectl offload %s on %s: %w\n%s", strings.Join(redact(args), " "), c.Name, err, errOut.String())
+	out, errOut, err := RunOffload(ctx, filepath.Join(bin, "kubectl-offload"), c, args...)
+	if err != nil {
+		return out, fmt.Errorf("%s on %s: %w\n%s", redacted("kubectl offload "+strings.Join(args, " ")), c.Name, err, errOut)
 	}
-	return out.String(), nil
+	return out, nil
 }
 
-// redact hides the value of --auth-token in args.
-func redact(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		out[i] = a
-		if i > 0 && args[i-1] == "--auth-token" {
-			out[i] = "<redacted>"
-		}
+// RunOffload runs the kubectl-offload binary binary, against c unless it
+// is nil, for at most 5 minutes, and returns what it printed.
+func RunOffload(ctx context.Context, binary string, c *Cluster, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if c != nil {
+		args = append([]string{"--kubeconfig", c.Kubeconfig}, args...)
 	}
-	return out
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
 // waitComponentReady waits until one pod of the agent's component
