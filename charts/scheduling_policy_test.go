@@ -214,6 +214,16 @@ func TestTheSchedulingPolicyKeepsTheOffloadingTolerationsThroughUpdates(t *testi
 	update := created.DeepCopy()
 	update.Spec.Tolerations = manifest.Spec.Tolerations
 	update.Labels = map[string]string{"version": "2"}
+	// offloadedNamespace waited for the creation policy only; the API
+	// server loads the update policy on its own, a moment after it is
+	// written. A dry run polls for it: one that never admits the update
+	// fails here, with the last refusal.
+	if _, err := framework.Poll(t.Context(), 100*time.Millisecond, 30*time.Second, func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().Pods(ns).Update(ctx, update, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, fmt.Sprint(err)
+	}); err != nil {
+		t.Fatalf("an update without the offloading tolerations was refused: %v", err)
+	}
 	updated, err := kube.CoreV1().Pods(ns).Update(t.Context(), update, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatalf("an update without the offloading tolerations was refused: %v", err)
