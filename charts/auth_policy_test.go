@@ -290,7 +290,7 @@ func TestTheAuthServiceIsConfinedToTenantNamespaces(t *testing.T) {
 	}
 }
 
-// The auth service provisions a tenant as internal/agent/auth does (peer)
+// The auth service provisions a tenant as internal/agent/provider/auth does (peer)
 // and removes it as it does when a peering fails or on unpeer.
 func TestTheAuthServiceProvisionsAndRemovesATenant(t *testing.T) {
 	s := enforcedAuthPolicy(t)

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/daemonset"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/daemonset"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/network"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/network"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 

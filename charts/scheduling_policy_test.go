@@ -18,7 +18,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/webhook"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/webhook"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )

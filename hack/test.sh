@@ -24,9 +24,9 @@ phase "unit tests" bash -c 'go test -count=1 $(go list ./... | grep -v /test/e2e
 # "context deadline exceeded" at the deadline, with no failing input
 # (go.dev/issue/75804); a count has no deadline to race.
 phase "fuzz tests (bounded)" bash -c 'go test -run "^$" -fuzz "^FuzzParseToken$" -fuzztime 100000x -timeout 5m ./internal/peering/ &&
-  go test -run "^$" -fuzz "^FuzzPeerRequest$" -fuzztime 10000x -timeout 5m ./internal/agent/auth/ &&
-  go test -run "^$" -fuzz "^FuzzUnverifiedBinding$" -fuzztime 30000x -timeout 5m ./internal/agent/auth/ &&
-  go test -run "^$" -fuzz "^FuzzRemotePod$" -fuzztime 150000x -timeout 5m ./internal/agent/reflection/'
+  go test -run "^$" -fuzz "^FuzzPeerRequest$" -fuzztime 10000x -timeout 5m ./internal/agent/provider/auth/ &&
+  go test -run "^$" -fuzz "^FuzzUnverifiedBinding$" -fuzztime 30000x -timeout 5m ./internal/agent/provider/auth/ &&
+  go test -run "^$" -fuzz "^FuzzRemotePod$" -fuzztime 150000x -timeout 5m ./internal/agent/consumer/reflection/'
 # The upgrade test builds the release it upgrades from out of this
 # repository's history: a shallow clone lacks it.
 if [[ "$(git rev-parse --is-shallow-repository 2>/dev/null)" == true ]]; then

@@ -1,7 +1,10 @@
 // Package agent holds no code: it is the map of the offload-agent's
-// packages below it, and which side of a peering each one serves.
+// packages below it. The tree shows which side of a peering each one
+// serves: consumer/ (this cluster runs its pods in a provider), provider/
+// (this cluster lends capacity to consumers), fabric/ (the network, both
+// sides), and at this root what every side shares.
 //
-// Both sides:
+// Shared, at this root:
 //   - app: the offload-agent command tree (controller-manager, auth,
 //     gateway, fabric).
 //   - manager: the controller-runtime manager, its caches and the identity check.
@@ -17,17 +20,19 @@
 //     webhook's and the virtual nodes' kubelet API's. It imports neither
 //     side, so the consumer's webhook and kubelet API do not import the
 //     provider's auth service.
+//
+// The network fabric, fabric/ (internal/ipam holds the views of peers'
+// pod CIDRs, pure):
 //   - network: the network fabric's controllers, one per side (the
 //     consumer's tunnel to each provider; the provider's answer to each
 //     consumer's NetworkPeering), rendering one gateway per Tunnel and
 //     reporting the peering's network on it (NetworkReady).
-//   - ipam: the views of peers' pod CIDRs, pure.
 //   - gateway: offload-agent gateway, one per peering, in its own pod: the
 //     WireGuard device, the address translation, the tenant filter.
-//   - fabric: offload-agent fabric, a DaemonSet: routes to the gateways on
+//   - routing: offload-agent fabric, a DaemonSet: routes to the gateways on
 //     every node.
 //
-// Consumer side (this cluster runs its pods in a provider):
+// Consumer side, consumer/:
 //   - foreigncluster: authenticates with each provider, rotates the
 //     credentials, reports in the PeeringCredentials (Authenticated),
 //     releases the tenant on unpeer.
@@ -53,7 +58,7 @@
 //     (a webhook and a controller).
 //   - kubeletapi: logs, exec, attach and port-forward of the virtual nodes.
 //
-// Provider side (this cluster lends capacity to consumers):
+// Provider side, provider/:
 //   - auth: the peering service (/v1/peer, /v1/refresh, /v1/unpeer).
 //   - tenant: the one owner of a Tenant's teardown (finalizer offload.io/tenant).
 //   - incoming: keeps a ForeignCluster for each consumer.
@@ -62,5 +67,6 @@
 //
 // The agent never imports the CLI (internal/cli, peer, status, install,
 // offload, version); what both need is in api/v1alpha1 and
-// internal/peering. internal/layering and depguard enforce it.
+// internal/peering. A consumer's package never imports a provider's, nor
+// the reverse. internal/layering and depguard enforce both.
 package agent

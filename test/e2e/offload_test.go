@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 

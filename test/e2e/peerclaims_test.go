@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/network"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/network"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/routing"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -31,7 +31,7 @@ import (
 // line.
 func nodeFabricRoutes(netns string) (string, error) {
 	var out []string
-	for _, args := range [][]string{{"route", "show", "table", "all", "proto", "0x6f"}, {"rule", "show", "table", fmt.Sprint(fabric.RouteTable)}} {
+	for _, args := range [][]string{{"route", "show", "table", "all", "proto", "0x6f"}, {"rule", "show", "table", fmt.Sprint(routing.RouteTable)}} {
 		b, err := exec.Command("ip", append([]string{"-n", netns}, args...)...).CombinedOutput()
 		if err != nil {
 			return "", fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, b)

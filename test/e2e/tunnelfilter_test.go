@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 

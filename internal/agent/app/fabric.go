@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/routing"
 )
 
 const fabricLong = `Run the network fabric on this node, as the offload-fabric DaemonSet does on
@@ -26,7 +26,7 @@ const fabricExample = `  # In the DaemonSet's pod, as the chart runs it
   offload-agent fabric --node-name "$NODE_NAME"`
 
 func newCmdFabric(g *globalOptions) *cobra.Command {
-	o := fabric.Options{Interval: 2 * time.Second}
+	o := routing.Options{Interval: 2 * time.Second}
 	cmd := &cobra.Command{
 		Use:     "fabric",
 		Short:   "Route the peers' views to their gateways on this node",
@@ -43,7 +43,7 @@ func newCmdFabric(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return fabric.Run(cmd.Context(), cfg, o, g.logger("fabric"))
+			return routing.Run(cmd.Context(), cfg, o, g.logger("fabric"))
 		},
 	}
 	fs := cmd.Flags()

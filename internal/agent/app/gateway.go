@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/gateway"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/gateway"
 )
 
 const gatewayLong = `Run the WireGuard network gateway of one peering, inside the gateway pod's

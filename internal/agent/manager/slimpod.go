@@ -3,7 +3,7 @@ package manager
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/reflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
 )
 
 // SlimPod is the cache transform of Pods: a pod with only the fields the

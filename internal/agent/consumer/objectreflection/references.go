@@ -1,0 +1,112 @@
+package objectreflection
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
+)
+
+// The kinds whose objects are copied only when pods need them.
+var (
+	kindConfigMap = ConfigMaps.Name
+	kindSecret    = Secrets.Name
+)
+
+// byReferenceIndex indexes pods by the objects they reference, as
+// referenceKey.
+const byReferenceIndex = "reference"
+
+// referenceKey names the object name of kind (kindConfigMap or kindSecret)
+// in byReferenceIndex.
+func referenceKey(kind, name string) string { return kind + "/" + name }
+
+// podReferences is the index function of byReferenceIndex: one pass over
+// the pod for both kinds.
+func podReferences(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	cms, secrets := reflection.ReferencedObjects(pod)
+	keys := make([]string, 0, cms.Len()+secrets.Len())
+	for _, n := range sets.List(cms) {
+		keys = append(keys, referenceKey(kindConfigMap, n))
+	}
+	for _, n := range sets.List(secrets) {
+		keys = append(keys, referenceKey(kindSecret, n))
+	}
+	return keys, nil
+}
+
+// optedIn says whether a consumer object asks to be copied whether or not
+// a pod references it.
+func optedIn(m metav1.Object) bool { return m.GetLabels()[offloadv1alpha1.LabelReflect] == "true" }
+
+// referenced says whether a pod of p's namespace on the virtual node
+// references the object name of kind (kindConfigMap or kindSecret), as the
+// pod informer sees it.
+func (p *pair) referenced(kind, name string) bool {
+	pods, err := p.pods.GetIndexer().ByIndex(byReferenceIndex, referenceKey(kind, name))
+	return err == nil && len(pods) > 0
+}
+
+// referencedLive asks the consumer's API server, not the cache, whether a
+// pod of p's namespace on the virtual node references the object: the pod
+// informer may not have seen a pod that pod reflection is creating right
+// now, whose objects it has just copied.
+func (r *Reflector) referencedLive(ctx context.Context, p *pair, kind, name string) (bool, error) {
+	pods, err := r.opts.Consumer.CoreV1().Pods(p.consumer).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", r.opts.NodeName).String()})
+	if err != nil {
+		return false, fmt.Errorf("listing the pods of namespace %s on %s: %w", p.consumer, r.opts.NodeName, err)
+	}
+	for i := range pods.Items {
+		cms, secrets := reflection.ReferencedObjects(&pods.Items[i])
+		if kind == kindConfigMap && cms.Has(name) || kind == kindSecret && secrets.Has(name) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// referenceEnqueuer enqueues the ConfigMaps and Secrets a pod of the twin
+// namespace's pair starts or stops referencing: they may have to be
+// copied, or their copies deleted. An update enqueues only the references
+// it changes: most are status updates, which change none, and each
+// enqueued object's reconcile looks up every pod that references it.
+func (r *Reflector) referenceEnqueuer(twin string) cache.ResourceEventHandler {
+	references := func(obj any) (cms, secrets sets.Set[string]) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			return reflection.ReferencedObjects(pod)
+		}
+		return nil, nil
+	}
+	enqueue := func(cms, secrets sets.Set[string]) {
+		for n := range cms {
+			r.queue.Add(key{kind: kindConfigMap, twin: twin, name: n})
+		}
+		for n := range secrets {
+			r.queue.Add(key{kind: kindSecret, twin: twin, name: n})
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { enqueue(references(obj)) },
+		UpdateFunc: func(old, cur any) {
+			oldCMs, oldSecrets := references(old)
+			cms, secrets := references(cur)
+			enqueue(oldCMs.SymmetricDifference(cms), oldSecrets.SymmetricDifference(secrets))
+		},
+		DeleteFunc: func(obj any) { enqueue(references(obj)) },
+	}
+}

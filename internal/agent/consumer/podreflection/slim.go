@@ -1,0 +1,116 @@
+package podreflection
+
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
+)
+
+// slimRemotePod is the transform of the twin namespaces' pod informers: a
+// remote pod with only the fields the handler reads from the cache. The
+// status and the metadata stay whole (the consumer's status and view are
+// made of them); of the spec stay what a pod update can change and the
+// consumer's view compares (container names and images, the deadline, the
+// tolerations), the node, and whether it mounts the pod's token Secret,
+// which deleting the pod deletes with it (kept as one Secret volume,
+// whatever the volume's kind). Volumes, environment, probes and
+// resources, most of a pod's size, go.
+//
+// The cache never writes a pod back: UpdatePod and CreatePod read the
+// remote pod they update from the API server.
+func slimRemotePod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{
+		TypeMeta:   p.TypeMeta,
+		ObjectMeta: reflection.SlimMeta(&p.ObjectMeta),
+		Spec: corev1.PodSpec{
+			NodeName: p.Spec.NodeName, ActiveDeadlineSeconds: p.Spec.ActiveDeadlineSeconds, Tolerations: p.Spec.Tolerations,
+			Containers: namesAndImages(p.Spec.Containers), InitContainers: namesAndImages(p.Spec.InitContainers),
+		},
+		Status: p.Status,
+	}
+	out.Annotations = p.Annotations
+	token := reflection.TokenSecretName(p.Name)
+	for _, v := range p.Spec.Volumes {
+		if mountsSecret(v, token) {
+			// Only that it mounts the Secret, whatever the volume's kind.
+			out.Spec.Volumes = []corev1.Volume{{Name: v.Name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: token}}}}
+			break
+		}
+	}
+	return out, nil
+}
+
+// namesAndImages keeps the names and images of cs.
+func namesAndImages(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Image: c.Image}
+	}
+	return out
+}
+
+// PodVersions is the transform of the informer of the consumer pods bound
+// to a virtual node. It drops managed fields, and a new version of a pod
+// shares its spec, labels, annotations, owner references and finalizers
+// with the version Store holds, when they are equal. The virtual-kubelet
+// PodController keeps the version of each pod it last reflected, and the
+// status the handler last sent it: without sharing, each would hold a copy
+// of the pod's spec, most of its size, besides the informer's own.
+//
+// Objects in an informer's store are never written to, which makes
+// sharing their parts safe.
+type PodVersions struct {
+	// Store is the informer's store; set it once the informer exists,
+	// before it starts.
+	Store cache.Store
+}
+
+// Transform is the cache.TransformFunc of v.
+func (v *PodVersions) Transform(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	p.ManagedFields = nil
+	if v.Store == nil {
+		return p, nil
+	}
+	item, exists, err := v.Store.GetByKey(cache.MetaObjectToName(p).String())
+	if err != nil || !exists {
+		return p, nil
+	}
+	prev, ok := item.(*corev1.Pod)
+	if !ok || prev.UID != p.UID {
+		return p, nil
+	}
+	// Semantic: two decodings of one quantity differ in their cached
+	// string once someone printed one.
+	if apiequality.Semantic.DeepEqual(prev.Spec, p.Spec) {
+		p.Spec = prev.Spec
+	}
+	if maps.Equal(prev.Labels, p.Labels) {
+		p.Labels = prev.Labels
+	}
+	if maps.Equal(prev.Annotations, p.Annotations) {
+		p.Annotations = prev.Annotations
+	}
+	if apiequality.Semantic.DeepEqual(prev.OwnerReferences, p.OwnerReferences) {
+		p.OwnerReferences = prev.OwnerReferences
+	}
+	if slices.Equal(prev.Finalizers, p.Finalizers) {
+		p.Finalizers = prev.Finalizers
+	}
+	return p, nil
+}

@@ -1,0 +1,257 @@
+package virtualnode
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/objectreflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/podreflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+)
+
+// Client rates of pod reflection. Every offloaded pod costs a few requests
+// on each side (create, status updates); client-go's default of 5 requests
+// per second would make a Deployment of a thousand replicas take minutes.
+const (
+	reflectionQPS   = 200
+	reflectionBurst = 400
+)
+
+// reflectionConfig is a copy of cfg for the clientsets of pod and object
+// reflection: reflectionQPS, and protobuf, which the API server encodes
+// and the agent decodes several times faster than JSON (every pod of a
+// virtual node is watched on both sides). Only built-in types speak it:
+// never use the config for custom resources.
+func reflectionConfig(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.QPS, out.Burst = reflectionQPS, reflectionBurst
+	out.ContentType = runtime.ContentTypeProtobuf
+	out.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return out
+}
+
+// DefaultPodWorkers is how many pods of one virtual node are reflected at
+// once when Reconciler.PodWorkers is zero.
+const DefaultPodWorkers = 32
+
+// runPodController runs virtual-kubelet's PodController for the peer's
+// virtual node over a podreflection.Handler, and the handler's own loops
+// (orphan collection, token renewal) once the PodController is ready,
+// until ctx is cancelled or the PodController fails.
+//
+// The PodController wants ConfigMap, Secret and Service informers to
+// resolve the downward API and service environment variables. Pod
+// reflection leaves both to the provider's kubelet (it copies the objects
+// instead), so it skips that resolution and gets informers that are never
+// started: the agent reads Secrets only in offloaded namespaces, never
+// cluster-wide.
+func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	name := rt.peer.node()
+	versions := &podreflection.PodVersions{}
+	onNode := informers.NewSharedInformerFactoryWithOptions(r.podsKube(), 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
+	}), informers.WithTransform(versions.Transform))
+	pods := onNode.Core().V1().Pods()
+	versions.Store = pods.Informer().GetStore()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.podsKube().CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	h, err := r.newPodHandler(ctx, rt.peer, pods.Lister(), broadcaster)
+	if err != nil {
+		return err
+	}
+	pc, err := r.newPodController(name, h, pods, broadcaster)
+	if err != nil {
+		return err
+	}
+	onNode.Start(ctx.Done())
+	defer onNode.Shutdown()
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		<-pc.Done()
+		wg.Wait()
+	}()
+	go func() { _ = pc.Run(ctx, cmp.Or(r.PodWorkers, DefaultPodWorkers)) }()
+	select {
+	case <-pc.Ready():
+	case <-pc.Done():
+		return fmt.Errorf("starting the pod controller of %q: %w", name, pc.Err())
+	case <-ctx.Done():
+		return nil
+	}
+	run := &podsRun{handler: h, pods: pods.Lister()}
+	rt.setPods(run, nil)
+	defer rt.setPods(nil, run)
+	// Both sides are fully listed now: the handler's loops may start.
+	wg.Go(func() { _ = h.Run(ctx) })
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-pc.Done():
+		return fmt.Errorf("running the pod controller of %q: %w", name, errors.Join(pc.Err(), errors.New("the pod controller stopped")))
+	}
+}
+
+// newPodHandler builds the peer's podreflection.Handler over the pods of
+// its virtual node, and starts its watch of the remote pods.
+func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods corelisters.PodLister, broadcaster record.EventBroadcaster) (*podreflection.Handler, error) {
+	consumerID, err := r.consumerClusterID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := p.node()
+	h, err := podreflection.New(podreflection.Options{
+		Provider:           p.provider,
+		Consumer:           r.podsKube(),
+		ConsumerReader:     r.Client,
+		LocalPods:          pods,
+		ConsumerClusterID:  consumerID,
+		ProviderClusterID:  p.fc.Spec.ClusterID,
+		VirtualNodeName:    name,
+		VirtualNodeLabels:  newNode(p.fc, endpoint{}, nil).Labels,
+		NodeIP:             r.NodeIP,
+		Addresses:          p.addresses,
+		Policy:             p.providerPolicy,
+		TokenRenewInterval: r.TokenRenewInterval,
+		// The provider's events of a remote pod, on its consumer pod, from
+		// "provider/NAME": correlated and rate-limited per pod.
+		Events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "provider/" + p.fc.Name, Host: name}),
+		Logger: log.FromContext(ctx).WithName("pods"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Start(ctx); err != nil {
+		return nil, fmt.Errorf("watching the remote pods on provider %s: %w", p.fc.Name, err)
+	}
+	return h, nil
+}
+
+// newPodController builds virtual-kubelet's PodController of node name
+// over h.
+func (r *Reconciler) newPodController(name string, h *podreflection.Handler, pods coreinformers.PodInformer, broadcaster record.EventBroadcaster) (*node.PodController, error) {
+	unstarted := informers.NewSharedInformerFactory(r.podsKube(), 0)
+	pc, err := node.NewPodController(node.PodControllerConfig{
+		PodClient:                 r.podsKube().CoreV1(),
+		PodInformer:               pods,
+		EventRecorder:             warningsOnly{broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name})},
+		Provider:                  h,
+		ConfigMapInformer:         unstarted.Core().V1().ConfigMaps(),
+		SecretInformer:            unstarted.Core().V1().Secrets(),
+		ServiceInformer:           unstarted.Core().V1().Services(),
+		SkipDownwardAPIResolution: true,
+		// virtual-kubelet's default limiter lets 10 pods a second through
+		// once a burst of 100 is spent, on every enqueue, not only retries:
+		// a 1000-replica Deployment would take a minute and a half to start.
+		// The clients' rate limits (reflectionQPS) protect the API servers.
+		SyncPodsFromKubernetesRateLimiter:    queueRateLimiter(),
+		DeletePodsFromKubernetesRateLimiter:  queueRateLimiter(),
+		SyncPodStatusFromProviderRateLimiter: queueRateLimiter(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the pod controller of %q: %w", name, err)
+	}
+	return pc, nil
+}
+
+// warningsOnly records the Warning events of a recorder and drops the
+// Normal ones. The PodController records "Create pod in provider
+// successfully" and its like for every pod it creates, updates or deletes:
+// a write to the consumer's API server per pod and step that tells a user
+// nothing a kubelet would tell. Its failures stay.
+type warningsOnly struct{ record.EventRecorder }
+
+func (w warningsOnly) Event(obj runtime.Object, eventType, reason, message string) {
+	if eventType == corev1.EventTypeWarning {
+		w.EventRecorder.Event(obj, eventType, reason, message)
+	}
+}
+
+func (w warningsOnly) Eventf(obj runtime.Object, eventType, reason, format string, args ...any) {
+	if eventType == corev1.EventTypeWarning {
+		w.EventRecorder.Eventf(obj, eventType, reason, format, args...)
+	}
+}
+
+func (w warningsOnly) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventType, reason, format string, args ...any) {
+	if eventType == corev1.EventTypeWarning {
+		w.EventRecorder.AnnotatedEventf(obj, annotations, eventType, reason, format, args...)
+	}
+}
+
+// runObjectReflection reflects the ConfigMaps, Secrets, Services and
+// EndpointSlices of the namespaces offloaded to the peer until ctx is done.
+func (r *Reconciler) runObjectReflection(ctx context.Context, p *peer) error {
+	consumerID, err := r.consumerClusterID(ctx)
+	if err != nil {
+		return err
+	}
+	objects, err := objectreflection.New(objectreflection.Options{
+		Provider:          p.provider,
+		Consumer:          r.podsKube(),
+		ConsumerClusterID: consumerID,
+		NodeName:          p.node(),
+		TwinNamespaces:    objectreflection.ReadyTwinNamespaces(r.Client, p.fc.Spec.ClusterID),
+		Addresses:         p.addresses,
+		Logger:            log.FromContext(ctx).WithName("objects"),
+	})
+	if err != nil {
+		return err
+	}
+	return objects.Start(ctx)
+}
+
+// podsKube is the consumer client of pod and object reflection.
+func (r *Reconciler) podsKube() kubernetes.Interface {
+	if r.PodsKube != nil {
+		return r.PodsKube
+	}
+	return r.Kube
+}
+
+// consumerClusterID returns the cluster ID of this cluster, the consumer.
+func (r *Reconciler) consumerClusterID(ctx context.Context) (string, error) {
+	if r.ClusterID != "" {
+		return r.ClusterID, nil
+	}
+	id, err := peering.ReadIdentity(ctx, r.Reader, r.Namespace)
+	if err != nil {
+		return "", err
+	}
+	return id.ID, nil
+}
+
+// queueRateLimiter is the rate limiter of the PodController's queues: per
+// pod, exponential backoff of failures from 5 ms to 30 s; overall, a
+// bucket well above what the clients may send.
+func queueRateLimiter() workqueue.TypedRateLimiter[any] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[any](5*time.Millisecond, 30*time.Second),
+		&workqueue.TypedBucketRateLimiter[any]{Limiter: rate.NewLimiter(rate.Limit(10*reflectionQPS), 10*reflectionBurst)},
+	)
+}
