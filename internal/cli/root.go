@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
+	"github.com/kubectl-offload/kubectl-offload/internal/doctor"
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
 	"github.com/kubectl-offload/kubectl-offload/internal/offload"
@@ -53,7 +54,7 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(install.NewCmdUpgrade(f, streams))
 	root.AddCommand(install.NewCmdUninstall(f, streams))
 	root.AddCommand(status.NewCmdStatus(f, streams))
-	root.AddCommand(status.NewCmdDoctor(f, streams))
+	root.AddCommand(doctor.NewCmdDoctor(f, streams))
 	root.AddCommand(peer.NewCmdPeer(f, streams))
 	root.AddCommand(peer.NewCmdGenerateParent(f, streams))
 	root.AddCommand(peer.NewCmdUnpeer(f, streams))

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
@@ -49,21 +50,6 @@ func pick(candidates ...setting) setting {
 	return setting{"", "not detected"}
 }
 
-// installedValue returns the string at path in the installed release's
-// values, or "".
-func installedValue(installed map[string]any, path ...string) string {
-	var cur any = installed
-	for _, key := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return ""
-		}
-		cur = m[key]
-	}
-	s, _ := cur.(string)
-	return s
-}
-
 // settings computes the cluster-specific values: flags first, then what
 // the installed release was given (so that an upgrade without the flags an
 // install had keeps them), then detection. installed are the installed
@@ -88,11 +74,11 @@ func (o *Options) settings(det *Detection, identity *corev1.ConfigMap, user, ins
 		s.provider = setting{string(det.Provider), det.ProviderSource}
 	}
 	const release = "installed release"
-	s.podCIDR = pick(setting{o.PodCIDR, "--pod-cidr"}, setting{installedValue(installed, "network", "podCIDR"), release},
+	s.podCIDR = pick(setting{o.PodCIDR, "--pod-cidr"}, setting{helmclient.String(installed, "network", "podCIDR"), release},
 		setting{det.PodCIDR, det.PodCIDRSource})
-	s.serviceCIDR = pick(setting{o.ServiceCIDR, "--service-cidr"}, setting{installedValue(installed, "network", "serviceCIDR"), release},
+	s.serviceCIDR = pick(setting{o.ServiceCIDR, "--service-cidr"}, setting{helmclient.String(installed, "network", "serviceCIDR"), release},
 		setting{det.ServiceCIDR, det.ServiceCIDRSource})
-	s.apiServerURL = pick(setting{o.APIServerURL, "--api-server-url"}, setting{installedValue(installed, "apiServer", "url"), release},
+	s.apiServerURL = pick(setting{o.APIServerURL, "--api-server-url"}, setting{helmclient.String(installed, "apiServer", "url"), release},
 		setting{det.APIServerURL, det.APIServerURLSource})
 	// A URL the user gave is theirs to judge; a detected or kept loopback
 	// one is flagged.
@@ -138,7 +124,7 @@ func (o *Options) networkSetting(user, installed map[string]any, podCIDR setting
 	enabled, wasSet := installedNetwork["enabled"].(bool)
 	// An installed "off" without a pod CIDR was forced, not chosen: once
 	// the pod CIDR is known, the default applies.
-	forced := !enabled && installedValue(installed, "network", "podCIDR") == ""
+	forced := !enabled && helmclient.String(installed, "network", "podCIDR") == ""
 	switch {
 	case o.NetworkSet:
 		return setting{onOff(o.Network), "--network"}

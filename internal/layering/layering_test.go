@@ -9,7 +9,7 @@ import (
 const module = "github.com/kubectl-offload/kubectl-offload/"
 
 // cliPackages are the packages of the plugin that the agent must not import.
-var cliPackages = []string{"internal/cli", "internal/peer", "internal/status", "internal/install", "internal/offload", "internal/version"}
+var cliPackages = []string{"internal/cli", "internal/peer", "internal/status", "internal/doctor", "internal/install", "internal/offload", "internal/version"}
 
 // goList runs go list with args from the module root and returns its lines.
 func goList(t *testing.T, args ...string) []string {

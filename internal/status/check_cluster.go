@@ -3,7 +3,6 @@ package status
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"strings"
 
@@ -13,6 +12,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/authurl"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -38,18 +38,18 @@ func (identityChecker) Check(ctx context.Context, env *Env) Section {
 	cm, err := env.Kube.CoreV1().ConfigMaps(env.Namespace).Get(ctx, offloadv1alpha1.IdentityConfigMap, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		s.Checks = append(s.Checks, fail("identity", "ConfigMap %s not found: %s", offloadv1alpha1.IdentityConfigMap, remedy))
+		s.Checks = append(s.Checks, Fail("identity", "ConfigMap %s not found: %s", offloadv1alpha1.IdentityConfigMap, remedy))
 	case err != nil:
-		s.Checks = append(s.Checks, fail("identity", "reading ConfigMap %s: %v", offloadv1alpha1.IdentityConfigMap, err))
+		s.Checks = append(s.Checks, Fail("identity", "reading ConfigMap %s: %v", offloadv1alpha1.IdentityConfigMap, err))
 	default:
 		id, name = cm.Data[peering.IdentityClusterIDKey], cm.Data[peering.IdentityClusterNameKey]
 		switch {
 		case id == "":
-			s.Checks = append(s.Checks, fail("identity", "ConfigMap %s has no clusterID: %s", offloadv1alpha1.IdentityConfigMap, remedy))
+			s.Checks = append(s.Checks, Fail("identity", "ConfigMap %s has no clusterID: %s", offloadv1alpha1.IdentityConfigMap, remedy))
 		case name == "":
-			s.Checks = append(s.Checks, fail("identity", "ConfigMap %s has no clusterName: run kubectl offload upgrade --cluster-name NAME", offloadv1alpha1.IdentityConfigMap))
+			s.Checks = append(s.Checks, Fail("identity", "ConfigMap %s has no clusterName: run kubectl offload upgrade --cluster-name NAME", offloadv1alpha1.IdentityConfigMap))
 		default:
-			s.Checks = append(s.Checks, ok("identity", "cluster ID and name are set"))
+			s.Checks = append(s.Checks, OK("identity", "cluster ID and name are set"))
 		}
 	}
 	s.Fields = []Field{
@@ -68,7 +68,7 @@ func (networkChecker) Name() string { return "network" }
 
 func (networkChecker) Check(_ context.Context, env *Env) Section {
 	s := Section{Title: "Network"}
-	rel, c := releaseOrCheck(env)
+	rel, c := ReleaseOrCheck(env)
 	if c != nil {
 		s.Checks = append(s.Checks, *c)
 		return s
@@ -81,7 +81,7 @@ func (networkChecker) Check(_ context.Context, env *Env) Section {
 		{"remapPools", "Remap pools", "remap pool", "kubectl offload upgrade --set 'network.remapPools={CIDR}'"},
 	}
 	for _, cidr := range cidrs {
-		values := cidrValues(rel.Values, cidr.name)
+		values := helmclient.Strings(rel.Values, "network", cidr.name)
 		v := strings.Join(values, ", ")
 		s.Fields = append(s.Fields, Field{Name: cidr.name, Label: cidr.label, Value: v})
 		bad := ""
@@ -91,31 +91,14 @@ func (networkChecker) Check(_ context.Context, env *Env) Section {
 			}
 		}
 		if v == "" {
-			s.Checks = append(s.Checks, warn(cidr.name, "%s is not set: peers cannot remap overlapping ranges; run %s", cidr.what, cidr.remedy))
+			s.Checks = append(s.Checks, Warn(cidr.name, "%s is not set: peers cannot remap overlapping ranges; run %s", cidr.what, cidr.remedy))
 		} else if bad != "" {
-			s.Checks = append(s.Checks, warn(cidr.name, "%s %q is not a CIDR: run %s", cidr.what, bad, cidr.remedy))
+			s.Checks = append(s.Checks, Warn(cidr.name, "%s %q is not a CIDR: run %s", cidr.what, bad, cidr.remedy))
 		} else {
-			s.Checks = append(s.Checks, ok(cidr.name, "%s is set", cidr.what))
+			s.Checks = append(s.Checks, OK(cidr.name, "%s is set", cidr.what))
 		}
 	}
 	return s
-}
-
-// cidrValues reads network.NAME, a CIDR or a list of them.
-func cidrValues(values map[string]any, name string) []string {
-	switch v := lookup(values, "network", name).(type) {
-	case string:
-		if v != "" {
-			return []string{v}
-		}
-	case []any:
-		var out []string
-		for _, item := range v {
-			out = append(out, fmt.Sprint(item))
-		}
-		return out
-	}
-	return nil
 }
 
 // endpointsChecker shows the URLs peers use to reach this cluster.
@@ -125,7 +108,7 @@ func (endpointsChecker) Name() string { return "endpoints" }
 
 func (endpointsChecker) Check(ctx context.Context, env *Env) Section {
 	s := Section{Title: "Endpoints"}
-	rel, c := releaseOrCheck(env)
+	rel, c := ReleaseOrCheck(env)
 	if c != nil {
 		s.Checks = append(s.Checks, *c)
 		return s
@@ -134,22 +117,22 @@ func (endpointsChecker) Check(ctx context.Context, env *Env) Section {
 	switch {
 	case errors.Is(err, authurl.ErrNoLoadBalancerAddress), errors.Is(err, authurl.ErrNoNodeAddress):
 		// The installation works; peers just need an address to be told.
-		s.Checks = append(s.Checks, warn("authURL", "%v", err))
+		s.Checks = append(s.Checks, Warn("authURL", "%v", err))
 	case err != nil:
-		s.Checks = append(s.Checks, fail("authURL", "%v", err))
+		s.Checks = append(s.Checks, Fail("authURL", "%v", err))
 	case svcType == "":
-		s.Checks = append(s.Checks, ok("authURL", "auth URL is set by the auth.url value"))
+		s.Checks = append(s.Checks, OK("authURL", "auth URL is set by the auth.url value"))
 	case svcType == corev1.ServiceTypeClusterIP:
-		s.Checks = append(s.Checks, warn("authURL", "auth URL is only reachable inside the cluster: use --set auth.service.type=NodePort or LoadBalancer, or set auth.url"))
+		s.Checks = append(s.Checks, Warn("authURL", "auth URL is only reachable inside the cluster: use --set auth.service.type=NodePort or LoadBalancer, or set auth.url"))
 	default:
-		s.Checks = append(s.Checks, ok("authURL", "auth URL comes from the %s service %s", svcType, offloadv1alpha1.Auth))
+		s.Checks = append(s.Checks, OK("authURL", "auth URL comes from the %s service %s", svcType, offloadv1alpha1.Auth))
 	}
 
-	api := stringValue(rel.Values, "apiServer", "url")
+	api := helmclient.String(rel.Values, "apiServer", "url")
 	if api == "" {
-		s.Checks = append(s.Checks, warn("apiServerURL", "API server URL is not set: peers may not reach this cluster's API server; run kubectl offload upgrade --api-server-url https://HOST:PORT"))
+		s.Checks = append(s.Checks, Warn("apiServerURL", "API server URL is not set: peers may not reach this cluster's API server; run kubectl offload upgrade --api-server-url https://HOST:PORT"))
 	} else {
-		s.Checks = append(s.Checks, ok("apiServerURL", "API server URL is set"))
+		s.Checks = append(s.Checks, OK("apiServerURL", "API server URL is set"))
 	}
 	s.Fields = []Field{
 		{Name: "authURL", Label: "Auth URL", Value: u},

@@ -33,20 +33,20 @@ func (namespaceChecker) Check(ctx context.Context, env *Env) Section {
 	ns, err := env.Kube.CoreV1().Namespaces().Get(ctx, env.Namespace, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		s.Checks = append(s.Checks, fail("namespace", "namespace %s not found: run kubectl offload install", env.Namespace))
+		s.Checks = append(s.Checks, Fail("namespace", "namespace %s not found: run kubectl offload install", env.Namespace))
 	case err != nil:
-		s.Checks = append(s.Checks, fail("namespace", "reading namespace %s: %v", env.Namespace, err))
+		s.Checks = append(s.Checks, Fail("namespace", "reading namespace %s: %v", env.Namespace, err))
 	case ns.DeletionTimestamp != nil:
-		s.Checks = append(s.Checks, fail("namespace", "namespace %s is being deleted: wait until it is gone, then run kubectl offload install", env.Namespace))
+		s.Checks = append(s.Checks, Fail("namespace", "namespace %s is being deleted: wait until it is gone, then run kubectl offload install", env.Namespace))
 	default:
-		s.Checks = append(s.Checks, ok("namespace", "namespace %s exists", env.Namespace))
+		s.Checks = append(s.Checks, OK("namespace", "namespace %s exists", env.Namespace))
 	}
 	return withRelease(s, env)
 }
 
 // withRelease adds the check of the release's Helm status to s.
 func withRelease(s Section, env *Env) Section {
-	rel, c := releaseOrCheck(env)
+	rel, c := ReleaseOrCheck(env)
 	if c != nil {
 		s.Checks = append(s.Checks, *c)
 		return s
@@ -54,11 +54,11 @@ func withRelease(s Section, env *Env) Section {
 	what := fmt.Sprintf("release %s revision %d (chart %s)", rel.Name, rel.Revision, rel.ChartVersion)
 	switch {
 	case rel.Status == helmclient.StatusDeployed:
-		s.Checks = append(s.Checks, ok("release", "%s is deployed", what))
+		s.Checks = append(s.Checks, OK("release", "%s is deployed", what))
 	case rel.Pending():
-		s.Checks = append(s.Checks, warn("release", "%s is %s: an install or upgrade is in progress", what, rel.Status))
+		s.Checks = append(s.Checks, Warn("release", "%s is %s: an install or upgrade is in progress", what, rel.Status))
 	default:
-		s.Checks = append(s.Checks, fail("release", "%s is %s: run kubectl offload upgrade", what, rel.Status))
+		s.Checks = append(s.Checks, Fail("release", "%s is %s: run kubectl offload upgrade", what, rel.Status))
 	}
 	return s
 }
@@ -70,7 +70,7 @@ func (controlPlaneChecker) Name() string { return "controlPlane" }
 
 func (controlPlaneChecker) Check(ctx context.Context, env *Env) Section {
 	s := Section{Title: "Control plane"}
-	if _, c := releaseOrCheck(env); c != nil {
+	if _, c := ReleaseOrCheck(env); c != nil {
 		s.Checks = append(s.Checks, *c)
 		return s
 	}
@@ -88,10 +88,10 @@ func deploymentHealth(ctx context.Context, env *Env, name string) ([]string, Che
 	check := "deployment/" + name
 	dep, err := env.Deployment(ctx, name)
 	if err != nil {
-		return []string{name, "-", "-", "-"}, fail(check, "%v", err)
+		return []string{name, "-", "-", "-"}, Fail(check, "%v", err)
 	}
 	if dep == nil {
-		return []string{name, "-", "-", "-"}, fail(check, "deployment %s not found: run kubectl offload upgrade to restore it", name)
+		return []string{name, "-", "-", "-"}, Fail(check, "deployment %s not found: run kubectl offload upgrade to restore it", name)
 	}
 	desired := int32(1)
 	if dep.Spec.Replicas != nil {
@@ -101,13 +101,13 @@ func deploymentHealth(ctx context.Context, env *Env, name string) ([]string, Che
 	row := []string{name, itoa(desired), itoa(st.ReadyReplicas), itoa(st.AvailableReplicas)}
 	switch {
 	case desired == 0:
-		return row, fail(check, "deployment %s is scaled to 0 replicas: run kubectl scale -n %s deployment %s --replicas=1", name, env.Namespace, name)
+		return row, Fail(check, "deployment %s is scaled to 0 replicas: run kubectl scale -n %s deployment %s --replicas=1", name, env.Namespace, name)
 	case st.AvailableReplicas < desired:
-		return row, fail(check, "deployment %s has %d of %d replicas available: see kubectl describe -n %s deployment %s", name, st.AvailableReplicas, desired, env.Namespace, name)
+		return row, Fail(check, "deployment %s has %d of %d replicas available: see kubectl describe -n %s deployment %s", name, st.AvailableReplicas, desired, env.Namespace, name)
 	case st.UpdatedReplicas < desired || st.ObservedGeneration < dep.Generation:
-		return row, warn(check, "deployment %s is rolling out: %d of %d replicas updated", name, st.UpdatedReplicas, desired)
+		return row, Warn(check, "deployment %s is rolling out: %d of %d replicas updated", name, st.UpdatedReplicas, desired)
 	}
-	return row, ok(check, "deployment %s is available: %d of %d replicas", name, st.AvailableReplicas, desired)
+	return row, OK(check, "deployment %s is available: %d of %d replicas", name, st.AvailableReplicas, desired)
 }
 
 func itoa(n int32) string { return strconv.Itoa(int(n)) }
@@ -121,7 +121,7 @@ func (crdChecker) Check(ctx context.Context, env *Env) Section {
 	s := Section{Title: "CRDs"}
 	crds, err := chartCRDs()
 	if err != nil {
-		s.Checks = append(s.Checks, fail("crds", "%v", err))
+		s.Checks = append(s.Checks, Fail("crds", "%v", err))
 		return s
 	}
 	remedy := crdRemedy(env)
@@ -134,17 +134,17 @@ func (crdChecker) Check(ctx context.Context, env *Env) Section {
 		switch {
 		case apierrors.IsNotFound(err) && predates(rel, c.file):
 			// A release this CLI is newer than: it runs without the CRD.
-			s.Checks = append(s.Checks, warn(check, "CRD %s not found: the installed release (chart %s) predates it; kubectl offload upgrade installs it", name, rel.ChartVersion))
+			s.Checks = append(s.Checks, Warn(check, "CRD %s not found: the installed release (chart %s) predates it; kubectl offload upgrade installs it", name, rel.ChartVersion))
 		case apierrors.IsNotFound(err):
-			s.Checks = append(s.Checks, fail(check, "CRD %s not found: %s", name, remedy))
+			s.Checks = append(s.Checks, Fail(check, "CRD %s not found: %s", name, remedy))
 		case err != nil:
-			s.Checks = append(s.Checks, fail(check, "reading CRD %s: %v", name, err))
+			s.Checks = append(s.Checks, Fail(check, "reading CRD %s: %v", name, err))
 		case crd.DeletionTimestamp != nil:
-			s.Checks = append(s.Checks, fail(check, "CRD %s is being deleted: wait until it is gone, then %s", name, remedy))
+			s.Checks = append(s.Checks, Fail(check, "CRD %s is being deleted: wait until it is gone, then %s", name, remedy))
 		case !established(crd):
-			s.Checks = append(s.Checks, fail(check, "CRD %s is not established yet: see kubectl describe crd %s", name, name))
+			s.Checks = append(s.Checks, Fail(check, "CRD %s is not established yet: see kubectl describe crd %s", name, name))
 		default:
-			s.Checks = append(s.Checks, ok(check, "CRD %s is established", name))
+			s.Checks = append(s.Checks, OK(check, "CRD %s is established", name))
 		}
 	}
 	return s

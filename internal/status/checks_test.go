@@ -12,13 +12,14 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 )
 
 // collect runs the default checkers against the fixture.
 func collect(t *testing.T, f *fixture) Report {
 	t.Helper()
-	fac := f.factory(t).(fakeFactory)
-	return Collect(context.Background(), NewEnv(fac.kube, fac.client, helmclient.New(fac.helm, testNamespace), testNamespace), DefaultCheckers())
+	fac := f.factory(t).(statustest.Factory)
+	return Collect(context.Background(), NewEnv(fac.Kube, fac.Ctrl, helmclient.New(fac.Helm, statustest.Namespace), statustest.Namespace), DefaultCheckers())
 }
 
 // checkStatus returns the status of the check called name in section, or "".

@@ -164,7 +164,7 @@ func newCmdPeer(f factory.Factory, o *PeerOptions) *cobra.Command {
 
 // Complete builds the clients from the factory.
 func (o *Options) Complete(f factory.Factory) error {
-	kube, newEnv, err := envFrom(f)
+	kube, newEnv, err := EnvFrom(f)
 	if err != nil {
 		return err
 	}
@@ -177,10 +177,10 @@ func (o *Options) Complete(f factory.Factory) error {
 	return nil
 }
 
-// envFrom builds from the factory the clients of status and doctor: the
+// EnvFrom builds from the factory the clients of status and doctor: the
 // cluster's clientset, and a function that makes a new Env for a round of
 // checks.
-func envFrom(f factory.Factory) (kubernetes.Interface, func() *Env, error) {
+func EnvFrom(f factory.Factory) (kubernetes.Interface, func() *Env, error) {
 	ns := f.Namespace()
 	kube, err := f.KubeClient()
 	if err != nil {
@@ -216,7 +216,7 @@ func (o *Options) Run(ctx context.Context) error {
 		if r == nil {
 			return err
 		}
-		if perr := o.print(*r); perr != nil {
+		if perr := Print(o.Out, o.Output, *r); perr != nil {
 			return perr
 		}
 		return err
@@ -242,7 +242,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return err == nil, nil
 	})
 	if last != nil {
-		if perr := o.print(*last); perr != nil {
+		if perr := Print(o.Out, o.Output, *last); perr != nil {
 			return perr
 		}
 	}
@@ -261,7 +261,7 @@ func (o *Options) Run(ctx context.Context) error {
 // check runs one round of checks. It returns the report, if the cluster
 // could be reached, and the report's error.
 func (o *Options) check(ctx context.Context) (*Report, error) {
-	if err := reachable(ctx, o.kube); err != nil {
+	if err := Reachable(ctx, o.kube); err != nil {
 		return nil, err
 	}
 	r := Collect(ctx, o.newEnv(), o.Checkers)
@@ -270,7 +270,7 @@ func (o *Options) check(ctx context.Context) (*Report, error) {
 
 // reachable returns an error when the API server cannot be reached at all,
 // so that the report does not repeat a connection error in every check.
-func reachable(ctx context.Context, kube kubernetes.Interface) error {
+func Reachable(ctx context.Context, kube kubernetes.Interface) error {
 	_, err := kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
 	var status apierrors.APIStatus
 	if err == nil || errors.As(err, &status) {
@@ -279,8 +279,10 @@ func reachable(ctx context.Context, kube kubernetes.Interface) error {
 	return fmt.Errorf("cannot reach the cluster: %w (check --kubeconfig and --context)", err)
 }
 
-func (o *Options) print(r Report) error {
-	return output.Write(o.Out, o.Output, r, func(w io.Writer) error {
+// Print writes r to out in format: a table, coloured and as wide as the
+// terminal when out is one, or JSON or YAML.
+func Print(out io.Writer, format output.Format, r Report) error {
+	return output.Write(out, format, r, func(w io.Writer) error {
 		tty := output.IsTerminal(w)
 		return writeTable(w, r, tty, tableWidth(w, tty))
 	})

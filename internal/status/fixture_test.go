@@ -2,25 +2,18 @@ package status
 
 import (
 	"context"
-	"io"
 	"slices"
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	kubefake "helm.sh/helm/v3/pkg/kube/fake"
 	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/storage"
-	"helm.sh/helm/v3/pkg/storage/driver"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,13 +25,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 )
 
-const (
-	testNamespace = "offload-system"
-	testClusterID = "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
-	testVersion   = "v1.2.3"
-)
+const testClusterID = "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
 
 // fixture is a cluster as the fakes hold it. healthy returns an installed,
 // healthy one; tests break it field by field.
@@ -79,23 +69,23 @@ func bare() *fixture {
 func healthy(t *testing.T) *fixture {
 	t.Helper()
 	f := bare()
-	f.namespace = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}
+	f.namespace = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: statustest.Namespace}}
 	f.deployments = map[string]*appsv1.Deployment{}
 	for _, name := range controlPlaneDeployments {
 		f.deployments[name] = &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Generation: 1,
-				Labels: map[string]string{offloadv1alpha1.VersionLabel: testVersion}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: statustest.Namespace, Generation: 1,
+				Labels: map[string]string{offloadv1alpha1.VersionLabel: statustest.Version}},
 			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1))},
 			Status: appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1,
 				ReadyReplicas: 1, AvailableReplicas: 1},
 		}
 	}
 	f.identity = &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: testNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: statustest.Namespace},
 		Data:       map[string]string{"clusterID": testClusterID, "clusterName": "alpha"},
 	}
 	f.authService = &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.Auth, Namespace: testNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.Auth, Namespace: statustest.Namespace},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
 			Ports: []corev1.ServicePort{{Name: "https", Port: 443, NodePort: 31443}}},
 	}
@@ -123,20 +113,6 @@ func healthy(t *testing.T) *fixture {
 	}
 	return f
 }
-
-// fakeFactory gives commands fake clients. Methods it does not override
-// panic through the nil embedded Factory, which no status code calls.
-type fakeFactory struct {
-	factory.Factory
-	kube   kubernetes.Interface
-	client client.Client
-	helm   *action.Configuration
-}
-
-func (f fakeFactory) Namespace() string                                { return testNamespace }
-func (f fakeFactory) KubeClient() (kubernetes.Interface, error)        { return f.kube, nil }
-func (f fakeFactory) Client() (client.Client, error)                   { return f.client, nil }
-func (f fakeFactory) HelmConfig(string) (*action.Configuration, error) { return f.helm, nil }
 
 // listServedKinds fails to list offload.io kinds whose CRD the fixture
 // lacks, as the REST mapper of a real client does.
@@ -184,32 +160,19 @@ func (f *fixture) factory(t *testing.T) factory.Factory {
 	c := crfake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(crds...).
 		WithInterceptorFuncs(interceptor.Funcs{List: f.listServedKinds}).Build()
 
-	helm := memoryHelm()
+	helm := statustest.MemoryHelm()
 	if f.installed {
-		ch, err := charts.Load(testVersion)
+		ch, err := charts.Load(statustest.Version)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A release of an earlier chart, without some of this one's CRDs.
 		ch.Files = slices.DeleteFunc(ch.Files, func(f2 *chart.File) bool { return slices.Contains(f.olderChartWithout, f2.Name) })
-		rel := &release.Release{Name: offloadv1alpha1.ReleaseName, Namespace: testNamespace, Version: 3,
+		rel := &release.Release{Name: offloadv1alpha1.ReleaseName, Namespace: statustest.Namespace, Version: 3,
 			Info: &release.Info{Status: f.releaseStatus}, Chart: ch, Config: f.values}
 		if err := helm.Releases.Create(rel); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return fakeFactory{kube: f.kube, client: c, helm: helm}
-}
-
-// memoryHelm returns a Helm configuration whose releases are kept in memory,
-// without any.
-func memoryHelm() *action.Configuration {
-	mem := driver.NewMemory()
-	mem.SetNamespace(testNamespace)
-	return &action.Configuration{
-		Releases:     storage.Init(mem),
-		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
-		Capabilities: chartutil.DefaultCapabilities,
-		Log:          func(string, ...any) {},
-	}
+	return statustest.Factory{Kube: f.kube, Ctrl: c, Helm: helm}
 }

@@ -56,26 +56,26 @@ func (offloadedNamespacesChecker) Check(ctx context.Context, env *Env) Section {
 	s := Section{Title: "Offloaded namespaces"}
 	list := &offloadv1alpha1.NamespaceOffloadingList{}
 	if err := env.Client.List(ctx, list); err != nil {
-		if missingCRD(err) {
-			s.Checks = append(s.Checks, fail("offloadedNamespaces", "CRD %s not found: %s", namespaceOffloadingCRD, crdRemedy(env)))
+		if MissingCRD(err) {
+			s.Checks = append(s.Checks, Fail("offloadedNamespaces", "CRD %s not found: %s", namespaceOffloadingCRD, crdRemedy(env)))
 		} else {
-			s.Checks = append(s.Checks, fail("offloadedNamespaces", "listing NamespaceOffloadings: %v", err))
+			s.Checks = append(s.Checks, Fail("offloadedNamespaces", "listing NamespaceOffloadings: %v", err))
 		}
 		return s
 	}
 	s.Table = &Table{Columns: offloadedNamespaceColumns, Rows: [][]string{}}
 	if len(list.Items) == 0 {
-		s.Checks = append(s.Checks, ok("offloadedNamespaces", "no offloaded namespaces: run kubectl offload namespace NS"))
+		s.Checks = append(s.Checks, OK("offloadedNamespaces", "no offloaded namespaces: run kubectl offload namespace NS"))
 		return s
 	}
 	peers, err := readPeerNames(ctx, env)
 	if err != nil {
-		s.Checks = append(s.Checks, fail("offloadedNamespaces", "%v", err))
+		s.Checks = append(s.Checks, Fail("offloadedNamespaces", "%v", err))
 		return s
 	}
-	nodes, err := readVirtualNodes(ctx, env)
+	nodes, err := ReadVirtualNodes(ctx, env)
 	if err != nil {
-		s.Checks = append(s.Checks, fail("offloadedNamespaces", "%v", err))
+		s.Checks = append(s.Checks, Fail("offloadedNamespaces", "%v", err))
 		return s
 	}
 	// The virtual nodes of each peer, by cluster ID.
@@ -89,7 +89,7 @@ func (offloadedNamespacesChecker) Check(ctx context.Context, env *Env) Section {
 		no := &list.Items[i]
 		pods, podsErr := env.Kube.CoreV1().Pods(no.Namespace).List(ctx, metav1.ListOptions{})
 		if podsErr != nil {
-			s.Checks = append(s.Checks, fail("namespace/"+no.Namespace+"/pods", "listing the pods of namespace %s: %v", no.Namespace, podsErr))
+			s.Checks = append(s.Checks, Fail("namespace/"+no.Namespace+"/pods", "listing the pods of namespace %s: %v", no.Namespace, podsErr))
 			pods = nil
 		}
 		for _, on := range offloadedNamespaces(no, peers) {
@@ -175,23 +175,23 @@ func (on *OffloadedNamespace) check(no *offloadv1alpha1.NamespaceOffloading) Che
 	if peer == "" {
 		name := "namespace/" + ns
 		if on.Phase == string(offloadv1alpha1.RemoteNamespaceTerminating) {
-			return warn(name, "namespace %s is being unoffloaded", ns)
+			return Warn(name, "namespace %s is being unoffloaded", ns)
 		}
-		return warn(name, "namespace %s is not offloaded to any peer yet: %s", ns,
+		return Warn(name, "namespace %s is not offloaded to any peer yet: %s", ns,
 			orElse(on.Message, "no virtual node matches its cluster selector; kubectl get nodes -l offload.io/type=virtual-node --show-labels lists them"))
 	}
 	name := "namespace/" + ns + "/" + peer
 	switch offloadv1alpha1.RemoteNamespacePhase(on.Phase) {
 	case offloadv1alpha1.RemoteNamespaceReady:
-		return ok(name, "namespace %s is offloaded to peer %s as %s", ns, peer, on.RemoteNamespace)
+		return OK(name, "namespace %s is offloaded to peer %s as %s", ns, peer, on.RemoteNamespace)
 	case offloadv1alpha1.RemoteNamespaceFailed:
-		return fail(name, "namespace %s failed to offload to peer %s: %s; %s, and run kubectl offload status peer %s",
+		return Fail(name, "namespace %s failed to offload to peer %s: %s; %s, and run kubectl offload status peer %s",
 			ns, peer, orElse(on.Message, "the agent gave no reason"), describe, peer)
 	case offloadv1alpha1.RemoteNamespaceTerminating:
-		return warn(name, "namespace %s is being unoffloaded from peer %s: %s", ns, peer,
+		return Warn(name, "namespace %s is being unoffloaded from peer %s: %s", ns, peer,
 			orElse(on.Message, "waiting for the agent to delete "+orNone(on.RemoteNamespace)))
 	}
-	return warn(name, "namespace %s is not offloaded to peer %s yet: %s", ns, peer,
+	return Warn(name, "namespace %s is not offloaded to peer %s yet: %s", ns, peer,
 		orElse(on.Message, "waiting for the agent to create the twin namespace; "+describe))
 }
 

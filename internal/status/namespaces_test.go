@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -93,7 +94,7 @@ func TestOffloadSectionsJSONIsAStableContract(t *testing.T) {
 	a := newAPIServer(t)
 	a.createWorld(t, offloadScenarios[2].world())
 	out, _, err := runOffloadStatus(t, a, "-o", "json")
-	assertResult(t, err, offloadScenarios[2].wantErr)
+	statustest.AssertResult(t, err, offloadScenarios[2].wantErr)
 	framework.Golden(t, "offload.json", created.ReplaceAllString(out, `"created": "CREATED"`))
 
 	var r struct {
@@ -137,21 +138,21 @@ func TestWithoutTheNamespaceOffloadingCRDNamespacesSayToInstall(t *testing.T) {
 	a := newAPIServer(t)
 	ctx := context.Background()
 	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: namespaceOffloadingCRD}}
-	if err := a.client.Delete(ctx, crd); err != nil {
+	if err := a.Client.Delete(ctx, crd); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := install.ApplyCRDs(context.Background(), a.client, time.Minute); err != nil {
+		if err := install.ApplyCRDs(context.Background(), a.Client, time.Minute); err != nil {
 			t.Errorf("reapplying the CRDs: %v", err)
 		}
 	})
 	// Wait until the API server no longer serves NamespaceOffloadings.
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := a.client.Get(ctx, client.ObjectKeyFromObject(crd), &apiextensionsv1.CustomResourceDefinition{})
+		err := a.Client.Get(ctx, client.ObjectKeyFromObject(crd), &apiextensionsv1.CustomResourceDefinition{})
 		if !apierrors.IsNotFound(err) {
 			return false, client.IgnoreNotFound(err)
 		}
-		resources, err := a.kube.Discovery().ServerResourcesForGroupVersion("offload.io/v1alpha1")
+		resources, err := a.Kube.Discovery().ServerResourcesForGroupVersion("offload.io/v1alpha1")
 		if err != nil {
 			return false, err
 		}
@@ -166,10 +167,10 @@ func TestWithoutTheNamespaceOffloadingCRDNamespacesSayToInstall(t *testing.T) {
 		t.Fatalf("waiting for the CRD to go: %v", err)
 	}
 	// A new client, whose REST mapper has not seen the kind yet, as the CLI's.
-	fresh := apiServer{kube: a.kube, client: framework.NewClient(t, framework.APIServer(t))}
+	fresh := apiServer{statustest.APIServer{Kube: a.Kube, Client: framework.NewClient(t, framework.APIServer(t))}}
 
 	out, _, err := runOffloadStatus(t, fresh)
-	assertResult(t, err, "1 check failed: offloaded namespaces")
+	statustest.AssertResult(t, err, "1 check failed: offloaded namespaces")
 	framework.Golden(t, "offload-crd-missing.txt", out)
 	r := Collect(ctx, fresh.env(), []Checker{offloadedNamespacesChecker{}})
 	c := findCheck(r.Sections[0], "offloadedNamespaces")

@@ -99,7 +99,7 @@ func (o *PeerOptions) Validate() error {
 func (o *PeerOptions) Run(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	if err := reachable(ctx, o.kube); err != nil {
+	if err := Reachable(ctx, o.kube); err != nil {
 		return err
 	}
 	env := o.newEnv()
@@ -141,7 +141,7 @@ func PeerReport(ctx context.Context, env *Env, name string) (Report, error) {
 	if fc.Spec.ClusterID != "" {
 		ends, err := readTunnels(ctx, env, []offloadv1alpha1.ForeignCluster{*fc}, map[string]bool{fc.Spec.ClusterID: true})
 		if err != nil {
-			s.Checks = append(s.Checks, fail("tunnels", "%v", err))
+			s.Checks = append(s.Checks, Fail("tunnels", "%v", err))
 		} else if len(ends) > 0 {
 			tunnels, checks := tunnelReports(ctx, env, ends, nil)
 			s.Tunnels, s.Checks = tunnels, append(s.Checks, checks...)
@@ -207,7 +207,7 @@ func (p *peer) detail(env *Env) Section {
 
 	s.Checks = append(s.Checks, p.conditionChecks()...)
 	if p.nodeErr != nil {
-		s.Checks = append(s.Checks, fail("virtualNode", "%v", p.nodeErr))
+		s.Checks = append(s.Checks, Fail("virtualNode", "%v", p.nodeErr))
 	}
 	s.Checks = append(s.Checks, p.credentialChecks(env, now)...)
 	s.Checks = append(s.Checks, p.policyChecks()...)
@@ -252,17 +252,17 @@ func (p *peer) conditionChecks() []Check {
 		pending := c.Type == offloadv1alpha1.ConditionNetworkReady && p.fc.Status.Network == offloadv1alpha1.PhasePending
 		switch {
 		case c.Status == metav1.ConditionTrue || (disabled && c.Status == metav1.ConditionFalse):
-			out = append(out, ok(name, "%s", conditionText(c)))
+			out = append(out, OK(name, "%s", conditionText(c)))
 		case pending:
-			out = append(out, warn(name, "%s", conditionText(c)))
+			out = append(out, Warn(name, "%s", conditionText(c)))
 		case c.Status == metav1.ConditionFalse:
-			out = append(out, fail(name, "%s", conditionText(c)))
+			out = append(out, Fail(name, "%s", conditionText(c)))
 		default:
-			out = append(out, warn(name, "%s", conditionText(c)))
+			out = append(out, Warn(name, "%s", conditionText(c)))
 		}
 	}
 	if len(out) == 0 && !p.deleting() {
-		out = append(out, warn("conditions", "the agent has not reported on peer %s yet: check its control plane with kubectl offload status", p.fc.Name))
+		out = append(out, Warn("conditions", "the agent has not reported on peer %s yet: check its control plane with kubectl offload status", p.fc.Name))
 	}
 	return out
 }

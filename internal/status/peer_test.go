@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -25,7 +26,7 @@ func fieldValues(s Section) map[string]string {
 func TestStatusPeer(t *testing.T) {
 	a := newAPIServer(t)
 	for _, p := range peerWorld() {
-		a.create(t, p)
+		a.Create(t, p)
 	}
 
 	tests := []struct {
@@ -70,7 +71,7 @@ func TestStatusPeer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, errOut, err := runStatus(t, a, "peer", tt.peer)
-			assertResult(t, err, tt.wantErr)
+			statustest.AssertResult(t, err, tt.wantErr)
 			if errOut != "" {
 				t.Errorf("stderr = %q, want nothing", errOut)
 			}
@@ -80,7 +81,7 @@ func TestStatusPeer(t *testing.T) {
 
 	t.Run("the JSON is a status report with one peer section", func(t *testing.T) {
 		out, _, err := runStatus(t, a, "peer", "provider-a", "-o", "json")
-		assertResult(t, err, "")
+		statustest.AssertResult(t, err, "")
 		var r Report
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatalf("-o json is not JSON: %v\n%s", err, out)
@@ -134,7 +135,7 @@ func TestStatusPeer(t *testing.T) {
 	})
 
 	t.Run("peer names complete from the ForeignClusters", func(t *testing.T) {
-		got := PeerNames(t.Context(), a.client, "provider-")
+		got := PeerNames(t.Context(), a.Client, "provider-")
 		if strings.Join(got, ",") != "provider-a,provider-b,provider-d,provider-e,provider-f" {
 			t.Errorf("completions = %v", got)
 		}
@@ -143,7 +144,7 @@ func TestStatusPeer(t *testing.T) {
 
 func TestStatusPeerNeedsOneName(t *testing.T) {
 	for _, args := range [][]string{{"peer"}, {"peer", "a", "b"}, {"peer", "a", "-o", "xml"}, {"peer", "a", "--timeout", "0s"}} {
-		_, _, err := run(t, fakeFactory{}, args...)
+		_, _, err := run(t, statustest.Factory{}, args...)
 		if err == nil {
 			t.Errorf("status %v succeeded, want an error", args)
 		}

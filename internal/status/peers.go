@@ -98,14 +98,14 @@ func (e *errNoForeignClusterCRD) Unwrap() error { return e.err }
 // missingCRD reports whether err means that the CRD of what was read does
 // not exist: the REST mapper does not know the kind, or the API server no
 // longer serves it.
-func missingCRD(err error) bool { return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) }
+func MissingCRD(err error) bool { return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) }
 
 // readPeers returns every ForeignCluster, sorted by name, with its Tenant
 // and, when outgoing peering is enabled, its virtual node.
 func readPeers(ctx context.Context, env *Env) ([]*peer, error) {
 	fcs, err := env.ForeignClusters(ctx)
 	if err != nil {
-		if missingCRD(err) {
+		if MissingCRD(err) {
 			return nil, &errNoForeignClusterCRD{err: err}
 		}
 		return nil, err
@@ -150,7 +150,7 @@ func readTenants(ctx context.Context, env *Env) ([]offloadv1alpha1.Tenant, error
 	list := &offloadv1alpha1.TenantList{}
 	err := env.Client.List(ctx, list)
 	switch {
-	case missingCRD(err):
+	case MissingCRD(err):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("listing Tenants: %w", err)
@@ -169,15 +169,15 @@ func (peersChecker) Check(ctx context.Context, env *Env) Section {
 	var noCRD *errNoForeignClusterCRD
 	switch {
 	case errors.As(err, &noCRD):
-		s.Checks = append(s.Checks, fail("peers", "%v: %s", noCRD, crdRemedy(env)))
+		s.Checks = append(s.Checks, Fail("peers", "%v: %s", noCRD, crdRemedy(env)))
 		return s
 	case err != nil:
-		s.Checks = append(s.Checks, fail("peers", "%v", err))
+		s.Checks = append(s.Checks, Fail("peers", "%v", err))
 		return s
 	}
 	s.Table = &Table{Columns: peerColumns, Rows: [][]string{}}
 	if len(peers) == 0 {
-		s.Checks = append(s.Checks, ok("peers", "no peers yet: run kubectl offload peer generate on a provider"))
+		s.Checks = append(s.Checks, OK("peers", "no peers yet: run kubectl offload peer generate on a provider"))
 		return s
 	}
 	now := env.now()
@@ -253,13 +253,13 @@ func (p *peer) authCheck() (Check, bool) {
 	describe := "see kubectl describe foreigncluster " + name
 	switch phase {
 	case offloadv1alpha1.PhaseEstablished:
-		return ok("auth", "peer %s is authenticated", name), true
+		return OK("auth", "peer %s is authenticated", name), true
 	case offloadv1alpha1.PhaseFailed:
-		return fail("auth", "peer %s failed to authenticate: %s", name, p.reason(offloadv1alpha1.ConditionAuthenticated, describe)), true
+		return Fail("auth", "peer %s failed to authenticate: %s", name, p.reason(offloadv1alpha1.ConditionAuthenticated, describe)), true
 	case offloadv1alpha1.PhaseDisconnected:
-		return warn("auth", "peer %s is disconnected: %s", name, p.reason(offloadv1alpha1.ConditionAuthenticated, describe)), true
+		return Warn("auth", "peer %s is disconnected: %s", name, p.reason(offloadv1alpha1.ConditionAuthenticated, describe)), true
 	}
-	return warn("auth", "peer %s is not authenticated yet: %s", name,
+	return Warn("auth", "peer %s is not authenticated yet: %s", name,
 		p.reason(offloadv1alpha1.ConditionAuthenticated, "the agent has not exchanged the peering token with the peer yet")), true
 }
 
@@ -275,13 +275,13 @@ func (p *peer) virtualNodeCheck(env *Env) (Check, bool) {
 		fmt.Sprintf("see kubectl logs -n %s deployment/%s", env.Namespace, offloadv1alpha1.ControllerManager))
 	switch p.nodeState() {
 	case nodeReady:
-		return ok("virtualNode", "virtual node %s is Ready", node), true
+		return OK("virtualNode", "virtual node %s is Ready", node), true
 	case nodeNotReady:
-		return fail("virtualNode", "virtual node %s is not Ready: %s", node, why), true
+		return Fail("virtualNode", "virtual node %s is not Ready: %s", node, why), true
 	case nodeMissing:
-		return fail("virtualNode", "virtual node %s not found: %s", node, why), true
+		return Fail("virtualNode", "virtual node %s not found: %s", node, why), true
 	}
-	return fail("virtualNode", "%v", p.nodeErr), true
+	return Fail("virtualNode", "%v", p.nodeErr), true
 }
 
 // credentialChecks check the expiry of the credentials this cluster holds
@@ -295,31 +295,31 @@ func (p *peer) credentialChecks(env *Env, now time.Time) []Check {
 		left := exp.Sub(now)
 		switch {
 		case left <= 0:
-			out = append(out, fail("credentials", "the credentials for peer %s expired %s ago: the agent did not rotate them; %s, or peer again with kubectl offload peer out-of-band",
+			out = append(out, Fail("credentials", "the credentials for peer %s expired %s ago: the agent did not rotate them; %s, or peer again with kubectl offload peer out-of-band",
 				name, duration.HumanDuration(-left), logs))
 		case left < expiryWarning:
-			out = append(out, warn("credentials", "the credentials for peer %s expire in %s: the agent rotates them before then; if it does not, %s",
+			out = append(out, Warn("credentials", "the credentials for peer %s expire in %s: the agent rotates them before then; if it does not, %s",
 				name, duration.HumanDuration(left), logs))
 		default:
-			out = append(out, ok("credentials", "the credentials for peer %s expire in %s", name, duration.HumanDuration(left)))
+			out = append(out, OK("credentials", "the credentials for peer %s expire in %s", name, duration.HumanDuration(left)))
 		}
 	}
 	if p.tenant != nil {
 		if c := meta.FindStatusCondition(p.tenant.Status.Conditions, offloadv1alpha1.ConditionCredentialReplayed); c != nil && c.Status == metav1.ConditionTrue {
-			return append(out, fail("tenantCredentials", "%s (since %s)", c.Message, c.LastTransitionTime.UTC().Format(time.RFC3339)))
+			return append(out, Fail("tenantCredentials", "%s (since %s)", c.Message, c.LastTransitionTime.UTC().Format(time.RFC3339)))
 		}
 	}
 	if p.tenant != nil && p.tenant.Status.CredentialExpiry != nil {
 		left := p.tenant.Status.CredentialExpiry.Sub(now)
 		switch {
 		case left <= 0:
-			out = append(out, fail("tenantCredentials", "the credentials consumer %s holds for this cluster expired %s ago: its agent did not refresh them; run kubectl offload status on %s, or peer it again",
+			out = append(out, Fail("tenantCredentials", "the credentials consumer %s holds for this cluster expired %s ago: its agent did not refresh them; run kubectl offload status on %s, or peer it again",
 				name, duration.HumanDuration(-left), name))
 		case left < expiryWarning:
-			out = append(out, warn("tenantCredentials", "the credentials consumer %s holds for this cluster expire in %s: its agent refreshes them before then; if it does not, run kubectl offload status on %s",
+			out = append(out, Warn("tenantCredentials", "the credentials consumer %s holds for this cluster expire in %s: its agent refreshes them before then; if it does not, run kubectl offload status on %s",
 				name, duration.HumanDuration(left), name))
 		default:
-			out = append(out, ok("tenantCredentials", "the credentials consumer %s holds for this cluster expire in %s", name, duration.HumanDuration(left)))
+			out = append(out, OK("tenantCredentials", "the credentials consumer %s holds for this cluster expire in %s", name, duration.HumanDuration(left)))
 		}
 	}
 	return out
@@ -331,7 +331,7 @@ func (p *peer) unpeerCheck() (Check, bool) {
 	if !p.deleting() {
 		return Check{}, false
 	}
-	return warn("unpeer", "peer %s is being unpeered: %s", p.fc.Name,
+	return Warn("unpeer", "peer %s is being unpeered: %s", p.fc.Name,
 		p.reason(offloadv1alpha1.ConditionUnpeered, "waiting for the agent to remove it")), true
 }
 
@@ -384,12 +384,12 @@ func nodesText(p offloadv1alpha1.ConsumerPolicy) string {
 func (p *peer) policyChecks() []Check {
 	var out []Check
 	if pol := p.fc.Status.ProviderPolicy; pol != nil && p.outgoing() {
-		out = append(out, ok("policy", "peer %s runs this cluster's pods on %s at Pod Security %s; node placement %s",
+		out = append(out, OK("policy", "peer %s runs this cluster's pods on %s at Pod Security %s; node placement %s",
 			p.fc.Name, nodesText(*pol), pol.Level(), placementText(*pol)))
 	}
 	if p.tenant != nil {
 		pol := p.tenant.Spec.Policy
-		c := ok("tenantPolicy", "this cluster runs the pods of consumer %s on %s at Pod Security %s; node placement %s",
+		c := OK("tenantPolicy", "this cluster runs the pods of consumer %s on %s at Pod Security %s; node placement %s",
 			p.fc.Name, nodesText(pol), pol.Level(), placementText(pol))
 		if pol.Level() == offloadv1alpha1.PodSecurityPrivileged {
 			c.Message += ": its pods may run privileged, as root on this cluster's nodes"

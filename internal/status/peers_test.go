@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -27,7 +28,7 @@ func runStatus(t *testing.T, a apiServer, args ...string) (stdout, stderr string
 	o := NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	o.Checkers = []Checker{peersChecker{}}
 	o.now = testClock
-	err = execute(t, newCmdStatus(a.factory(), o), &out, &errOut, args...)
+	err = statustest.Execute(newCmdStatus(a.Factory(), o), &out, &errOut, args...)
 	return out.String(), errOut.String(), err
 }
 
@@ -44,7 +45,7 @@ func findCheck(s Section, name string) *Check {
 func TestPeersSection(t *testing.T) {
 	a := newAPIServer(t)
 	for _, p := range peerWorld() {
-		a.create(t, p)
+		a.Create(t, p)
 	}
 	r := collectPeers(context.Background(), a.env())
 	s := r.Sections[0]
@@ -126,7 +127,7 @@ func TestPeersSection(t *testing.T) {
 
 	t.Run("the JSON carries the table and the checks", func(t *testing.T) {
 		out, _, err := runStatus(t, a, "-o", "json")
-		assertResult(t, err, "3 checks failed: peers")
+		statustest.AssertResult(t, err, "3 checks failed: peers")
 		framework.Golden(t, "peers.json", out)
 		var got Report
 		if err := json.Unmarshal([]byte(out), &got); err != nil {
@@ -166,21 +167,21 @@ func TestWithoutTheForeignClusterCRDPeersSayToInstall(t *testing.T) {
 	a := newAPIServer(t)
 	ctx := context.Background()
 	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: foreignClusterCRD}}
-	if err := a.client.Delete(ctx, crd); err != nil {
+	if err := a.Client.Delete(ctx, crd); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := install.ApplyCRDs(context.Background(), a.client, time.Minute); err != nil {
+		if err := install.ApplyCRDs(context.Background(), a.Client, time.Minute); err != nil {
 			t.Errorf("reapplying the CRDs: %v", err)
 		}
 	})
 	// Wait until the API server no longer serves ForeignClusters.
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := a.client.Get(ctx, client.ObjectKeyFromObject(crd), &apiextensionsv1.CustomResourceDefinition{})
+		err := a.Client.Get(ctx, client.ObjectKeyFromObject(crd), &apiextensionsv1.CustomResourceDefinition{})
 		if !apierrors.IsNotFound(err) {
 			return false, client.IgnoreNotFound(err)
 		}
-		resources, err := a.kube.Discovery().ServerResourcesForGroupVersion("offload.io/v1alpha1")
+		resources, err := a.Kube.Discovery().ServerResourcesForGroupVersion("offload.io/v1alpha1")
 		if err != nil {
 			return false, err
 		}
@@ -195,7 +196,7 @@ func TestWithoutTheForeignClusterCRDPeersSayToInstall(t *testing.T) {
 		t.Fatalf("waiting for the CRD to go: %v", err)
 	}
 	// A new client, whose REST mapper has not seen the kind yet, as the CLI's.
-	fresh := apiServer{kube: a.kube, client: framework.NewClient(t, framework.APIServer(t))}
+	fresh := apiServer{statustest.APIServer{Kube: a.Kube, Client: framework.NewClient(t, framework.APIServer(t))}}
 
 	r := collectPeers(ctx, fresh.env())
 	c := findCheck(r.Sections[0], "peers")

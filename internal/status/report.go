@@ -101,15 +101,15 @@ type Check struct {
 	Message string `json:"message"`
 }
 
-func ok(name, format string, args ...any) Check {
+func OK(name, format string, args ...any) Check {
 	return Check{Name: name, Status: StatusOK, Message: fmt.Sprintf(format, args...)}
 }
 
-func warn(name, format string, args ...any) Check {
+func Warn(name, format string, args ...any) Check {
 	return Check{Name: name, Status: StatusWarning, Message: fmt.Sprintf(format, args...)}
 }
 
-func fail(name, format string, args ...any) Check {
+func Fail(name, format string, args ...any) Check {
 	return Check{Name: name, Status: StatusFailed, Message: fmt.Sprintf(format, args...)}
 }
 

@@ -1,9 +1,8 @@
 // Package status checks the health of a kubectl-offload installation and
 // renders the result as a table, JSON or YAML (`kubectl offload status`),
 // and shows one peer in detail (`kubectl offload status peer NAME`).
-// `kubectl offload doctor` (doctor*.go) reuses the report and its rendering
-// for active checks: it probes endpoints and peers, and says how to fix
-// what users otherwise find by hand.
+// `kubectl offload doctor` (internal/doctor) reuses the report, the Env
+// and the rendering (Print) for its active checks.
 //
 // Each section of the report comes from one Checker. Checkers share an Env,
 // which holds the clients and caches what several of them read, such as the
@@ -61,14 +60,14 @@ func Collect(ctx context.Context, env *Env, checkers []Checker) Report {
 	for i, c := range checkers {
 		sections[i] = func() (string, Section) { return c.Name(), c.Check(ctx, env) }
 	}
-	return assemble(reportType, env.Namespace, sections)
+	return Assemble(reportType, env.Namespace, sections)
 }
 
 // assemble builds a report of kind from its sections, each a function
 // that runs its checks and returns the section's name and the section, in
 // order; it fills in each section's Name and Status, and the report's
 // Healthy.
-func assemble(kind metav1.TypeMeta, namespace string, sections []func() (string, Section)) Report {
+func Assemble(kind metav1.TypeMeta, namespace string, sections []func() (string, Section)) Report {
 	r := Report{TypeMeta: kind, Namespace: namespace, Sections: []Section{}}
 	for _, run := range sections {
 		name, s := run()
@@ -147,7 +146,7 @@ func (e *Env) ForeignClusters(ctx context.Context) ([]offloadv1alpha1.ForeignClu
 		list := &offloadv1alpha1.ForeignClusterList{}
 		err := e.Client.List(ctx, list)
 		switch {
-		case missingCRD(err):
+		case MissingCRD(err):
 			e.foreignClustersErr = err
 		case err != nil:
 			e.foreignClustersErr = fmt.Errorf("listing ForeignClusters: %w", err)
@@ -182,15 +181,15 @@ func (e *Env) Deployment(ctx context.Context, name string) (*appsv1.Deployment, 
 
 // notInstalled is the check of a section that needs the release when there is none.
 func notInstalled(env *Env) Check {
-	return fail("release", "kubectl-offload is not installed in namespace %s: run kubectl offload install", env.Namespace)
+	return Fail("release", "kubectl-offload is not installed in namespace %s: run kubectl offload install", env.Namespace)
 }
 
 // releaseOrCheck returns the installed release, or the failed check that
 // stands in for the section when the release is missing or unreadable.
-func releaseOrCheck(env *Env) (*helmclient.Release, *Check) {
+func ReleaseOrCheck(env *Env) (*helmclient.Release, *Check) {
 	rel, err := env.Release()
 	if err != nil {
-		c := fail("release", "%v", err)
+		c := Fail("release", "%v", err)
 		return nil, &c
 	}
 	if rel == nil {

@@ -2,12 +2,10 @@ package status
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -16,28 +14,16 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
-	"github.com/kubectl-offload/kubectl-offload/internal/exit"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
-
-// execute runs cmd like the root command does, with injected streams.
-func execute(t *testing.T, cmd *cobra.Command, out, errOut *bytes.Buffer, args ...string) error {
-	t.Helper()
-	// A nil slice would make cobra read os.Args, which holds the test flags.
-	cmd.SetArgs(append([]string{}, args...))
-	cmd.SetIn(strings.NewReader(""))
-	cmd.SetOut(out)
-	cmd.SetErr(errOut)
-	cmd.SilenceErrors, cmd.SilenceUsage = true, true
-	return cmd.ExecuteContext(context.Background())
-}
 
 // run executes `kubectl offload status args...` against f.
 func run(t *testing.T, f factory.Factory, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := NewCmdStatus(f, genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	err = execute(t, cmd, &out, &errOut, args...)
+	err = statustest.Execute(cmd, &out, &errOut, args...)
 	return out.String(), errOut.String(), err
 }
 
@@ -101,7 +87,7 @@ func TestStatusTable(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			out, errOut, err := run(t, sc.cluster(t).factory(t))
-			assertResult(t, err, sc.wantErr)
+			statustest.AssertResult(t, err, sc.wantErr)
 			if errOut != "" {
 				t.Errorf("stderr = %q, want nothing: only cli.Run prints the error", errOut)
 			}
@@ -110,21 +96,6 @@ func TestStatusTable(t *testing.T) {
 			}
 			framework.Golden(t, sc.golden+".txt", out)
 		})
-	}
-}
-
-// assertResult checks the exit code and the one-line error a command returned.
-func assertResult(t *testing.T, err error, wantErr string) {
-	t.Helper()
-	wantCode := 0
-	if wantErr != "" {
-		wantCode = 1
-	}
-	if code := exit.Code(err); code != wantCode {
-		t.Errorf("exit code = %d (%v), want %d", code, err, wantCode)
-	}
-	if err != nil && err.Error() != wantErr {
-		t.Errorf("error = %q, want %q", err, wantErr)
 	}
 }
 
@@ -159,8 +130,8 @@ func TestStatusJSONIsAStableContract(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("-o json is not JSON: %v\n%s", err, out)
 	}
-	if r.APIVersion != "offload.io/v1alpha1" || r.Kind != "StatusReport" || r.Namespace != testNamespace {
-		t.Errorf("apiVersion, kind, namespace = %q, %q, %q; want offload.io/v1alpha1, StatusReport, %s", r.APIVersion, r.Kind, r.Namespace, testNamespace)
+	if r.APIVersion != "offload.io/v1alpha1" || r.Kind != "StatusReport" || r.Namespace != statustest.Namespace {
+		t.Errorf("apiVersion, kind, namespace = %q, %q, %q; want offload.io/v1alpha1, StatusReport, %s", r.APIVersion, r.Kind, r.Namespace, statustest.Namespace)
 	}
 	if r.Healthy == nil || !*r.Healthy {
 		t.Errorf("healthy = %v, want true", r.Healthy)
@@ -195,7 +166,7 @@ func TestStatusJSONIsAStableContract(t *testing.T) {
 		"localCluster.clusterID":    testClusterID,
 		"localCluster.clusterName":  "alpha",
 		"localCluster.chartVersion": "1.2.3",
-		"localCluster.agentVersion": testVersion,
+		"localCluster.agentVersion": statustest.Version,
 		"network.podCIDR":           "10.244.0.0/16",
 		"network.serviceCIDR":       "10.96.0.0/12",
 		"network.remapPools":        "10.64.0.0/12",
@@ -249,7 +220,7 @@ func equalJSON(a, b any) bool {
 
 func TestFailedChecksStillPrintTheReportAsJSON(t *testing.T) {
 	out, _, err := run(t, bare().factory(t), "-o", "json")
-	assertResult(t, err, scenarios[len(scenarios)-1].wantErr)
+	statustest.AssertResult(t, err, scenarios[len(scenarios)-1].wantErr)
 	var r Report
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("-o json is not JSON: %v\n%s", err, out)
@@ -264,7 +235,7 @@ func TestFailedChecksStillPrintTheReportAsJSON(t *testing.T) {
 
 func TestBadFlagsAreRejectedBeforeTheClusterIsAsked(t *testing.T) {
 	for _, args := range [][]string{{"-o", "xml"}, {"--timeout", "0s"}, {"extra"}} {
-		_, _, err := run(t, fakeFactory{}, args...)
+		_, _, err := run(t, statustest.Factory{}, args...)
 		if err == nil {
 			t.Errorf("status %v succeeded, want an error", args)
 		}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
 )
 
 // The hops of a tunnel, in the order `status` checks them; Tunnel.Hop
@@ -103,7 +104,7 @@ func readTunnels(ctx context.Context, env *Env, fcs []offloadv1alpha1.ForeignClu
 	list := &offloadv1alpha1.TunnelList{}
 	err := env.Client.List(ctx, list, client.InNamespace(env.Namespace))
 	switch {
-	case missingCRD(err):
+	case MissingCRD(err):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("listing Tunnels: %w", err)
@@ -174,13 +175,13 @@ func (e *tunnelEnd) diagnose(env *Env, now time.Time, rt *Tunnel) Check {
 		rt.Hop = hop
 		msg := fmt.Sprintf("tunnel %s to %s: %s: ", t.Name, rt.Peer, hop) + fmt.Sprintf(format, args...)
 		if young {
-			return warn("", "%s", msg)
+			return Warn("", "%s", msg)
 		}
-		return fail("", "%s (still, more than %s after the tunnel was created)", msg, duration.HumanDuration(tunnelPatience))
+		return Fail("", "%s (still, more than %s after the tunnel was created)", msg, duration.HumanDuration(tunnelPatience))
 	}
 	broken := func(hop, format string, args ...any) Check {
 		rt.Hop = hop
-		return fail("", "tunnel %s to %s: %s: %s", t.Name, rt.Peer, hop, fmt.Sprintf(format, args...))
+		return Fail("", "tunnel %s to %s: %s: %s", t.Name, rt.Peer, hop, fmt.Sprintf(format, args...))
 	}
 	logs := fmt.Sprintf("kubectl logs -n %s deployment/%s", env.Namespace, rt.Gateway)
 
@@ -220,7 +221,7 @@ func (e *tunnelEnd) diagnose(env *Env, now time.Time, rt *Tunnel) Check {
 	case ready.Reason == offloadv1alpha1.ReasonTunnelConfigurationFailed:
 		return broken(HopGateway, "gateway %s cannot set up the tunnel: %s; see %s", rt.Gateway, ready.Message, logs)
 	case ready.Status == metav1.ConditionTrue:
-		return ok("", "tunnel %s to %s is up: %s", t.Name, rt.Peer, handshakeText(now, t.Status.LastHandshake))
+		return OK("", "tunnel %s to %s is up: %s", t.Name, rt.Peer, handshakeText(now, t.Status.LastHandshake))
 	case ready.Reason == offloadv1alpha1.ReasonTunnelWaiting:
 		return pending(HopExchange, "gateway %s waits for the peer's key, endpoint and pod CIDRs", rt.Gateway)
 	}
@@ -337,16 +338,16 @@ func fabricCheck(ctx context.Context, env *Env) Check {
 	err := env.Client.Get(ctx, client.ObjectKey{Namespace: env.Namespace, Name: offloadv1alpha1.Fabric}, ds)
 	switch {
 	case apierrors.IsNotFound(err):
-		return fail(name, "daemonset %s not found: pods cannot reach peers; run kubectl offload upgrade --set network.enabled=true", offloadv1alpha1.Fabric)
+		return Fail(name, "daemonset %s not found: pods cannot reach peers; run kubectl offload upgrade --set network.enabled=true", offloadv1alpha1.Fabric)
 	case err != nil:
-		return fail(name, "reading daemonset %s: %v", offloadv1alpha1.Fabric, err)
+		return Fail(name, "reading daemonset %s: %v", offloadv1alpha1.Fabric, err)
 	}
 	st := ds.Status
 	if st.NumberAvailable < st.DesiredNumberScheduled {
-		return fail(name, "the fabric runs on %d of %d nodes: pods on the others cannot reach peers; see kubectl get pods -n %s -l %s=fabric -o wide",
+		return Fail(name, "the fabric runs on %d of %d nodes: pods on the others cannot reach peers; see kubectl get pods -n %s -l %s=fabric -o wide",
 			st.NumberAvailable, st.DesiredNumberScheduled, env.Namespace, offloadv1alpha1.LabelComponent)
 	}
-	return ok(name, "the fabric routes peers' pods on all %d nodes", st.DesiredNumberScheduled)
+	return OK(name, "the fabric routes peers' pods on all %d nodes", st.DesiredNumberScheduled)
 }
 
 // tunnelsChecker shows the network tunnel to every peer and checks that
@@ -359,21 +360,21 @@ func (tunnelsChecker) Check(ctx context.Context, env *Env) Section {
 	s := Section{Title: "Tunnels"}
 	fcs, err := readForeignClusters(ctx, env)
 	if err != nil {
-		s.Checks = append(s.Checks, fail("tunnels", "%v", err))
+		s.Checks = append(s.Checks, Fail("tunnels", "%v", err))
 		return s
 	}
 	ends, err := readTunnels(ctx, env, fcs, nil)
 	if err != nil {
-		s.Checks = append(s.Checks, fail("tunnels", "%v", err))
+		s.Checks = append(s.Checks, Fail("tunnels", "%v", err))
 		return s
 	}
 	s.Table = &Table{Columns: tunnelColumns, Rows: [][]string{}}
 	if len(ends) == 0 {
-		if rel, _ := env.Release(); rel != nil && !boolValue(rel.Values, "network", "enabled") {
-			s.Checks = append(s.Checks, ok("tunnels", "the network fabric is off (network.enabled=false)"))
+		if rel, _ := env.Release(); rel != nil && !helmclient.Bool(rel.Values, "network", "enabled") {
+			s.Checks = append(s.Checks, OK("tunnels", "the network fabric is off (network.enabled=false)"))
 			return s
 		}
-		s.Checks = append(s.Checks, ok("tunnels", "no tunnels: each peering gets one"))
+		s.Checks = append(s.Checks, OK("tunnels", "no tunnels: each peering gets one"))
 		return s
 	}
 	s.Tunnels, s.Checks = tunnelReports(ctx, env, ends, s.Table)
@@ -401,7 +402,7 @@ func tunnelReports(ctx context.Context, env *Env, ends []*tunnelEnd, table *Tabl
 // when their CRD is missing, which the peers section reports.
 func readForeignClusters(ctx context.Context, env *Env) ([]offloadv1alpha1.ForeignCluster, error) {
 	fcs, err := env.ForeignClusters(ctx)
-	if missingCRD(err) {
+	if MissingCRD(err) {
 		return nil, nil
 	}
 	return fcs, err

@@ -10,13 +10,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -45,7 +44,7 @@ var testMappings = []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "
 
 func clientTunnel(peer, id string, st offloadv1alpha1.TunnelStatus, exchanged bool) *offloadv1alpha1.Tunnel {
 	t := &offloadv1alpha1.Tunnel{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, peer)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: statustest.Namespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, peer)},
 		Spec: offloadv1alpha1.TunnelSpec{ClusterID: id, ClusterName: peer, Role: offloadv1alpha1.TunnelClient,
 			LocalPodCIDRs: []string{"10.244.0.0/16"}},
 		Status: st,
@@ -81,7 +80,7 @@ func tunnelWorld() []testTunnel {
 	deaf := *silent.DeepCopy()
 	deaf.LastHandshake = at(-10 * time.Second)
 	server := &offloadv1alpha1.Tunnel{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer-t5")},
+		ObjectMeta: metav1.ObjectMeta{Namespace: statustest.Namespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer-t5")},
 		Spec: offloadv1alpha1.TunnelSpec{ClusterID: idTunnelConsumer, ClusterName: "consumer-t5", Role: offloadv1alpha1.TunnelServer,
 			PeerPublicKey: "p6bUfS8JqfPH1tq3dPVz4b1mRdiYGbJ1k2tZqT7bJ1o=", LocalPodCIDRs: []string{"10.244.0.0/16"}, Mappings: testMappings},
 		Status: offloadv1alpha1.TunnelStatus{Implementation: "kernel", Conditions: ready(metav1.ConditionFalse, "Disconnected", "the peer does not answer")},
@@ -90,33 +89,33 @@ func tunnelWorld() []testTunnel {
 		"service offload-gateway-in-consumer-t5 has no LoadBalancer address yet: set network.gateway.address")
 	return []testTunnel{
 		{
-			fc: foreignCluster("provider-t1", idTunnelUp, true, consumer(offloadv1alpha1.PhaseEstablished,
+			fc: statustest.ForeignCluster("provider-t1", idTunnelUp, true, consumer(offloadv1alpha1.PhaseEstablished,
 				condition(offloadv1alpha1.ConditionNetworkReady, metav1.ConditionTrue, "Connected", "tunnel up"))),
 			t: clientTunnel("provider-t1", idTunnelUp, up, true), available: ptr.To[int32](1),
 		},
 		{
-			fc: foreignCluster("provider-t2", idTunnelExchange, true, consumer(offloadv1alpha1.PhaseFailed,
+			fc: statustest.ForeignCluster("provider-t2", idTunnelExchange, true, consumer(offloadv1alpha1.PhaseFailed,
 				condition(offloadv1alpha1.ConditionNetworkReady, metav1.ConditionFalse, "NoFreeView",
 					"no free /16 in the remap pools 10.64.0.0/12 for the provider's pods 10.244.0.0/16: add a pool with kubectl offload upgrade --set 'network.remapPools={...}'"))),
 			t: clientTunnel("provider-t2", idTunnelExchange, offloadv1alpha1.TunnelStatus{}, false), available: ptr.To[int32](1),
 		},
 		{
-			fc: foreignCluster("provider-t3", idTunnelGateway, true, consumer(offloadv1alpha1.PhasePending,
+			fc: statustest.ForeignCluster("provider-t3", idTunnelGateway, true, consumer(offloadv1alpha1.PhasePending,
 				condition(offloadv1alpha1.ConditionNetworkReady, metav1.ConditionFalse, "GatewayStarting", "waiting for gateway offload-gateway-out-provider-t3 to report"))),
 			t: clientTunnel("provider-t3", idTunnelGateway, offloadv1alpha1.TunnelStatus{}, true), available: ptr.To[int32](0),
 		},
 		{
-			fc: foreignCluster("provider-t4", idTunnelSilent, true, consumer(offloadv1alpha1.PhaseDisconnected,
+			fc: statustest.ForeignCluster("provider-t4", idTunnelSilent, true, consumer(offloadv1alpha1.PhaseDisconnected,
 				condition(offloadv1alpha1.ConditionNetworkReady, metav1.ConditionFalse, "Disconnected", "the provider's gateway does not answer"))),
 			t: clientTunnel("provider-t4", idTunnelSilent, silent, true), available: ptr.To[int32](1),
 		},
 		{
-			fc: foreignCluster("provider-t6", idTunnelDeaf, true, consumer(offloadv1alpha1.PhaseDisconnected,
+			fc: statustest.ForeignCluster("provider-t6", idTunnelDeaf, true, consumer(offloadv1alpha1.PhaseDisconnected,
 				condition(offloadv1alpha1.ConditionNetworkReady, metav1.ConditionFalse, "Disconnected", "the provider's gateway does not answer"))),
 			t: clientTunnel("provider-t6", idTunnelDeaf, deaf, true), available: ptr.To[int32](1),
 		},
 		{
-			fc: foreignCluster("consumer-t5", idTunnelConsumer, false, offloadv1alpha1.ForeignClusterStatus{Role: offloadv1alpha1.RoleProvider}),
+			fc: statustest.ForeignCluster("consumer-t5", idTunnelConsumer, false, offloadv1alpha1.ForeignClusterStatus{Role: offloadv1alpha1.RoleProvider}),
 			t:  server, available: ptr.To[int32](1), served: &noEndpoint,
 		},
 	}
@@ -126,40 +125,40 @@ func tunnelWorld() []testTunnel {
 func (a apiServer) createTunnel(t *testing.T, tt testTunnel) {
 	t.Helper()
 	ctx := context.Background()
-	a.create(t, testPeer{fc: tt.fc})
+	a.Create(t, statustest.Peer{FC: tt.fc})
 	tun := tt.t.DeepCopy()
-	create(t, a.client, tun)
+	statustest.Create(t, a.Client, tun)
 	tun.Status = tt.t.Status
-	if err := a.client.Status().Update(ctx, tun); err != nil {
+	if err := a.Client.Status().Update(ctx, tun); err != nil {
 		t.Fatalf("setting the status of Tunnel %s: %v", tun.Name, err)
 	}
 	if tt.available != nil {
 		name := offloadv1alpha1.GatewayName(tun.Name)
 		labels := map[string]string{offloadv1alpha1.LabelTunnel: tun.Name}
 		dep := &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name},
+			ObjectMeta: metav1.ObjectMeta{Namespace: statustest.Namespace, Name: name},
 			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: "offload-agent"}}},
 			}},
 		}
-		create(t, a.client, dep)
+		statustest.Create(t, a.Client, dep)
 		dep.Status = appsv1.DeploymentStatus{Replicas: 1, AvailableReplicas: *tt.available, ReadyReplicas: *tt.available}
-		if err := a.client.Status().Update(ctx, dep); err != nil {
+		if err := a.Client.Status().Update(ctx, dep); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if tt.served != nil {
 		ns := offloadv1alpha1.TenantNamespace(tt.t.Spec.ClusterName)
-		create(t, a.client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		statustest.Create(t, a.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		np := &offloadv1alpha1.NetworkPeering{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: offloadv1alpha1.NetworkPeeringName},
 			Spec: offloadv1alpha1.NetworkPeeringSpec{ClusterID: tt.t.Spec.ClusterID, PublicKey: tt.t.Spec.PeerPublicKey,
 				PodCIDRs: []string{"10.244.0.0/16"}},
 		}
-		create(t, a.client, np)
+		statustest.Create(t, a.Client, np)
 		np.Status.Conditions = []metav1.Condition{*tt.served}
-		if err := a.client.Status().Update(ctx, np); err != nil {
+		if err := a.Client.Status().Update(ctx, np); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -170,45 +169,17 @@ func (a apiServer) createFabric(t *testing.T, available, desired int32) {
 	t.Helper()
 	labels := map[string]string{offloadv1alpha1.LabelComponent: "fabric"}
 	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: offloadv1alpha1.Fabric},
+		ObjectMeta: metav1.ObjectMeta{Namespace: statustest.Namespace, Name: offloadv1alpha1.Fabric},
 		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
 			ObjectMeta: metav1.ObjectMeta{Labels: labels},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "fabric", Image: "offload-agent"}}},
 		}},
 	}
-	create(t, a.client, ds)
+	statustest.Create(t, a.Client, ds)
 	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: desired, CurrentNumberScheduled: desired, NumberReady: available, NumberAvailable: available}
-	if err := a.client.Status().Update(context.Background(), ds); err != nil {
+	if err := a.Client.Status().Update(context.Background(), ds); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// create stores obj, creating its namespace when it is missing; the test
-// removes it when it ends. Namespaces are left, since an API server without
-// controllers never finishes deleting them.
-func create(t *testing.T, c client.Client, obj client.Object) {
-	t.Helper()
-	ctx := context.Background()
-	if ns := obj.GetNamespace(); ns != "" {
-		err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	if err := c.Create(ctx, obj); err != nil {
-		if _, isNS := obj.(*corev1.Namespace); isNS && apierrors.IsAlreadyExists(err) {
-			return
-		}
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
-	if _, isNS := obj.(*corev1.Namespace); isNS {
-		return
-	}
-	t.Cleanup(func() {
-		if err := c.Delete(context.Background(), obj); client.IgnoreNotFound(err) != nil {
-			t.Error(err)
-		}
-	})
 }
 
 // runTunnels runs `status` with the tunnels checker alone, or `status peer`
@@ -219,7 +190,7 @@ func runTunnels(t *testing.T, a apiServer, clock func() time.Time, args ...strin
 	o := NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	o.Checkers = []Checker{tunnelsChecker{}}
 	o.now = clock
-	err := execute(t, newCmdStatus(a.factory(), o), &out, &errOut, args...)
+	err := statustest.Execute(newCmdStatus(a.Factory(), o), &out, &errOut, args...)
 	if errOut.Len() > 0 {
 		t.Errorf("stderr = %q, want nothing", errOut.String())
 	}
@@ -234,7 +205,7 @@ func TestStatusTunnels(t *testing.T) {
 
 	t.Run("without the fabric DaemonSet every pod is cut off from the peers", func(t *testing.T) {
 		out, err := runTunnels(t, a, testClock, "-o", "json")
-		assertResult(t, err, "6 checks failed: tunnels")
+		statustest.AssertResult(t, err, "6 checks failed: tunnels")
 		var r Report
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatal(err)
@@ -247,13 +218,13 @@ func TestStatusTunnels(t *testing.T) {
 	a.createFabric(t, 1, 2)
 	t.Run("the table shows every tunnel and names each broken hop", func(t *testing.T) {
 		out, err := runTunnels(t, a, testClock)
-		assertResult(t, err, "6 checks failed: tunnels")
+		statustest.AssertResult(t, err, "6 checks failed: tunnels")
 		framework.Golden(t, "tunnels.txt", out)
 	})
 
 	t.Run("the JSON has each tunnel's facts and failing hop", func(t *testing.T) {
 		out, err := runTunnels(t, a, testClock, "-o", "json")
-		assertResult(t, err, "6 checks failed: tunnels")
+		statustest.AssertResult(t, err, "6 checks failed: tunnels")
 		var r Report
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatalf("-o json is not JSON: %v\n%s", err, out)
@@ -287,7 +258,7 @@ func TestStatusTunnels(t *testing.T) {
 	t.Run("a tunnel still coming up is a warning, not a failure", func(t *testing.T) {
 		// By the real clock the tunnels were just created.
 		out, err := runTunnels(t, a, time.Now, "-o", "json")
-		assertResult(t, err, "5 checks failed: tunnels")
+		statustest.AssertResult(t, err, "5 checks failed: tunnels")
 		var r Report
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatal(err)
@@ -299,13 +270,13 @@ func TestStatusTunnels(t *testing.T) {
 
 	t.Run("status peer shows the peer's tunnel and the hop that fails", func(t *testing.T) {
 		out, err := runTunnels(t, a, testClock, "peer", "provider-t4")
-		assertResult(t, err, "3 checks failed: peer provider-t4")
+		statustest.AssertResult(t, err, "3 checks failed: peer provider-t4")
 		framework.Golden(t, "peer-tunnel-down.txt", out)
 	})
 
 	t.Run("status peer of a healthy tunnel passes, but the fabric missing on a node fails it", func(t *testing.T) {
 		out, err := runTunnels(t, a, testClock, "peer", "provider-t1", "-o", "json")
-		assertResult(t, err, "1 check failed: peer provider-t1")
+		statustest.AssertResult(t, err, "1 check failed: peer provider-t1")
 		var r Report
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatal(err)

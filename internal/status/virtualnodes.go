@@ -48,7 +48,7 @@ type VirtualNode struct {
 }
 
 // readVirtualNodes returns the virtual nodes, sorted by name.
-func readVirtualNodes(ctx context.Context, env *Env) ([]corev1.Node, error) {
+func ReadVirtualNodes(ctx context.Context, env *Env) ([]corev1.Node, error) {
 	list, err := env.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelType + "=" + offloadv1alpha1.TypeVirtualNode})
 	if err != nil {
 		return nil, fmt.Errorf("listing virtual nodes: %w", err)
@@ -81,19 +81,19 @@ func (virtualNodesChecker) Name() string { return "virtualNodes" }
 
 func (virtualNodesChecker) Check(ctx context.Context, env *Env) Section {
 	s := Section{Title: "Virtual nodes"}
-	nodes, err := readVirtualNodes(ctx, env)
+	nodes, err := ReadVirtualNodes(ctx, env)
 	if err != nil {
-		s.Checks = append(s.Checks, fail("virtualNodes", "%v", err))
+		s.Checks = append(s.Checks, Fail("virtualNodes", "%v", err))
 		return s
 	}
 	s.Table = &Table{Columns: virtualNodeColumns, Rows: [][]string{}}
 	if len(nodes) == 0 {
-		s.Checks = append(s.Checks, ok("virtualNodes", "no virtual nodes: run kubectl offload peer generate on a provider"))
+		s.Checks = append(s.Checks, OK("virtualNodes", "no virtual nodes: run kubectl offload peer generate on a provider"))
 		return s
 	}
 	peers, err := readPeerNames(ctx, env)
 	if err != nil {
-		s.Checks = append(s.Checks, fail("virtualNodes", "%v", err))
+		s.Checks = append(s.Checks, Fail("virtualNodes", "%v", err))
 		return s
 	}
 	now := env.now()
@@ -104,7 +104,7 @@ func (virtualNodesChecker) Check(ctx context.Context, env *Env) Section {
 		s.Table.Rows = append(s.Table.Rows, vn.row(now, podsErr == nil))
 		s.Checks = append(s.Checks, vn.check())
 		if podsErr != nil {
-			s.Checks = append(s.Checks, fail("node/"+vn.Name+"/pods", "%v", podsErr))
+			s.Checks = append(s.Checks, Fail("node/"+vn.Name+"/pods", "%v", podsErr))
 		}
 	}
 	return s
@@ -187,7 +187,7 @@ func (vn *VirtualNode) row(now time.Time, counted bool) []string {
 func (vn *VirtualNode) check() Check {
 	name := "node/" + vn.Name
 	if vn.Ready == nodeReady {
-		return ok(name, "virtual node %s is Ready", vn.Name)
+		return OK(name, "virtual node %s is Ready", vn.Name)
 	}
 	why := vn.Message
 	if why == "" {
@@ -200,7 +200,7 @@ func (vn *VirtualNode) check() Check {
 		next = fmt.Sprintf("no peer has cluster ID %s: %s", vn.ClusterID, next)
 	}
 	if why == "" {
-		return fail(name, "virtual node %s is %s: %s", vn.Name, vn.Ready, next)
+		return Fail(name, "virtual node %s is %s: %s", vn.Name, vn.Ready, next)
 	}
-	return fail(name, "virtual node %s is %s: %s; %s", vn.Name, vn.Ready, why, next)
+	return Fail(name, "virtual node %s is %s: %s; %s", vn.Name, vn.Ready, why, next)
 }

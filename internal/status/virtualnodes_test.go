@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -46,7 +47,7 @@ type offloadWorld struct {
 // offloadNode returns a virtual node of the peer with cluster ID id, and
 // its Ready condition.
 func offloadNode(name, id string, ready corev1.ConditionStatus, reason, message string) *corev1.Node {
-	n := virtualNode(name, ready)
+	n := statustest.VirtualNode(name, ready)
 	n.Labels[offloadv1alpha1.LabelRemoteClusterID] = id
 	n.Status.Conditions[0].Reason, n.Status.Conditions[0].Message = reason, message
 	return n
@@ -90,8 +91,8 @@ func healthyOffload() *offloadWorld {
 	worker.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	return &offloadWorld{
 		peers: []*offloadv1alpha1.ForeignCluster{
-			foreignCluster("provider-east", idEast, true, offloadv1alpha1.ForeignClusterStatus{}),
-			foreignCluster("provider-west", idWest, true, offloadv1alpha1.ForeignClusterStatus{}),
+			statustest.ForeignCluster("provider-east", idEast, true, offloadv1alpha1.ForeignClusterStatus{}),
+			statustest.ForeignCluster("provider-west", idWest, true, offloadv1alpha1.ForeignClusterStatus{}),
 		},
 		nodes: []*corev1.Node{
 			offloadNode("provider-east", idEast, corev1.ConditionTrue, "ProviderReachable", "the provider's ResourceOffer was read"),
@@ -121,7 +122,7 @@ func (a apiServer) createWorld(t *testing.T, w *offloadWorld) {
 	t.Helper()
 	ctx := context.Background()
 	for _, fc := range w.peers {
-		a.create(t, testPeer{fc: fc})
+		a.Create(t, statustest.Peer{FC: fc})
 	}
 	for _, n := range w.nodes {
 		a.createNode(t, n)
@@ -131,19 +132,19 @@ func (a apiServer) createWorld(t *testing.T, w *offloadWorld) {
 	}
 	for _, p := range w.pods {
 		a.ensureNamespace(t, p.Namespace)
-		created, err := a.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		created, err := a.Kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("creating pod %s/%s: %v", p.Namespace, p.Name, err)
 		}
 		t.Cleanup(func() {
 			// Without a kubelet only a zero grace period deletes a bound pod.
-			err := a.kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+			err := a.Kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 			if err != nil {
 				t.Error(err)
 			}
 		})
 		created.Status = p.Status
-		if _, err := a.kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		if _, err := a.Kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("setting the status of pod %s/%s: %v", p.Namespace, p.Name, err)
 		}
 	}
@@ -153,17 +154,17 @@ func (a apiServer) createWorld(t *testing.T, w *offloadWorld) {
 func (a apiServer) createNode(t *testing.T, n *corev1.Node) {
 	t.Helper()
 	ctx := context.Background()
-	created, err := a.kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	created, err := a.Kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating node %s: %v", n.Name, err)
 	}
 	t.Cleanup(func() {
-		if err := a.kube.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}); err != nil {
+		if err := a.Kube.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}); err != nil {
 			t.Error(err)
 		}
 	})
 	created.Status = n.Status
-	if _, err := a.kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	if _, err := a.Kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("setting the status of node %s: %v", n.Name, err)
 	}
 }
@@ -172,7 +173,7 @@ func (a apiServer) createNode(t *testing.T, n *corev1.Node) {
 // without a namespace controller they would never finish terminating.
 func (a apiServer) ensureNamespace(t *testing.T, ns string) {
 	t.Helper()
-	_, err := a.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	_, err := a.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("creating namespace %s: %v", ns, err)
 	}
@@ -191,13 +192,13 @@ func (a apiServer) createOffloading(t *testing.T, no *offloadv1alpha1.NamespaceO
 	if deleting {
 		obj.Finalizers = []string{holdFinalizer}
 	}
-	if err := a.client.Create(ctx, obj); err != nil {
+	if err := a.Client.Create(ctx, obj); err != nil {
 		t.Fatalf("creating NamespaceOffloading %s/%s: %v", no.Namespace, no.Name, err)
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
 		cur := &offloadv1alpha1.NamespaceOffloading{}
-		if err := a.client.Get(ctx, client.ObjectKeyFromObject(no), cur); err != nil {
+		if err := a.Client.Get(ctx, client.ObjectKeyFromObject(no), cur); err != nil {
 			if !apierrors.IsNotFound(err) {
 				t.Error(err)
 			}
@@ -205,21 +206,21 @@ func (a apiServer) createOffloading(t *testing.T, no *offloadv1alpha1.NamespaceO
 		}
 		if len(cur.Finalizers) > 0 {
 			cur.Finalizers = nil
-			if err := a.client.Update(ctx, cur); err != nil {
+			if err := a.Client.Update(ctx, cur); err != nil {
 				t.Error(err)
 				return
 			}
 		}
-		if err := a.client.Delete(ctx, cur); client.IgnoreNotFound(err) != nil {
+		if err := a.Client.Delete(ctx, cur); client.IgnoreNotFound(err) != nil {
 			t.Error(err)
 		}
 	})
 	obj.Status = no.Status
-	if err := a.client.Status().Update(ctx, obj); err != nil {
+	if err := a.Client.Status().Update(ctx, obj); err != nil {
 		t.Fatalf("setting the status of NamespaceOffloading %s/%s: %v", no.Namespace, no.Name, err)
 	}
 	if deleting {
-		if err := a.client.Delete(ctx, obj); err != nil {
+		if err := a.Client.Delete(ctx, obj); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,7 +239,7 @@ func runOffloadStatus(t *testing.T, a apiServer, args ...string) (stdout, stderr
 	o := NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	o.Checkers = []Checker{virtualNodesChecker{}, offloadedNamespacesChecker{}}
 	o.now = offloadClock
-	err = execute(t, newCmdStatus(a.factory(), o), &out, &errOut, args...)
+	err = statustest.Execute(newCmdStatus(a.Factory(), o), &out, &errOut, args...)
 	return out.String(), errOut.String(), err
 }
 
@@ -301,7 +302,7 @@ func TestOffloadSectionsTable(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			a.createWorld(t, sc.world())
 			out, errOut, err := runOffloadStatus(t, a)
-			assertResult(t, err, sc.wantErr)
+			statustest.AssertResult(t, err, sc.wantErr)
 			if errOut != "" {
 				t.Errorf("stderr = %q, want nothing: only cli.Run prints the error", errOut)
 			}

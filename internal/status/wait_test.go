@@ -14,6 +14,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -25,7 +26,7 @@ func runWait(t *testing.T, f *fixture, args ...string) (stdout, stderr string, e
 	var out, errOut bytes.Buffer
 	o := NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	o.interval = time.Millisecond
-	err = execute(t, newCmdStatus(fac, o), &out, &errOut, append([]string{"--wait"}, args...)...)
+	err = statustest.Execute(newCmdStatus(fac, o), &out, &errOut, append([]string{"--wait"}, args...)...)
 	return out.String(), errOut.String(), err
 }
 
@@ -44,7 +45,7 @@ func TestWaitReturnsOnceTheInstallBecomesHealthy(t *testing.T) {
 		if rounds++; rounds == 3 {
 			ready := auth.DeepCopy()
 			ready.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
-			if err := f.kube.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), ready, testNamespace); err != nil {
+			if err := f.kube.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), ready, statustest.Namespace); err != nil {
 				t.Error(err)
 			}
 		}
@@ -54,8 +55,8 @@ func TestWaitReturnsOnceTheInstallBecomesHealthy(t *testing.T) {
 	var out, errOut bytes.Buffer
 	o := NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	o.interval = time.Millisecond
-	err := execute(t, newCmdStatus(fac, o), &out, &errOut, "--wait", "--timeout", "1m")
-	assertResult(t, err, "")
+	err := statustest.Execute(newCmdStatus(fac, o), &out, &errOut, "--wait", "--timeout", "1m")
+	statustest.AssertResult(t, err, "")
 	if rounds < 3 {
 		t.Errorf("checked %d times, want at least 3", rounds)
 	}
@@ -69,7 +70,7 @@ func TestWaitGivesUpAfterTheTimeoutWithTheLastReport(t *testing.T) {
 	f := healthy(t)
 	delete(f.crds, "tenants.offload.io")
 	out, errOut, err := runWait(t, f, "--timeout", "200ms", "-o", "json")
-	assertResult(t, err, "not healthy after 200ms: 1 check failed: crds")
+	statustest.AssertResult(t, err, "not healthy after 200ms: 1 check failed: crds")
 	if !strings.Contains(out, `"healthy": false`) {
 		t.Errorf("stdout = %s, want the last report", out)
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // update rewrites the golden files instead of comparing with them:
-// go test ./internal/status/ -update.
+// go test ./internal/status/ -update, for example.
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // Golden compares got with the golden file testdata/name of the test's

@@ -1,4 +1,4 @@
-package status
+package doctor
 
 import (
 	"bytes"
@@ -30,7 +30,10 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/helmclient"
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/internal/status"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
@@ -38,15 +41,15 @@ import (
 // installed with values, or no release when values is nil.
 func releaseHelm(t *testing.T, values map[string]any) *action.Configuration {
 	t.Helper()
-	helm := memoryHelm()
+	helm := statustest.MemoryHelm()
 	if values == nil {
 		return helm
 	}
-	ch, err := charts.Load(testVersion)
+	ch, err := charts.Load(statustest.Version)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel := &release.Release{Name: offloadv1alpha1.ReleaseName, Namespace: testNamespace, Version: 1,
+	rel := &release.Release{Name: offloadv1alpha1.ReleaseName, Namespace: statustest.Namespace, Version: 1,
 		Info: &release.Info{Status: release.StatusDeployed}, Chart: ch, Config: values}
 	if err := helm.Releases.Create(rel); err != nil {
 		t.Fatal(err)
@@ -54,18 +57,18 @@ func releaseHelm(t *testing.T, values map[string]any) *action.Configuration {
 	return helm
 }
 
-// doctorEnv returns a DoctorEnv on the API server, with the release
+// doctorEnv returns an Env on the API server, with the release
 // installed with values (none when values is nil) and this plugin at
-// testVersion.
-func (a apiServer) doctorEnv(t *testing.T, values map[string]any) *DoctorEnv {
+// statustest.Version.
+func doctorEnv(t *testing.T, a statustest.APIServer, values map[string]any) *Env {
 	t.Helper()
-	env := NewEnv(a.kube, a.client, helmclient.New(releaseHelm(t, values), testNamespace), testNamespace)
-	return &DoctorEnv{Env: env, Config: framework.APIServer(t), ProbeTimeout: 2 * time.Second, CLIVersion: testVersion}
+	env := status.NewEnv(a.Kube, a.Client, helmclient.New(releaseHelm(t, values), statustest.Namespace), statustest.Namespace)
+	return &Env{Env: env, Config: framework.APIServer(t), ProbeTimeout: 2 * time.Second, CLIVersion: statustest.Version}
 }
 
 // doctorFactory is a Factory with the API server's clients and config.
 type doctorFactory struct {
-	fakeFactory
+	statustest.Factory
 	cfg *rest.Config
 }
 
@@ -73,13 +76,13 @@ func (f doctorFactory) RESTConfig() (*rest.Config, error) { return f.cfg, nil }
 
 // runDoctor runs `kubectl offload doctor args...` against the API server,
 // with the release installed with values.
-func runDoctor(t *testing.T, a apiServer, values map[string]any, args ...string) (string, error) {
+func runDoctor(t *testing.T, a statustest.APIServer, values map[string]any, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	o := NewDoctorOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	o.cliVersion = testVersion
-	f := doctorFactory{fakeFactory: fakeFactory{kube: a.kube, client: a.client, helm: releaseHelm(t, values)}, cfg: framework.APIServer(t)}
-	err := execute(t, newCmdDoctor(f, o), &out, &errOut, args...)
+	o := NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	o.cliVersion = statustest.Version
+	f := doctorFactory{Factory: statustest.Factory{Kube: a.Kube, Ctrl: a.Client, Helm: releaseHelm(t, values)}, cfg: framework.APIServer(t)}
+	err := statustest.Execute(newCmdDoctor(f, o), &out, &errOut, args...)
 	if errOut.Len() > 0 {
 		t.Errorf("stderr = %q, want nothing: only cli.Run prints the error", errOut.String())
 	}
@@ -124,12 +127,12 @@ func installedValues(authURL string) map[string]any {
 }
 
 func TestDoctorProbesTheAuthEndpoint(t *testing.T) {
-	a := newAPIServer(t)
+	a := statustest.NewAPIServer(t)
 	ctx := context.Background()
 	plain := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(plain.Close)
 	authService := func(typ corev1.ServiceType) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: offloadv1alpha1.Auth},
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: statustest.Namespace, Name: offloadv1alpha1.Auth},
 			Spec: corev1.ServiceSpec{Type: typ, Selector: map[string]string{"app": "auth"},
 				Ports: []corev1.ServicePort{{Name: "https", Port: 443}}}}
 	}
@@ -138,21 +141,21 @@ func TestDoctorProbesTheAuthEndpoint(t *testing.T) {
 		authURL string
 		service *corev1.Service
 		// want are the statuses of authURL and authReachable; "" means no such check.
-		wantURL, wantReachable Status
+		wantURL, wantReachable status.Status
 		says                   string
 	}{
-		{"a TLS server answers, but a loopback URL is only good here", tlsServer(t, 0).URL, nil, StatusWarning, StatusOK, "completes a TLS handshake"},
-		{"a closed port fails and says how to expose the service", closedURL(t), nil, StatusWarning, StatusFailed, "kubectl offload upgrade --set auth.url=https://HOST:PORT"},
-		{"a port without TLS fails the handshake", "https://" + plain.Listener.Addr().String(), nil, StatusWarning, StatusFailed, "no TLS handshake"},
-		{"a NodePort service without node addresses warns", "", authService(corev1.ServiceTypeNodePort), StatusWarning, "", "auth.url"},
-		{"a ClusterIP service warns that peers cannot resolve it", "", authService(corev1.ServiceTypeClusterIP), StatusWarning, "", "only resolves inside this cluster"},
+		{"a TLS server answers, but a loopback URL is only good here", tlsServer(t, 0).URL, nil, status.StatusWarning, status.StatusOK, "completes a TLS handshake"},
+		{"a closed port fails and says how to expose the service", closedURL(t), nil, status.StatusWarning, status.StatusFailed, "kubectl offload upgrade --set auth.url=https://HOST:PORT"},
+		{"a port without TLS fails the handshake", "https://" + plain.Listener.Addr().String(), nil, status.StatusWarning, status.StatusFailed, "no TLS handshake"},
+		{"a NodePort service without node addresses warns", "", authService(corev1.ServiceTypeNodePort), status.StatusWarning, "", "auth.url"},
+		{"a ClusterIP service warns that peers cannot resolve it", "", authService(corev1.ServiceTypeClusterIP), status.StatusWarning, "", "only resolves inside this cluster"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.service != nil {
-				create(t, a.client, tt.service)
+				statustest.Create(t, a.Client, tt.service)
 			}
-			s := authEndpointChecker{}.Check(ctx, a.doctorEnv(t, installedValues(tt.authURL)))
+			s := authEndpointChecker{}.Check(ctx, doctorEnv(t, a, installedValues(tt.authURL)))
 			url, reachable := checkNamed(s.Checks, "authURL"), checkNamed(s.Checks, "authReachable")
 			if url == nil || url.Status != tt.wantURL {
 				t.Errorf("authURL = %+v, want %s", url, tt.wantURL)
@@ -176,7 +179,7 @@ func TestDoctorProbesTheAuthEndpoint(t *testing.T) {
 }
 
 func TestDoctorMeasuresClockSkewWithPeers(t *testing.T) {
-	a := newAPIServer(t)
+	a := statustest.NewAPIServer(t)
 	// Each peer is checked against its pinned CA, as the agent does.
 	pinned := func(srv *httptest.Server) [2]string {
 		hash, err := peering.CACertHash(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
@@ -191,25 +194,25 @@ func TestDoctorMeasuresClockSkewWithPeers(t *testing.T) {
 	peers := []struct {
 		name string
 		auth [2]string // URL and CA hash
-		want Status
+		want status.Status
 		says string
 	}{
-		{"in-step", pinned(tlsServer(t, 0)), StatusOK, "within 30s"},
-		{"ahead", pinned(tlsServer(t, 2*time.Minute)), StatusWarning, "ahead of this cluster's"},
-		{"behind", pinned(tlsServer(t, -10*time.Minute)), StatusFailed, "enable NTP"},
-		{"gone", [2]string{closedURL(t), ""}, StatusWarning, "the skew is not checked"},
-		{"impostor", impostor, StatusWarning, "the skew is not checked"},
-		{"consumer", [2]string{}, StatusOK, "run kubectl offload doctor on skew-consumer"},
+		{"in-step", pinned(tlsServer(t, 0)), status.StatusOK, "within 30s"},
+		{"ahead", pinned(tlsServer(t, 2*time.Minute)), status.StatusWarning, "ahead of this cluster's"},
+		{"behind", pinned(tlsServer(t, -10*time.Minute)), status.StatusFailed, "enable NTP"},
+		{"gone", [2]string{closedURL(t), ""}, status.StatusWarning, "the skew is not checked"},
+		{"impostor", impostor, status.StatusWarning, "the skew is not checked"},
+		{"consumer", [2]string{}, status.StatusOK, "run kubectl offload doctor on skew-consumer"},
 	}
 	for i, p := range peers {
-		fc := foreignCluster("skew-"+p.name, "77777777-7777-4777-8777-77777777770"+string(rune('0'+i)), p.auth[0] != "", offloadv1alpha1.ForeignClusterStatus{})
+		fc := statustest.ForeignCluster("skew-"+p.name, "77777777-7777-4777-8777-77777777770"+string(rune('0'+i)), p.auth[0] != "", offloadv1alpha1.ForeignClusterStatus{})
 		fc.Spec.AuthURL = p.auth[0]
 		if p.auth[1] != "" {
 			fc.Spec.CACertHash = p.auth[1]
 		}
-		a.create(t, testPeer{fc: fc})
+		a.Create(t, statustest.Peer{FC: fc})
 	}
-	s := clockSkewChecker{}.Check(context.Background(), a.doctorEnv(t, nil))
+	s := clockSkewChecker{}.Check(context.Background(), doctorEnv(t, a, nil))
 	for _, p := range peers {
 		t.Run("peer "+p.name, func(t *testing.T) {
 			c := checkNamed(s.Checks, "peer/skew-"+p.name)
@@ -221,21 +224,21 @@ func TestDoctorMeasuresClockSkewWithPeers(t *testing.T) {
 }
 
 func TestDoctorComparesVersionsWithTheAPIServer(t *testing.T) {
-	a := newAPIServer(t)
+	a := statustest.NewAPIServer(t)
 	labels := map[string]string{"app": "cm"}
-	create(t, a.client, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: offloadv1alpha1.ControllerManager,
+	statustest.Create(t, a.Client, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: statustest.Namespace, Name: offloadv1alpha1.ControllerManager,
 			Labels: map[string]string{offloadv1alpha1.VersionLabel: "v1.1.0"}},
 		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
 			ObjectMeta: metav1.ObjectMeta{Labels: labels},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cm", Image: "offload-agent"}}},
 		}},
 	})
-	s := versionsChecker{}.Check(context.Background(), a.doctorEnv(t, map[string]any{}))
-	if c := checkNamed(s.Checks, "kubernetes"); c == nil || c.Status != StatusOK {
+	s := versionsChecker{}.Check(context.Background(), doctorEnv(t, a, map[string]any{}))
+	if c := checkNamed(s.Checks, "kubernetes"); c == nil || c.Status != status.StatusOK {
 		t.Errorf("kubernetes = %+v, want ok: the test API server is in the chart's range", c)
 	}
-	if c := checkNamed(s.Checks, "agent"); c == nil || c.Status != StatusWarning || !strings.Contains(c.Message, "the agent is v1.1.0 and this plugin v1.2.3") {
+	if c := checkNamed(s.Checks, "agent"); c == nil || c.Status != status.StatusWarning || !strings.Contains(c.Message, "the agent is v1.1.0 and this plugin v1.2.3") {
 		t.Errorf("agent = %+v, want a warning that the agent is v1.1.0", c)
 	}
 }
@@ -244,7 +247,7 @@ func TestDoctorComparesVersionsWithTheAPIServer(t *testing.T) {
 var ports = regexp.MustCompile(`127\.0\.0\.1:\d+`)
 
 // withoutPorts returns r with the local servers' ports replaced by PORT.
-func withoutPorts(r Report) Report {
+func withoutPorts(r status.Report) status.Report {
 	for i := range r.Sections {
 		s := &r.Sections[i]
 		for j := range s.Fields {
@@ -258,20 +261,20 @@ func withoutPorts(r Report) Report {
 }
 
 func TestDoctor(t *testing.T) {
-	a := newAPIServer(t)
-	gone := foreignCluster("doctor-gone", "88888888-8888-4888-8888-888888888888", true, offloadv1alpha1.ForeignClusterStatus{})
+	a := statustest.NewAPIServer(t)
+	gone := statustest.ForeignCluster("doctor-gone", "88888888-8888-4888-8888-888888888888", true, offloadv1alpha1.ForeignClusterStatus{})
 	gone.Spec.AuthURL = closedURL(t)
-	a.create(t, testPeer{fc: gone})
+	a.Create(t, statustest.Peer{FC: gone})
 	sound := installedValues(tlsServer(t, 0).URL)
 
 	t.Run("a sound install has warnings only, shown as a table", func(t *testing.T) {
-		d := a.doctorEnv(t, sound)
-		r := collectDoctor(context.Background(), d, doctorCheckers())
+		d := doctorEnv(t, a, sound)
+		r := collect(context.Background(), d, checkers())
 		if !r.Healthy || r.Kind != "DoctorReport" {
 			t.Errorf("healthy = %t, kind %s; want true, DoctorReport: %+v", r.Healthy, r.Kind, r.Sections)
 		}
 		var b bytes.Buffer
-		if err := writeTable(&b, withoutPorts(r), false, plainWidth); err != nil {
+		if err := status.Print(&b, output.Table, withoutPorts(r)); err != nil {
 			t.Fatal(err)
 		}
 		framework.Golden(t, "doctor.txt", b.String())
@@ -279,7 +282,7 @@ func TestDoctor(t *testing.T) {
 
 	t.Run("a sound install exits 0", func(t *testing.T) {
 		out, err := runDoctor(t, a, sound, "-o", "yaml")
-		assertResult(t, err, "")
+		statustest.AssertResult(t, err, "")
 		if !strings.Contains(out, "kind: DoctorReport") {
 			t.Errorf("-o yaml printed no DoctorReport:\n%s", out)
 		}
@@ -290,21 +293,27 @@ func TestDoctor(t *testing.T) {
 		broken["apiServer"] = map[string]any{"url": "https://127.0.0.1:6443"}
 		broken["network"] = map[string]any{"enabled": true, "podCIDR": "10.96.0.0/16", "serviceCIDR": "10.96.0.0/12"}
 		var b bytes.Buffer
-		r := collectDoctor(context.Background(), a.doctorEnv(t, broken), doctorCheckers())
-		if err := writeTable(&b, withoutPorts(r), false, plainWidth); err != nil {
+		r := collect(context.Background(), doctorEnv(t, a, broken), checkers())
+		if err := status.Print(&b, output.Table, withoutPorts(r)); err != nil {
 			t.Fatal(err)
 		}
 		framework.Golden(t, "doctor-failed.txt", b.String())
 
 		out, err := runDoctor(t, a, broken, "-o", "json")
-		assertResult(t, err, "2 checks failed: api server url, cidrs")
-		r = Report{}
+		statustest.AssertResult(t, err, "2 checks failed: api server url, cidrs")
+		r = status.Report{}
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatalf("-o json is not JSON: %v\n%s", err, out)
 		}
 		for _, want := range []struct{ section, check string }{{"apiServer", "apiServerURL"}, {"cidrs", "podServiceOverlap"}} {
-			if got := checkStatus(r, want.section, want.check); got != StatusFailed {
-				t.Errorf("%s/%s = %q, want failed", want.section, want.check, got)
+			var got *status.Check
+			for _, s := range r.Sections {
+				if s.Name == want.section {
+					got = checkNamed(s.Checks, want.check)
+				}
+			}
+			if got == nil || got.Status != status.StatusFailed {
+				t.Errorf("%s/%s = %+v, want failed", want.section, want.check, got)
 			}
 		}
 	})

@@ -1,9 +1,14 @@
-package status
+// Package doctor is `kubectl offload doctor`: active checks that probe
+// the endpoints peers are given, the peers themselves and what else runs in
+// the cluster, and say how to fix what users otherwise find by hand. Its
+// report has the shape of status's (a DoctorReport of sections of checks),
+// built and printed with package status's Env, Report and Print; each
+// section comes from one checker.
+package doctor
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,16 +19,17 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/status"
 )
 
-// doctorReportType is the kind of the report of `kubectl offload doctor`,
+// reportType is the kind of the report of `kubectl offload doctor`,
 // which has the shape of a StatusReport.
-var doctorReportType = metav1.TypeMeta{APIVersion: "offload.io/v1alpha1", Kind: "DoctorReport"}
+var reportType = metav1.TypeMeta{APIVersion: "offload.io/v1alpha1", Kind: "DoctorReport"}
 
-// DoctorEnv is what the checks of `kubectl offload doctor` work with: the
+// Env is what the checks of `kubectl offload doctor` work with: the
 // Env of status, and what only active checks need.
-type DoctorEnv struct {
-	*Env
+type Env struct {
+	*status.Env
 	// Config is the client configuration of the cluster; its Host is the
 	// kubeconfig's server.
 	Config *rest.Config
@@ -34,19 +40,19 @@ type DoctorEnv struct {
 	CLIVersion string
 }
 
-// doctorChecker produces one section of the doctor's report.
-type doctorChecker interface {
+// checker produces one section of the doctor's report.
+type checker interface {
 	// Name returns the stable machine name of the section.
 	Name() string
 	// Check inspects the cluster, actively where it must, and returns the
 	// section. Problems are failed checks, not errors.
-	Check(ctx context.Context, d *DoctorEnv) Section
+	Check(ctx context.Context, d *Env) status.Section
 }
 
-// doctorCheckers returns the checkers of `kubectl offload doctor`, in the
+// checkers returns the checkers of `kubectl offload doctor`, in the
 // order their sections are shown.
-func doctorCheckers() []doctorChecker {
-	return []doctorChecker{
+func checkers() []checker {
+	return []checker{
 		apiServerURLChecker{},
 		authEndpointChecker{},
 		gatewayEndpointChecker{},
@@ -57,17 +63,17 @@ func doctorCheckers() []doctorChecker {
 	}
 }
 
-// collectDoctor runs every checker against d and assembles the report.
-func collectDoctor(ctx context.Context, d *DoctorEnv, checkers []doctorChecker) Report {
-	sections := make([]func() (string, Section), len(checkers))
+// collect runs every checker against d and assembles the report.
+func collect(ctx context.Context, d *Env, checkers []checker) status.Report {
+	sections := make([]func() (string, status.Section), len(checkers))
 	for i, c := range checkers {
-		sections[i] = func() (string, Section) { return c.Name(), c.Check(ctx, d) }
+		sections[i] = func() (string, status.Section) { return c.Name(), c.Check(ctx, d) }
 	}
-	return assemble(doctorReportType, d.Namespace, sections)
+	return status.Assemble(reportType, d.Namespace, sections)
 }
 
-// DoctorOptions are the options of `kubectl offload doctor`.
-type DoctorOptions struct {
+// Options are the options of `kubectl offload doctor`.
+type Options struct {
 	genericiooptions.IOStreams
 
 	Output output.Format
@@ -76,43 +82,43 @@ type DoctorOptions struct {
 	// ProbeTimeout bounds each network probe.
 	ProbeTimeout time.Duration
 
-	checkers   []doctorChecker
+	checkers   []checker
 	cliVersion string
 	kube       kubernetes.Interface
-	newEnv     func() *DoctorEnv
+	newEnv     func() *Env
 }
 
-// NewDoctorOptions returns DoctorOptions with defaults.
-func NewDoctorOptions(streams genericiooptions.IOStreams) *DoctorOptions {
-	return &DoctorOptions{
+// NewOptions returns Options with defaults.
+func NewOptions(streams genericiooptions.IOStreams) *Options {
+	return &Options{
 		IOStreams:    streams,
 		Output:       output.Table,
 		Timeout:      time.Minute,
 		ProbeTimeout: 5 * time.Second,
-		checkers:     doctorCheckers(),
+		checkers:     checkers(),
 		cliVersion:   buildinfo.Version,
 	}
 }
 
 // Complete builds the clients from the factory.
-func (o *DoctorOptions) Complete(f factory.Factory) error {
+func (o *Options) Complete(f factory.Factory) error {
 	cfg, err := f.RESTConfig()
 	if err != nil {
 		return err
 	}
-	kube, newEnv, err := envFrom(f)
+	kube, newEnv, err := status.EnvFrom(f)
 	if err != nil {
 		return err
 	}
 	o.kube = kube
-	o.newEnv = func() *DoctorEnv {
-		return &DoctorEnv{Env: newEnv(), Config: cfg, ProbeTimeout: o.ProbeTimeout, CLIVersion: o.cliVersion}
+	o.newEnv = func() *Env {
+		return &Env{Env: newEnv(), Config: cfg, ProbeTimeout: o.ProbeTimeout, CLIVersion: o.cliVersion}
 	}
 	return nil
 }
 
 // Validate checks the options.
-func (o *DoctorOptions) Validate() error {
+func (o *Options) Validate() error {
 	if o.Timeout <= 0 {
 		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
 	}
@@ -124,17 +130,14 @@ func (o *DoctorOptions) Validate() error {
 
 // Run runs every check once and prints the report. It returns an exit
 // error with code 1 when a check failed; warnings do not fail.
-func (o *DoctorOptions) Run(ctx context.Context) error {
+func (o *Options) Run(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	if err := reachable(ctx, o.kube); err != nil {
+	if err := status.Reachable(ctx, o.kube); err != nil {
 		return err
 	}
-	r := collectDoctor(ctx, o.newEnv(), o.checkers)
-	if err := output.Write(o.Out, o.Output, r, func(w io.Writer) error {
-		tty := output.IsTerminal(w)
-		return writeTable(w, r, tty, tableWidth(w, tty))
-	}); err != nil {
+	r := collect(ctx, o.newEnv(), o.checkers)
+	if err := status.Print(o.Out, o.Output, r); err != nil {
 		return err
 	}
 	return r.Err()

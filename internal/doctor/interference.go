@@ -1,4 +1,4 @@
-package status
+package doctor
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/status"
 )
 
 // ownWebhook is the name of kubectl-offload's own webhook configurations.
@@ -28,26 +29,26 @@ type interferenceChecker struct{}
 
 func (interferenceChecker) Name() string { return "interference" }
 
-func (interferenceChecker) Check(ctx context.Context, d *DoctorEnv) Section {
-	s := Section{Title: "DaemonSets and webhooks"}
+func (interferenceChecker) Check(ctx context.Context, d *Env) status.Section {
+	s := status.Section{Title: "DaemonSets and webhooks"}
 	s.Checks = append(s.Checks, daemonSetsCheck(ctx, d), webhooksCheck(ctx, d))
 	return s
 }
 
 // daemonSetsCheck names the DaemonSets that would get pods on this
 // cluster's virtual nodes.
-func daemonSetsCheck(ctx context.Context, d *DoctorEnv) Check {
+func daemonSetsCheck(ctx context.Context, d *Env) status.Check {
 	const name = "daemonsets"
 	nodes, err := d.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelType + "=" + offloadv1alpha1.TypeVirtualNode})
 	if err != nil {
-		return warn(name, "cannot list the virtual nodes: %v", err)
+		return status.Warn(name, "cannot list the virtual nodes: %v", err)
 	}
 	if len(nodes.Items) == 0 {
-		return ok(name, "this cluster has no virtual nodes: no DaemonSet can put pods on one")
+		return status.OK(name, "this cluster has no virtual nodes: no DaemonSet can put pods on one")
 	}
 	list, err := d.Kube.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return warn(name, "cannot list the DaemonSets: %v", err)
+		return status.Warn(name, "cannot list the DaemonSets: %v", err)
 	}
 	var bad []string
 	for i := range list.Items {
@@ -56,10 +57,10 @@ func daemonSetsCheck(ctx context.Context, d *DoctorEnv) Check {
 		}
 	}
 	if len(bad) == 0 {
-		return ok(name, "no DaemonSet would put pods on the virtual nodes")
+		return status.OK(name, "no DaemonSet would put pods on the virtual nodes")
 	}
 	sort.Strings(bad)
-	return warn(name, "DaemonSets %s tolerate the taint %s and are not kept off the virtual nodes: their pods would run in the providers, or stay Pending; the agent keeps such DaemonSets off unless they are annotated %s=%s, so its controller is not running: see kubectl offload status",
+	return status.Warn(name, "DaemonSets %s tolerate the taint %s and are not kept off the virtual nodes: their pods would run in the providers, or stay Pending; the agent keeps such DaemonSets off unless they are annotated %s=%s, so its controller is not running: see kubectl offload status",
 		strings.Join(bad, ", "), virtualNodeTaint.ToString(), offloadv1alpha1.AnnotationVirtualNodes, offloadv1alpha1.VirtualNodesAllowed)
 }
 
@@ -102,13 +103,13 @@ func keptOffVirtualNodes(spec *corev1.PodSpec) bool {
 
 // webhooksCheck names the admission webhooks, other than kubectl-offload's,
 // that can block or change offloaded pods.
-func webhooksCheck(ctx context.Context, d *DoctorEnv) Check {
+func webhooksCheck(ctx context.Context, d *Env) status.Check {
 	const name = "webhooks"
 	ar := d.Kube.AdmissionregistrationV1()
 	var bad []string
 	mutating, err := ar.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return warn(name, "cannot list the MutatingWebhookConfigurations: %v", err)
+		return status.Warn(name, "cannot list the MutatingWebhookConfigurations: %v", err)
 	}
 	for _, cfg := range mutating.Items {
 		for _, w := range cfg.Webhooks {
@@ -119,7 +120,7 @@ func webhooksCheck(ctx context.Context, d *DoctorEnv) Check {
 	}
 	validating, err := ar.ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return warn(name, "cannot list the ValidatingWebhookConfigurations: %v", err)
+		return status.Warn(name, "cannot list the ValidatingWebhookConfigurations: %v", err)
 	}
 	for _, cfg := range validating.Items {
 		for _, w := range cfg.Webhooks {
@@ -129,9 +130,9 @@ func webhooksCheck(ctx context.Context, d *DoctorEnv) Check {
 		}
 	}
 	if len(bad) == 0 {
-		return ok(name, "no other admission webhook can block offloaded pods")
+		return status.OK(name, "no other admission webhook can block offloaded pods")
 	}
-	return warn(name, "%s intercept pods with failurePolicy Fail in offloaded namespaces too: when they fail or refuse, offloaded pods are not created or updated, and what they change is what the provider runs; exclude offloaded namespaces from them with a namespaceSelector on %s NotIn [true], or make sure they accept offloaded pods",
+	return status.Warn(name, "%s intercept pods with failurePolicy Fail in offloaded namespaces too: when they fail or refuse, offloaded pods are not created or updated, and what they change is what the provider runs; exclude offloaded namespaces from them with a namespaceSelector on %s NotIn [true], or make sure they accept offloaded pods",
 		strings.Join(bad, ", "), offloadv1alpha1.LabelOffloaded)
 }
 

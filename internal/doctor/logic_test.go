@@ -1,4 +1,4 @@
-package status
+package doctor
 
 import (
 	"net/netip"
@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/internal/status"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 )
 
 func TestLoopbackAndClusterInternalHosts(t *testing.T) {
@@ -46,13 +48,13 @@ func TestLoopbackAndClusterInternalHosts(t *testing.T) {
 func TestAPIServerURLCheck(t *testing.T) {
 	tests := []struct {
 		name, server, advertised string
-		want                     Status
+		want                     status.Status
 		says                     string
 	}{
-		{"a reachable advertised URL passes", "https://127.0.0.1:34279", "https://172.18.0.2:6443", StatusOK, "https://172.18.0.2:6443"},
-		{"a loopback advertised URL fails", "https://10.0.0.1:6443", "https://127.0.0.1:6443", StatusFailed, "kubectl offload upgrade --api-server-url"},
-		{"no URL with a loopback kubeconfig fails", "https://127.0.0.1:34279", "", StatusFailed, "kubectl offload upgrade --api-server-url"},
-		{"no URL with a reachable kubeconfig warns and suggests it", "https://10.0.0.1:6443", "", StatusWarning, "--api-server-url https://10.0.0.1:6443"},
+		{"a reachable advertised URL passes", "https://127.0.0.1:34279", "https://172.18.0.2:6443", status.StatusOK, "https://172.18.0.2:6443"},
+		{"a loopback advertised URL fails", "https://10.0.0.1:6443", "https://127.0.0.1:6443", status.StatusFailed, "kubectl offload upgrade --api-server-url"},
+		{"no URL with a loopback kubeconfig fails", "https://127.0.0.1:34279", "", status.StatusFailed, "kubectl offload upgrade --api-server-url"},
+		{"no URL with a reachable kubeconfig warns and suggests it", "https://10.0.0.1:6443", "", status.StatusWarning, "--api-server-url https://10.0.0.1:6443"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,22 +73,22 @@ func TestCIDRChecks(t *testing.T) {
 		pod, svc, pools []string
 		fabric          bool
 		check           string
-		want            Status
+		want            status.Status
 		says            string
 	}{
-		{"distinct CIDRs and pools pass", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "remapPools", StatusOK, "overlap neither"},
-		{"a missing pod CIDR fails with the fabric on", nil, []string{"10.96.0.0/12"}, pool, true, "podCIDR", StatusFailed, "--pod-cidr"},
-		{"a missing pod CIDR warns with the fabric off", nil, []string{"10.96.0.0/12"}, pool, false, "podCIDR", StatusWarning, "--pod-cidr"},
-		{"a missing service CIDR warns", []string{"10.244.0.0/16"}, nil, pool, true, "serviceCIDR", StatusWarning, "--service-cidr"},
-		{"a pod CIDR that does not parse fails", []string{"10.244.0.0/33"}, []string{"10.96.0.0/12"}, pool, true, "podCIDR", StatusFailed, "--pod-cidr"},
-		{"pod and service CIDRs that overlap fail", []string{"10.96.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "podServiceOverlap", StatusFailed, "overlaps the service CIDR 10.96.0.0/12"},
-		{"one of several pod CIDRs overlapping fails", []string{"10.244.0.0/16", "10.100.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "podServiceOverlap", StatusFailed, "10.100.0.0/16"},
-		{"apart pod and service CIDRs pass", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "podServiceOverlap", StatusOK, "do not overlap"},
-		{"a pool overlapping the pod CIDR fails", []string{"10.64.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "remapPools", StatusFailed, "overlaps the pod CIDR 10.64.0.0/16"},
-		{"a pool overlapping the service CIDR fails", []string{"10.244.0.0/16"}, []string{"10.64.0.0/24"}, pool, true, "remapPools", StatusFailed, "overlaps the service CIDR"},
-		{"pools overlapping each other fail", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, []string{"10.64.0.0/12", "10.65.0.0/16"}, true, "remapPools", StatusFailed, "overlap"},
-		{"a pool that does not parse fails", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, []string{"ten/8"}, true, "remapPools", StatusFailed, "network.remapPools"},
-		{"no pools fail with the fabric on", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, nil, true, "remapPools", StatusFailed, "network.remapPools"},
+		{"distinct CIDRs and pools pass", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "remapPools", status.StatusOK, "overlap neither"},
+		{"a missing pod CIDR fails with the fabric on", nil, []string{"10.96.0.0/12"}, pool, true, "podCIDR", status.StatusFailed, "--pod-cidr"},
+		{"a missing pod CIDR warns with the fabric off", nil, []string{"10.96.0.0/12"}, pool, false, "podCIDR", status.StatusWarning, "--pod-cidr"},
+		{"a missing service CIDR warns", []string{"10.244.0.0/16"}, nil, pool, true, "serviceCIDR", status.StatusWarning, "--service-cidr"},
+		{"a pod CIDR that does not parse fails", []string{"10.244.0.0/33"}, []string{"10.96.0.0/12"}, pool, true, "podCIDR", status.StatusFailed, "--pod-cidr"},
+		{"pod and service CIDRs that overlap fail", []string{"10.96.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "podServiceOverlap", status.StatusFailed, "overlaps the service CIDR 10.96.0.0/12"},
+		{"one of several pod CIDRs overlapping fails", []string{"10.244.0.0/16", "10.100.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "podServiceOverlap", status.StatusFailed, "10.100.0.0/16"},
+		{"apart pod and service CIDRs pass", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "podServiceOverlap", status.StatusOK, "do not overlap"},
+		{"a pool overlapping the pod CIDR fails", []string{"10.64.0.0/16"}, []string{"10.96.0.0/12"}, pool, true, "remapPools", status.StatusFailed, "overlaps the pod CIDR 10.64.0.0/16"},
+		{"a pool overlapping the service CIDR fails", []string{"10.244.0.0/16"}, []string{"10.64.0.0/24"}, pool, true, "remapPools", status.StatusFailed, "overlaps the service CIDR"},
+		{"pools overlapping each other fail", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, []string{"10.64.0.0/12", "10.65.0.0/16"}, true, "remapPools", status.StatusFailed, "overlap"},
+		{"a pool that does not parse fails", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, []string{"ten/8"}, true, "remapPools", status.StatusFailed, "network.remapPools"},
+		{"no pools fail with the fabric on", []string{"10.244.0.0/16"}, []string{"10.96.0.0/12"}, nil, true, "remapPools", status.StatusFailed, "network.remapPools"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,16 +113,16 @@ func TestReservedCheckWantsTheNodeNetworkOutOfThePools(t *testing.T) {
 		nodes    []netip.Addr
 		pools    []string
 		fabric   bool
-		want     Status
+		want     status.Status
 		says     string
 	}{
-		{"nothing to check with the fabric off", nil, nodes, pools, false, StatusOK, "fabric is off"},
-		{"nodes far from the pools pass with nothing reserved", nil, nodes, pools, true, StatusOK, "hold no node address"},
-		{"a node in a remap pool and not reserved fails", nil, []netip.Addr{netip.MustParseAddr("10.64.3.4")}, pools, true, StatusFailed, "remap pool 10.64.0.0/12"},
-		{"a node in a remap pool but reserved passes", []string{"10.64.3.0/24"}, []netip.Addr{netip.MustParseAddr("10.64.3.4")}, pools, true, StatusOK, "hold no node address"},
-		{"a node in the same /16 as a pool warns", nil, []netip.Addr{netip.MustParseAddr("10.80.0.4")}, []string{"10.80.128.0/17"}, true, StatusWarning, "10.80.0.4 (pool 10.80.128.0/17)"},
-		{"a node in the same /16 as a pool, its /16 reserved, passes", []string{"10.80.0.0/16"}, []netip.Addr{netip.MustParseAddr("10.80.0.4")}, []string{"10.80.128.0/17"}, true, StatusOK, "10.80.0.0/16"},
-		{"a list that does not parse fails", []string{"node-net"}, nodes, pools, true, StatusFailed, "network.reservedCIDRs"},
+		{"nothing to check with the fabric off", nil, nodes, pools, false, status.StatusOK, "fabric is off"},
+		{"nodes far from the pools pass with nothing reserved", nil, nodes, pools, true, status.StatusOK, "hold no node address"},
+		{"a node in a remap pool and not reserved fails", nil, []netip.Addr{netip.MustParseAddr("10.64.3.4")}, pools, true, status.StatusFailed, "remap pool 10.64.0.0/12"},
+		{"a node in a remap pool but reserved passes", []string{"10.64.3.0/24"}, []netip.Addr{netip.MustParseAddr("10.64.3.4")}, pools, true, status.StatusOK, "hold no node address"},
+		{"a node in the same /16 as a pool warns", nil, []netip.Addr{netip.MustParseAddr("10.80.0.4")}, []string{"10.80.128.0/17"}, true, status.StatusWarning, "10.80.0.4 (pool 10.80.128.0/17)"},
+		{"a node in the same /16 as a pool, its /16 reserved, passes", []string{"10.80.0.0/16"}, []netip.Addr{netip.MustParseAddr("10.80.0.4")}, []string{"10.80.128.0/17"}, true, status.StatusOK, "10.80.0.0/16"},
+		{"a list that does not parse fails", []string{"node-net"}, nodes, pools, true, status.StatusFailed, "network.reservedCIDRs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,16 +154,16 @@ func TestSkewThresholds(t *testing.T) {
 	tests := []struct {
 		name string
 		skew time.Duration
-		want Status
+		want status.Status
 		says string
 	}{
-		{"clocks a second apart agree", time.Second, StatusOK, "within 30s"},
-		{"exactly 30 s is still ok", 30 * time.Second, StatusOK, "within 30s"},
-		{"31 s ahead warns", 31 * time.Second, StatusWarning, "31s ahead of"},
-		{"2 minutes behind warns", -2 * time.Minute, StatusWarning, "2m0s behind"},
-		{"exactly 5 minutes warns", 5 * time.Minute, StatusWarning, "enable NTP"},
-		{"over 5 minutes ahead fails", 5*time.Minute + time.Second, StatusFailed, "enable NTP"},
-		{"an hour behind fails", -time.Hour, StatusFailed, "1h0m0s behind"},
+		{"clocks a second apart agree", time.Second, status.StatusOK, "within 30s"},
+		{"exactly 30 s is still ok", 30 * time.Second, status.StatusOK, "within 30s"},
+		{"31 s ahead warns", 31 * time.Second, status.StatusWarning, "31s ahead of"},
+		{"2 minutes behind warns", -2 * time.Minute, status.StatusWarning, "2m0s behind"},
+		{"exactly 5 minutes warns", 5 * time.Minute, status.StatusWarning, "enable NTP"},
+		{"over 5 minutes ahead fails", 5*time.Minute + time.Second, status.StatusFailed, "enable NTP"},
+		{"an hour behind fails", -time.Hour, status.StatusFailed, "1h0m0s behind"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -200,16 +202,16 @@ func TestClockOffsetReadsTheDateHeader(t *testing.T) {
 func TestKubeVersionCheck(t *testing.T) {
 	tests := []struct {
 		name, constraint, server string
-		want                     Status
+		want                     status.Status
 	}{
-		{"a supported version passes", ">=1.30.0-0", "v1.35.4", StatusOK},
-		{"the lowest supported version passes", ">=1.30.0-0", "v1.30.0", StatusOK},
-		{"a distribution's build suffix passes", ">=1.30.0-0", "v1.31.2+k3s1", StatusOK},
-		{"a cloud's pre-release suffix passes", ">=1.30.0-0", "v1.30.5-gke.100", StatusOK},
-		{"an older version fails", ">=1.30.0-0", "v1.29.9", StatusFailed},
-		{"a version past the range fails", ">=1.30.0-0 <1.36.0-0", "v1.36.0", StatusFailed},
-		{"an unreadable version warns", ">=1.30.0-0", "unknown", StatusWarning},
-		{"no constraint passes", "", "v1.20.0", StatusOK},
+		{"a supported version passes", ">=1.30.0-0", "v1.35.4", status.StatusOK},
+		{"the lowest supported version passes", ">=1.30.0-0", "v1.30.0", status.StatusOK},
+		{"a distribution's build suffix passes", ">=1.30.0-0", "v1.31.2+k3s1", status.StatusOK},
+		{"a cloud's pre-release suffix passes", ">=1.30.0-0", "v1.30.5-gke.100", status.StatusOK},
+		{"an older version fails", ">=1.30.0-0", "v1.29.9", status.StatusFailed},
+		{"a version past the range fails", ">=1.30.0-0 <1.36.0-0", "v1.36.0", status.StatusFailed},
+		{"an unreadable version warns", ">=1.30.0-0", "unknown", status.StatusWarning},
+		{"no constraint passes", "", "v1.20.0", status.StatusOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,11 +226,11 @@ func TestProvidersVersionCheckFailsAProviderOutsideTheSkewPolicy(t *testing.T) {
 	node := func(name, kubelet string) corev1.Node {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: kubelet}}}
 	}
-	if c := providersVersionCheck("v1.37.2", []corev1.Node{node("offload-a", "v1.34.4"), node("offload-b", ""), node("offload-c", "v1.37.0")}); c.Status != StatusOK {
+	if c := providersVersionCheck("v1.37.2", []corev1.Node{node("offload-a", "v1.34.4"), node("offload-b", ""), node("offload-c", "v1.37.0")}); c.Status != status.StatusOK {
 		t.Errorf("providers on v1.34 and v1.37 from v1.37: %s %q; want OK", c.Status, c.Message)
 	}
 	c := providersVersionCheck("v1.37.2", []corev1.Node{node("offload-a", "v1.36.1"), node("offload-old", "v1.33.2")})
-	if c.Status != StatusFailed || !strings.Contains(c.Message, "offload-old") || strings.Contains(c.Message, "offload-a") || !strings.Contains(c.Message, peering.SupportedKubernetes()) {
+	if c.Status != status.StatusFailed || !strings.Contains(c.Message, "offload-old") || strings.Contains(c.Message, "offload-a") || !strings.Contains(c.Message, peering.SupportedKubernetes()) {
 		t.Errorf("a provider on v1.33: %s %q; want failed, naming offload-old alone and the policy", c.Status, c.Message)
 	}
 }
@@ -243,17 +245,17 @@ func TestTheChartsKubeVersionIsEmbedded(t *testing.T) {
 func TestAgentVersionCheck(t *testing.T) {
 	tests := []struct {
 		name, plugin, agent string
-		want                Status
+		want                status.Status
 		says                string
 	}{
-		{"the same version passes", "v1.2.3", "v1.2.3", StatusOK, "same minor"},
-		{"another patch release passes", "v1.2.4", "v1.2.3", StatusOK, "same minor"},
-		{"a newer plugin says to upgrade the agent", "v1.3.0", "v1.2.3", StatusWarning, "run kubectl offload upgrade"},
-		{"an older plugin says to update the plugin", "v1.1.0", "v1.2.3", StatusWarning, "kubectl krew upgrade offload"},
-		{"another major version warns", "v2.2.0", "v1.2.0", StatusWarning, "kubectl offload upgrade"},
-		{"development builds compare", "v0.0.0-dev", "v0.0.0-dev", StatusOK, "same minor"},
-		{"an agent without a version warns", "v1.2.3", "", StatusWarning, "app.kubernetes.io/version"},
-		{"an unreadable version warns", "v1.2.3", "latest", StatusWarning, "cannot compare"},
+		{"the same version passes", "v1.2.3", "v1.2.3", status.StatusOK, "same minor"},
+		{"another patch release passes", "v1.2.4", "v1.2.3", status.StatusOK, "same minor"},
+		{"a newer plugin says to upgrade the agent", "v1.3.0", "v1.2.3", status.StatusWarning, "run kubectl offload upgrade"},
+		{"an older plugin says to update the plugin", "v1.1.0", "v1.2.3", status.StatusWarning, "kubectl krew upgrade offload"},
+		{"another major version warns", "v2.2.0", "v1.2.0", status.StatusWarning, "kubectl offload upgrade"},
+		{"development builds compare", "v0.0.0-dev", "v0.0.0-dev", status.StatusOK, "same minor"},
+		{"an agent without a version warns", "v1.2.3", "", status.StatusWarning, "app.kubernetes.io/version"},
+		{"an unreadable version warns", "v1.2.3", "latest", status.StatusWarning, "cannot compare"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -267,7 +269,7 @@ func TestAgentVersionCheck(t *testing.T) {
 
 func TestGatewayAddressChecks(t *testing.T) {
 	lb := func(ingress ...corev1.LoadBalancerIngress) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "offload-gateway-in-c", Namespace: testNamespace},
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "offload-gateway-in-c", Namespace: statustest.Namespace},
 			Spec:   corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 51820, NodePort: 30999}}},
 			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress}}}
 	}
@@ -275,16 +277,16 @@ func TestGatewayAddressChecks(t *testing.T) {
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 51820, NodePort: 30999}}}}
 	tests := []struct {
 		name  string
-		check Check
-		want  Status
+		check status.Check
+		want  status.Status
 	}{
-		{"a reachable gateway address passes", gatewayAddressCheck("gw.example.com:51820"), StatusOK},
-		{"a loopback gateway address fails", gatewayAddressCheck("127.0.0.1"), StatusFailed},
-		{"a load balancer without an address warns", gatewayServiceCheck(lb(), false), StatusWarning},
-		{"a load balancer with an address passes", gatewayServiceCheck(lb(corev1.LoadBalancerIngress{IP: "203.0.113.7"}), false), StatusOK},
-		{"a load balancer with a loopback address fails", gatewayServiceCheck(lb(corev1.LoadBalancerIngress{IP: "127.0.0.1"}), false), StatusFailed},
-		{"the gateway address replaces a pending load balancer's", gatewayServiceCheck(lb(), true), StatusOK},
-		{"a node port passes", gatewayServiceCheck(nodePort, false), StatusOK},
+		{"a reachable gateway address passes", gatewayAddressCheck("gw.example.com:51820"), status.StatusOK},
+		{"a loopback gateway address fails", gatewayAddressCheck("127.0.0.1"), status.StatusFailed},
+		{"a load balancer without an address warns", gatewayServiceCheck(lb(), false), status.StatusWarning},
+		{"a load balancer with an address passes", gatewayServiceCheck(lb(corev1.LoadBalancerIngress{IP: "203.0.113.7"}), false), status.StatusOK},
+		{"a load balancer with a loopback address fails", gatewayServiceCheck(lb(corev1.LoadBalancerIngress{IP: "127.0.0.1"}), false), status.StatusFailed},
+		{"the gateway address replaces a pending load balancer's", gatewayServiceCheck(lb(), true), status.StatusOK},
+		{"a node port passes", gatewayServiceCheck(nodePort, false), status.StatusOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -296,7 +298,7 @@ func TestGatewayAddressChecks(t *testing.T) {
 }
 
 // checkNamed returns the check called name, or nil.
-func checkNamed(checks []Check, name string) *Check {
+func checkNamed(checks []status.Check, name string) *status.Check {
 	for i := range checks {
 		if checks[i].Name == name {
 			return &checks[i]

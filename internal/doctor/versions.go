@@ -1,4 +1,4 @@
-package status
+package doctor
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/internal/status"
 )
 
 // versionsChecker compares the Kubernetes version with the range the
@@ -21,30 +22,30 @@ type versionsChecker struct{}
 
 func (versionsChecker) Name() string { return "versions" }
 
-func (versionsChecker) Check(ctx context.Context, d *DoctorEnv) Section {
-	s := Section{Title: "Versions"}
+func (versionsChecker) Check(ctx context.Context, d *Env) status.Section {
+	s := status.Section{Title: "Versions"}
 	var server, agent string
 	constraint, err := chartKubeVersion()
 	if err != nil {
-		s.Checks = append(s.Checks, fail("kubernetes", "%v", err))
+		s.Checks = append(s.Checks, status.Fail("kubernetes", "%v", err))
 	} else if info, err := d.Kube.Discovery().ServerVersion(); err != nil {
-		s.Checks = append(s.Checks, fail("kubernetes", "asking the API server for its version: %v", err))
+		s.Checks = append(s.Checks, status.Fail("kubernetes", "asking the API server for its version: %v", err))
 	} else {
 		server = info.GitVersion
 		s.Checks = append(s.Checks, kubeVersionCheck(constraint, server))
-		if nodes, err := readVirtualNodes(ctx, d.Env); err != nil {
-			s.Checks = append(s.Checks, warn("providers", "%v", err))
+		if nodes, err := status.ReadVirtualNodes(ctx, d.Env); err != nil {
+			s.Checks = append(s.Checks, status.Warn("providers", "%v", err))
 		} else {
 			s.Checks = append(s.Checks, providersVersionCheck(server, nodes))
 		}
 	}
 
-	rel, c := releaseOrCheck(d.Env)
+	rel, c := status.ReleaseOrCheck(d.Env)
 	switch dep, err := d.Deployment(ctx, offloadv1alpha1.ControllerManager); {
 	case c != nil:
 		s.Checks = append(s.Checks, *c)
 	case err != nil:
-		s.Checks = append(s.Checks, warn("agent", "%v", err))
+		s.Checks = append(s.Checks, status.Warn("agent", "%v", err))
 	default:
 		if dep != nil {
 			agent = dep.Labels[offloadv1alpha1.VersionLabel]
@@ -55,7 +56,7 @@ func (versionsChecker) Check(ctx context.Context, d *DoctorEnv) Section {
 		}
 		s.Checks = append(s.Checks, agentVersionCheck(d.CLIVersion, agent))
 	}
-	s.Fields = []Field{
+	s.Fields = []status.Field{
 		{Name: "kubernetes", Label: "Kubernetes", Value: server},
 		{Name: "kubeVersion", Label: "Supported", Value: constraint},
 		{Name: "skewPolicy", Label: "Skew policy", Value: skewPolicy},
@@ -76,39 +77,39 @@ var chartKubeVersion = sync.OnceValues(func() (string, error) {
 
 // kubeVersionCheck judges the API server's version against the chart's
 // kubeVersion constraint, the way Helm does on install.
-func kubeVersionCheck(constraint, server string) Check {
+func kubeVersionCheck(constraint, server string) status.Check {
 	const name = "kubernetes"
 	switch {
 	case constraint == "":
-		return ok(name, "the chart supports every Kubernetes version")
+		return status.OK(name, "the chart supports every Kubernetes version")
 	case !chartutil.IsCompatibleRange(">=0.0.0-0", server):
-		return warn(name, "cannot read the Kubernetes version %q: check it is in the range %s the chart supports", server, constraint)
+		return status.Warn(name, "cannot read the Kubernetes version %q: check it is in the range %s the chart supports", server, constraint)
 	case !chartutil.IsCompatibleRange(constraint, server):
-		return fail(name, "Kubernetes %s is outside the range %s the chart supports: upgrade the cluster, or use the kubectl-offload release made for it", server, constraint)
+		return status.Fail(name, "Kubernetes %s is outside the range %s the chart supports: upgrade the cluster, or use the kubectl-offload release made for it", server, constraint)
 	}
-	return ok(name, "Kubernetes %s is in the range %s the chart supports", server, constraint)
+	return status.OK(name, "Kubernetes %s is in the range %s the chart supports", server, constraint)
 }
 
 // agentVersionCheck compares this plugin's version with the agent's: a
 // different major or minor version is a warning.
-func agentVersionCheck(plugin, agent string) Check {
+func agentVersionCheck(plugin, agent string) status.Check {
 	const name = "agent"
 	if agent == "" {
-		return warn(name, "cannot tell the agent's version: deployment %s has no %s label; run kubectl offload upgrade", offloadv1alpha1.ControllerManager, offloadv1alpha1.VersionLabel)
+		return status.Warn(name, "cannot tell the agent's version: deployment %s has no %s label; run kubectl offload upgrade", offloadv1alpha1.ControllerManager, offloadv1alpha1.VersionLabel)
 	}
 	p, perr := utilversion.ParseGeneric(plugin)
 	a, aerr := utilversion.ParseGeneric(agent)
 	if perr != nil || aerr != nil {
-		return warn(name, "cannot compare this plugin's version %q with the agent's %q: run kubectl offload upgrade to install the agent of this plugin", plugin, agent)
+		return status.Warn(name, "cannot compare this plugin's version %q with the agent's %q: run kubectl offload upgrade to install the agent of this plugin", plugin, agent)
 	}
 	if p.Major() == a.Major() && p.Minor() == a.Minor() {
-		return ok(name, "the agent %s and this plugin %s have the same minor version", agent, plugin)
+		return status.OK(name, "the agent %s and this plugin %s have the same minor version", agent, plugin)
 	}
 	what := fmt.Sprintf("the agent is %s and this plugin %s", agent, plugin)
 	if p.LessThan(a) {
-		return warn(name, "%s, an older minor version: install the plugin of the agent's version (kubectl krew upgrade offload), or run kubectl offload upgrade to go back to this plugin's agent", what)
+		return status.Warn(name, "%s, an older minor version: install the plugin of the agent's version (kubectl krew upgrade offload), or run kubectl offload upgrade to go back to this plugin's agent", what)
 	}
-	return warn(name, "%s: run kubectl offload upgrade to bring the agent to this plugin's version", what)
+	return status.Warn(name, "%s: run kubectl offload upgrade to bring the agent to this plugin's version", what)
 }
 
 // skewPolicy says which consumer and provider versions may peer.
@@ -118,7 +119,7 @@ var skewPolicy = "any two minors of " + peering.SupportedKubernetes()
 // server, makes with the provider of each virtual node, whose kubelet
 // version is the provider's Kubernetes version: a provider upgraded out
 // of the policy after peering fails.
-func providersVersionCheck(server string, nodes []corev1.Node) Check {
+func providersVersionCheck(server string, nodes []corev1.Node) status.Check {
 	const name = "providers"
 	var bad []string
 	for _, n := range nodes {
@@ -131,10 +132,10 @@ func providersVersionCheck(server string, nodes []corev1.Node) Check {
 		}
 	}
 	if len(bad) > 0 {
-		return fail(name, "%s; peer again once both clusters are in the policy (%s)", strings.Join(bad, "; "), skewPolicy)
+		return status.Fail(name, "%s; peer again once both clusters are in the policy (%s)", strings.Join(bad, "; "), skewPolicy)
 	}
 	if len(nodes) == 0 {
-		return ok(name, "no provider yet: a consumer and a provider may peer on %s", skewPolicy)
+		return status.OK(name, "no provider yet: a consumer and a provider may peer on %s", skewPolicy)
 	}
-	return ok(name, "the providers of %d virtual node(s) are in the skew policy: %s", len(nodes), skewPolicy)
+	return status.OK(name, "the providers of %d virtual node(s) are in the skew policy: %s", len(nodes), skewPolicy)
 }

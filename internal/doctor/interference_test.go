@@ -1,4 +1,4 @@
-package status
+package doctor
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/status"
+	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 )
 
 // daemonSet returns a DaemonSet in namespace ns whose pods tolerate
@@ -115,24 +117,24 @@ func TestWebhookInterferes(t *testing.T) {
 }
 
 func TestDoctorNamesInterferingDaemonSetsAndWebhooks(t *testing.T) {
-	a := newAPIServer(t)
+	a := statustest.NewAPIServer(t)
 	ctx := context.Background()
-	create(t, a.client, daemonSet("doctor-ds", "cni", nil, false, tolerateAll))
-	create(t, a.client, daemonSet("doctor-ds", "logs", nil, false, tolerateNoExec))
-	create(t, a.client, daemonSet("doctor-ds", "kept-off", excludedByAgent, true, tolerateAll))
-	create(t, a.client, daemonSet("doctor-ds", "edge", allowedOnVirtual, false, tolerateAll))
-	create(t, a.client, daemonSet("doctor-ds", "plain", nil, false))
+	statustest.Create(t, a.Client, daemonSet("doctor-ds", "cni", nil, false, tolerateAll))
+	statustest.Create(t, a.Client, daemonSet("doctor-ds", "logs", nil, false, tolerateNoExec))
+	statustest.Create(t, a.Client, daemonSet("doctor-ds", "kept-off", excludedByAgent, true, tolerateAll))
+	statustest.Create(t, a.Client, daemonSet("doctor-ds", "edge", allowedOnVirtual, false, tolerateAll))
+	statustest.Create(t, a.Client, daemonSet("doctor-ds", "plain", nil, false))
 
 	t.Run("without virtual nodes no DaemonSet can interfere", func(t *testing.T) {
-		if c := daemonSetsCheck(ctx, a.doctorEnv(t, nil)); c.Status != StatusOK {
+		if c := daemonSetsCheck(ctx, doctorEnv(t, a, nil)); c.Status != status.StatusOK {
 			t.Errorf("daemonsets = %s %q, want ok", c.Status, c.Message)
 		}
 	})
 
 	t.Run("with a virtual node the DaemonSets that would land there are named", func(t *testing.T) {
-		create(t, a.client, virtualNode("doctor-p", corev1.ConditionTrue))
-		c := daemonSetsCheck(ctx, a.doctorEnv(t, nil))
-		if c.Status != StatusWarning || !strings.Contains(c.Message, "DaemonSets doctor-ds/cni, doctor-ds/logs tolerate") || strings.Contains(c.Message, "kept-off") ||
+		statustest.Create(t, a.Client, statustest.VirtualNode("doctor-p", corev1.ConditionTrue))
+		c := daemonSetsCheck(ctx, doctorEnv(t, a, nil))
+		if c.Status != status.StatusWarning || !strings.Contains(c.Message, "DaemonSets doctor-ds/cni, doctor-ds/logs tolerate") || strings.Contains(c.Message, "kept-off") ||
 			strings.Contains(c.Message, "edge") || strings.Contains(c.Message, "plain") || !strings.Contains(c.Message, "kubectl offload status") {
 			t.Errorf("daemonsets = %s %q, want a warning naming doctor-ds/cni and doctor-ds/logs only", c.Status, c.Message)
 		}
@@ -144,16 +146,16 @@ func TestDoctorNamesInterferingDaemonSetsAndWebhooks(t *testing.T) {
 		// offloaded namespaces but the last.
 		fail, ignore := admissionregistrationv1.Fail, admissionregistrationv1.Ignore
 		never := &metav1.LabelSelector{MatchLabels: map[string]string{"doctor.offload.io/never": "true"}}
-		create(t, a.client, mutatingWebhook("policy-engine", nil, &fail, never))
-		create(t, a.client, mutatingWebhook(ownWebhook, nil, &fail, never))
-		create(t, a.client, mutatingWebhook("part-of-offload", map[string]string{offloadv1alpha1.PartOfLabel: offloadv1alpha1.PartOfValue}, &fail, never))
-		create(t, a.client, mutatingWebhook("lenient", nil, &ignore, never))
-		create(t, a.client, validatingWebhook("image-policy", &fail, never))
-		create(t, a.client, validatingWebhook("not-offloaded", &fail, &metav1.LabelSelector{MatchLabels: never.MatchLabels, MatchExpressions: []metav1.LabelSelectorRequirement{
+		statustest.Create(t, a.Client, mutatingWebhook("policy-engine", nil, &fail, never))
+		statustest.Create(t, a.Client, mutatingWebhook(ownWebhook, nil, &fail, never))
+		statustest.Create(t, a.Client, mutatingWebhook("part-of-offload", map[string]string{offloadv1alpha1.PartOfLabel: offloadv1alpha1.PartOfValue}, &fail, never))
+		statustest.Create(t, a.Client, mutatingWebhook("lenient", nil, &ignore, never))
+		statustest.Create(t, a.Client, validatingWebhook("image-policy", &fail, never))
+		statustest.Create(t, a.Client, validatingWebhook("not-offloaded", &fail, &metav1.LabelSelector{MatchLabels: never.MatchLabels, MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: offloadv1alpha1.LabelOffloaded, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"}}}}))
-		c := webhooksCheck(ctx, a.doctorEnv(t, nil))
+		c := webhooksCheck(ctx, doctorEnv(t, a, nil))
 		want := "MutatingWebhookConfiguration policy-engine (webhook pods.policy-engine.example.com), ValidatingWebhookConfiguration image-policy (webhook pods.image-policy.example.com) intercept"
-		if c.Status != StatusWarning || !strings.HasPrefix(c.Message, want) {
+		if c.Status != status.StatusWarning || !strings.HasPrefix(c.Message, want) {
 			t.Errorf("webhooks = %s %q, want a warning starting %q", c.Status, c.Message, want)
 		}
 	})

@@ -1,4 +1,4 @@
-package status
+package doctor
 
 import (
 	"github.com/spf13/cobra"
@@ -48,11 +48,11 @@ const doctorExample = `  # Look for problems in the current cluster
 
 // NewCmdDoctor returns the doctor command.
 func NewCmdDoctor(f factory.Factory, streams genericiooptions.IOStreams) *cobra.Command {
-	return newCmdDoctor(f, NewDoctorOptions(streams))
+	return newCmdDoctor(f, NewOptions(streams))
 }
 
 // newCmdDoctor returns the doctor command bound to o, whose values are the flag defaults.
-func newCmdDoctor(f factory.Factory, o *DoctorOptions) *cobra.Command {
+func newCmdDoctor(f factory.Factory, o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "doctor",
 		Short:   "Probe for common problems and say how to fix them",
