@@ -2,6 +2,16 @@
 // issues: the auth service's CA, which peers pin, and serving certificates
 // renewed before they expire (the auth service, the webhook, the virtual
 // nodes' kubelet API). Both sides of a peering use it; it imports neither.
+//
+// Why not a rotator library: cert-controller's rotator (and
+// controller-runtime's certwatcher) keep a webhook's certificate in a Secret
+// or on disk and rewrite the caBundle of webhook configurations when the CA
+// rotates; our auth CA must never rotate (peers pin its key), and the other
+// certificates live in memory only. client-go's util/cert makes
+// self-signed certificates but issues no leaf from a CA, and its CA is not
+// backdated for peers whose clocks lag. What a library does well here,
+// reading PEM keys and certificates, comes from client-go (keyutil,
+// util/cert); issuing is a few calls to crypto/x509.
 package pki
 
 import (
@@ -18,6 +28,9 @@ import (
 	"math/big"
 	"net"
 	"time"
+
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
 )
 
 const (
@@ -164,43 +177,22 @@ func (ca *CA) IssueServingCert(hosts []string, now time.Time) (*tls.Certificate,
 	return &tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key, Leaf: leaf}, nil
 }
 
+// parseCertPEM parses the CA certificate, the first of certPEM, with
+// client-go's reader.
 func parseCertPEM(certPEM []byte) (*x509.Certificate, error) {
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		return nil, errors.New("no PEM data in the CA certificate")
-	}
-	if block.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("the CA certificate PEM block is a %q, want CERTIFICATE", block.Type)
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
+	certs, err := certutil.ParseCertsPEM(certPEM)
 	if err != nil {
-		return nil, fmt.Errorf("parsing the CA certificate: %w", err)
+		return nil, fmt.Errorf("reading the CA certificate: %w", err)
 	}
-	return cert, nil
+	return certs[0], nil
 }
 
-// parseKeyPEM parses a private key. Its errors never quote the key.
+// parseKeyPEM parses a private key (PKCS#8, SEC 1 or PKCS#1) with
+// client-go's reader. Its errors never quote the key.
 func parseKeyPEM(keyPEM []byte) (crypto.Signer, error) {
-	block, _ := pem.Decode(keyPEM)
-	if block == nil {
-		return nil, errors.New("no PEM data in the CA key")
-	}
-	var (
-		key any
-		err error
-	)
-	switch block.Type {
-	case "PRIVATE KEY":
-		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	case "EC PRIVATE KEY":
-		key, err = x509.ParseECPrivateKey(block.Bytes)
-	case "RSA PRIVATE KEY":
-		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
-	default:
-		return nil, fmt.Errorf("the CA key PEM block is a %q, want PRIVATE KEY", block.Type)
-	}
+	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
 	if err != nil {
-		return nil, errors.New("the CA key is not a valid private key")
+		return nil, errors.New("the CA key is not a valid private key (PEM: PKCS#8, SEC 1 or PKCS#1)")
 	}
 	signer, ok := key.(crypto.Signer)
 	if !ok {

@@ -145,7 +145,8 @@ func TestParseCARejectsBrokenCAsWithoutQuotingTheKey(t *testing.T) {
 		{"a certificate that is not a CA", leafPEM, keyPEM, testNow, "not a CA"},
 		{"an expired CA", ca.CertPEM, keyPEM, testNow.Add(CAValidity + time.Hour), "expired"},
 		{"a key that does not parse", ca.CertPEM, brokenKey, testNow, "not a valid private key"},
-		{"no key at all", ca.CertPEM, nil, testNow, "no PEM data"},
+		{"no key at all", ca.CertPEM, nil, testNow, "not a valid private key"},
+		{"no certificate at all", nil, keyPEM, testNow, "reading the CA certificate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
