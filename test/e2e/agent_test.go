@@ -15,12 +15,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// installAgent installs kubectl-offload with its agent running as pods on the real node.
-func installAgent(t *testing.T, c *framework.Cluster, extra ...string) {
-	t.Helper()
-	mustOffload(t, c, append(append([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, framework.AgentValues()...), extra...)...)
-}
-
 func TestAgentRunsAsPodsOnARealNode(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
@@ -29,49 +23,58 @@ func TestAgentRunsAsPodsOnARealNode(t *testing.T) {
 	defer cancel()
 
 	installAgent(t, c)
-	for _, component := range []string{"controller-manager", "auth"} {
-		pods := waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component="+component, 1)
-		if pods[0].Spec.NodeName != c.Node.Name {
-			t.Errorf("%s runs on %s, want the real node %s", component, pods[0].Spec.NodeName, c.Node.Name)
-		}
-		for _, s := range pods[0].Status.ContainerStatuses {
-			if !s.Ready || s.State.Running == nil {
-				t.Errorf("%s container %s is not running and ready: %+v", component, s.Name, s.State)
-			}
-		}
-	}
-	// status is healthy because the agent is.
-	out := mustOffload(t, c, "status", "-o", "json")
-	if h := jsonBool(t, out, "healthy"); !h {
-		t.Errorf("status is not healthy with the agent running:\n%s", out)
-	}
 
-	// A killed agent pod is recreated and becomes ready again.
-	old := waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)[0]
-	if err := c.Kube.CoreV1().Pods(installNS).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=auth"})
-		if err != nil {
-			return false, nil
-		}
-		for _, p := range pods.Items {
-			if p.Name == old.Name || p.DeletionTimestamp != nil {
-				continue
+	// The chapters, each a subtest that reports on its own.
+	t.Run("the agent runs as pods on the real node", func(t *testing.T) {
+		for _, component := range []string{"controller-manager", "auth"} {
+			pods := waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component="+component, 1)
+			if pods[0].Spec.NodeName != c.Node.Name {
+				t.Errorf("%s runs on %s, want the real node %s", component, pods[0].Spec.NodeName, c.Node.Name)
 			}
-			for _, cond := range p.Status.Conditions {
-				if cond.Type == "Ready" && cond.Status == "True" {
-					return true, nil
+			for _, s := range pods[0].Status.ContainerStatuses {
+				if !s.Ready || s.State.Running == nil {
+					t.Errorf("%s container %s is not running and ready: %+v", component, s.Name, s.State)
 				}
 			}
 		}
-		return false, nil
 	})
-	if err != nil {
-		t.Errorf("the auth pod was not replaced by a ready one: %v", err)
-	}
-	mustOffload(t, c, "status", "--wait", "--timeout", "2m")
+
+	// status is healthy because the agent is.
+	t.Run("status is healthy", func(t *testing.T) {
+		out := mustOffload(t, c, "status", "-o", "json")
+		if h := jsonBool(t, out, "healthy"); !h {
+			t.Errorf("status is not healthy with the agent running:\n%s", out)
+		}
+	})
+
+	// A killed agent pod is recreated and becomes ready again.
+	t.Run("a killed agent pod is replaced", func(t *testing.T) {
+		old := waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)[0]
+		if err := c.Kube.CoreV1().Pods(installNS).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=auth"})
+			if err != nil {
+				return false, nil
+			}
+			for _, p := range pods.Items {
+				if p.Name == old.Name || p.DeletionTimestamp != nil {
+					continue
+				}
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == "Ready" && cond.Status == "True" {
+						return true, nil
+					}
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("the auth pod was not replaced by a ready one: %v", err)
+		}
+		mustOffload(t, c, "status", "--wait", "--timeout", "2m")
+	})
 }
 
 func TestAuthServiceAnswersAnotherClusterThroughItsNodePort(t *testing.T) {
@@ -99,6 +102,7 @@ func TestAuthServiceAnswersAnotherClusterThroughItsNodePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := waitPodsReady(ctx, t, consumer, "default", "app=caller", 1)[0]
+	// The forward serves both chapters: it stops when the test ends.
 	addr := portForward(t, consumer, "default", "pod/"+pod.Name, 8080)
 	var call struct {
 		Status       int    `json:"status"`
@@ -106,92 +110,49 @@ func TestAuthServiceAnswersAnotherClusterThroughItsNodePort(t *testing.T) {
 		Issuer       string `json:"peerCertificateIssuer"`
 		Error        string `json:"error"`
 	}
-	// The auth CA is not trusted by the test pod; the handshake itself is
-	// what is checked. kube-proxy programs a new NodePort within seconds,
-	// so the call is retried until then.
-	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		if err := tryGetJSON("http://"+addr+"/call?insecure=1&url="+target, &call); err != nil {
-			call.Error = err.Error()
-			return false, nil
+
+	// The chapters, each a subtest that reports on its own.
+	t.Run("a pod of another cluster reaches the auth service's NodePort", func(t *testing.T) {
+		// The auth CA is not trusted by the test pod; the handshake itself is
+		// what is checked. kube-proxy programs a new NodePort within seconds,
+		// so the call is retried until then.
+		_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			if err := tryGetJSON("http://"+addr+"/call?insecure=1&url="+target, &call); err != nil {
+				call.Error = err.Error()
+				return false, nil
+			}
+			return call.TLSHandshake && call.Status == 200, nil
+		})
+		if !call.TLSHandshake || call.Status != 200 || call.Error != "" {
+			t.Errorf("a pod in %s calling %s: %+v; want a TLS handshake and 200", consumer.Name, target, call)
 		}
-		return call.TLSHandshake && call.Status == 200, nil
+		if !strings.Contains(strings.ToLower(call.Issuer), "offload") {
+			t.Errorf("the auth server's certificate is issued by %q, want the agent's own CA", call.Issuer)
+		}
 	})
-	if !call.TLSHandshake || call.Status != 200 || call.Error != "" {
-		t.Errorf("a pod in %s calling %s: %+v; want a TLS handshake and 200", consumer.Name, target, call)
-	}
-	if !strings.Contains(strings.ToLower(call.Issuer), "offload") {
-		t.Errorf("the auth server's certificate is issued by %q, want the agent's own CA", call.Issuer)
-	}
 
-	// The auth pod's own address answers on its cluster's side (the host
-	// reaches pods as the API server does), but not from the other cluster.
-	var httpsPort int32
-	for _, p := range authPod.Spec.Containers[0].Ports {
-		if p.Name == "https" {
-			httpsPort = p.ContainerPort
+	t.Run("the auth pod's own address answers on its side only", func(t *testing.T) {
+		// The auth pod's own address answers on its cluster's side (the host
+		// reaches pods as the API server does), but not from the other cluster.
+		var httpsPort int32
+		for _, p := range authPod.Spec.Containers[0].Ports {
+			if p.Name == "https" {
+				httpsPort = p.ContainerPort
+			}
 		}
-	}
-	direct := fmt.Sprintf("https://%s:%d/healthz", authPod.Status.PodIP, httpsPort)
-	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // only the reachability is checked
-	resp, err := insecure.Get(direct)
-	if err != nil {
-		t.Fatalf("the provider's auth pod does not answer at %s from its own side: %v", direct, err)
-	}
-	_ = resp.Body.Close()
-	call.Error, call.TLSHandshake = "", false
-	if err := tryGetJSON("http://"+addr+"/call?insecure=1&url="+direct, &call); err != nil {
-		t.Fatal(err)
-	}
-	if call.TLSHandshake || call.Error == "" {
-		t.Errorf("a pod in %s reached the provider's pod %s directly: %+v; the clusters are not isolated", consumer.Name, direct, call)
-	}
-}
-
-func jsonBool(t *testing.T, doc, field string) bool {
-	t.Helper()
-	var m map[string]any
-	if err := jsonUnmarshal(doc, &m); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, doc)
-	}
-	b, _ := m[field].(bool)
-	return b
-}
-
-// schedulingPolicyServed tells whether c's API server serves
-// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, where install
-// chooses it over the webhook for the scheduling mutation.
-func schedulingPolicyServed(t *testing.T, c *framework.Cluster) bool {
-	t.Helper()
-	list, err := c.Kube.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
-	if err != nil {
-		t.Fatalf("discovering admissionregistration.k8s.io/v1 on %s: %v", c.Name, err)
-	}
-	for _, r := range list.APIResources {
-		if r.Kind == "MutatingAdmissionPolicy" {
-			return true
+		direct := fmt.Sprintf("https://%s:%d/healthz", authPod.Status.PodIP, httpsPort)
+		insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // only the reachability is checked
+		resp, err := insecure.Get(direct)
+		if err != nil {
+			t.Fatalf("the provider's auth pod does not answer at %s from its own side: %v", direct, err)
 		}
-	}
-	return false
-}
-
-// expectSchedulingMutation checks that the scheduling mutation installed
-// on c is the one install chooses for its API server: the
-// MutatingAdmissionPolicy where it is served, else the webhook, never both.
-func expectSchedulingMutation(ctx context.Context, t *testing.T, c *framework.Cluster) {
-	t.Helper()
-	policy := schedulingPolicyServed(t, c)
-	api := c.Kube.AdmissionregistrationV1()
-	_, errWebhook := api.MutatingWebhookConfigurations().Get(ctx, "offload-webhook", metav1.GetOptions{})
-	_, errPolicy := api.MutatingAdmissionPolicies().Get(ctx, "offload-scheduling", metav1.GetOptions{})
-	if policy && (errPolicy != nil || errWebhook == nil) || !policy && (errWebhook != nil || errPolicy == nil) {
-		t.Errorf("on %s (MutatingAdmissionPolicy served: %t): MutatingWebhookConfiguration offload-webhook: %v; MutatingAdmissionPolicy offload-scheduling: %v; want exactly the %s",
-			c.Name, policy, errOrFound(errWebhook), errOrFound(errPolicy), map[bool]string{true: "policy", false: "webhook"}[policy])
-	}
-}
-
-func errOrFound(err error) string {
-	if err == nil {
-		return "found"
-	}
-	return err.Error()
+		_ = resp.Body.Close()
+		call.Error, call.TLSHandshake = "", false
+		if err := tryGetJSON("http://"+addr+"/call?insecure=1&url="+direct, &call); err != nil {
+			t.Fatal(err)
+		}
+		if call.TLSHandshake || call.Error == "" {
+			t.Errorf("a pod in %s reached the provider's pod %s directly: %+v; the clusters are not isolated", consumer.Name, direct, call)
+		}
+	})
 }

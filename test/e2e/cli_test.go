@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -11,19 +10,6 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
-
-// offload runs the built kubectl-offload binary against cluster c.
-func offload(t *testing.T, c *framework.Cluster, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	return offloadWith(filepath.Join(binDir, "kubectl-offload"), c, args...)
-}
-
-// offloadWith runs the kubectl-offload binary bin, against cluster c unless
-// it is nil: offload runs the one under test, the upgrade test an older
-// release's.
-func offloadWith(bin string, c *framework.Cluster, args ...string) (stdout, stderr string, err error) {
-	return framework.RunOffload(context.Background(), bin, c, args...)
-}
 
 func TestVersionReportsTheClusterItTalksTo(t *testing.T) {
 	c := framework.StartClusters(t, framework.ClusterOptions{Name: "solo"})[0]
@@ -71,24 +57,28 @@ func TestKubectlFindsThePluginAndItsCompletion(t *testing.T) {
 	kubectl := filepath.Join(bin, "kubectl")
 	env := append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 
-	cmd := exec.Command(kubectl, "offload", "--help")
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl offload --help: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "kubectl offload [command]") {
-		t.Errorf("kubectl offload --help does not read like a plugin:\n%s", out)
-	}
+	t.Run("kubectl runs the plugin", func(t *testing.T) {
+		cmd := exec.Command(kubectl, "offload", "--help")
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl offload --help: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "kubectl offload [command]") {
+			t.Errorf("kubectl offload --help does not read like a plugin:\n%s", out)
+		}
+	})
 
 	// kubectl completes plugin arguments through kubectl_complete-offload.
-	cmd = exec.Command(kubectl, "__complete", "offload", "ver")
-	cmd.Env = env
-	out, err = cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl __complete offload ver: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "version") {
-		t.Errorf("kubectl does not complete 'kubectl offload ver' to version:\n%s", out)
-	}
+	t.Run("kubectl completes the plugin's arguments", func(t *testing.T) {
+		cmd := exec.Command(kubectl, "__complete", "offload", "ver")
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl __complete offload ver: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "version") {
+			t.Errorf("kubectl does not complete 'kubectl offload ver' to version:\n%s", out)
+		}
+	})
 }

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
@@ -37,42 +33,47 @@ func TestTwoLocalClustersRunDeploymentsOnFakeNodesIndependently(t *testing.T) {
 		}
 	}
 
-	for _, c := range clusters {
-		pods := waitPodsRunning(ctx, t, c, "only-in-"+c.Name, "app=web", 3)
-		for _, p := range pods {
-			node, err := c.Kube.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
-			if err != nil {
-				t.Fatalf("%s: pod %s is on node %q: %v", c.Name, p.Name, p.Spec.NodeName, err)
-			}
-			if node.Annotations[framework.FakeNodeAnnotation] != framework.FakeNodeAnnotationValue {
-				t.Errorf("%s: pod %s runs on %s, which is not a kwok fake node", c.Name, p.Name, node.Name)
-			}
-			// Fake pods get addresses in the cluster's pod range, never
-			// in its Service range.
-			ip, err := netip.ParseAddr(p.Status.PodIP)
-			if err != nil || !netip.MustParsePrefix(framework.FakePodCIDR).Contains(ip) || netip.MustParsePrefix(framework.ServiceCIDR).Contains(ip) {
-				t.Errorf("%s: pod %s has IP %q; want one in %s, outside the Service range %s", c.Name, p.Name, p.Status.PodIP, framework.FakePodCIDR, framework.ServiceCIDR)
+	// The chapters, each a subtest that reports on its own.
+	t.Run("each cluster runs its pods on its fake nodes", func(t *testing.T) {
+		for _, c := range clusters {
+			pods := waitPodsRunning(ctx, t, c, "only-in-"+c.Name, "app=web", 3)
+			for _, p := range pods {
+				node, err := c.Kube.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+				if err != nil {
+					t.Fatalf("%s: pod %s is on node %q: %v", c.Name, p.Name, p.Spec.NodeName, err)
+				}
+				if node.Annotations[framework.FakeNodeAnnotation] != framework.FakeNodeAnnotationValue {
+					t.Errorf("%s: pod %s runs on %s, which is not a kwok fake node", c.Name, p.Name, node.Name)
+				}
+				// Fake pods get addresses in the cluster's pod range, never
+				// in its Service range.
+				ip, err := netip.ParseAddr(p.Status.PodIP)
+				if err != nil || !netip.MustParsePrefix(framework.FakePodCIDR).Contains(ip) || netip.MustParsePrefix(framework.ServiceCIDR).Contains(ip) {
+					t.Errorf("%s: pod %s has IP %q; want one in %s, outside the Service range %s", c.Name, p.Name, p.Status.PodIP, framework.FakePodCIDR, framework.ServiceCIDR)
+				}
 			}
 		}
-	}
+	})
 
 	// Objects created in one cluster are absent from the other.
-	for i, c := range clusters {
-		other := clusters[1-i]
-		_, err := other.Kube.CoreV1().Namespaces().Get(ctx, "only-in-"+c.Name, metav1.GetOptions{})
-		if !apierrors.IsNotFound(err) {
-			t.Errorf("namespace only-in-%s exists in %s too (err=%v): the clusters share state", c.Name, other.Name, err)
-		}
-		nodes, err := other.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range nodes.Items {
-			if n.Name == framework.FakeNodeName(c.Name, 0) {
-				t.Errorf("node %s of %s is registered in %s", n.Name, c.Name, other.Name)
+	t.Run("objects of one cluster are absent from the other", func(t *testing.T) {
+		for i, c := range clusters {
+			other := clusters[1-i]
+			_, err := other.Kube.CoreV1().Namespaces().Get(ctx, "only-in-"+c.Name, metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				t.Errorf("namespace only-in-%s exists in %s too (err=%v): the clusters share state", c.Name, other.Name, err)
+			}
+			nodes, err := other.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range nodes.Items {
+				if n.Name == framework.FakeNodeName(c.Name, 0) {
+					t.Errorf("node %s of %s is registered in %s", n.Name, c.Name, other.Name)
+				}
 			}
 		}
-	}
+	})
 }
 
 func webDeployment(replicas int32) *appsv1.Deployment {
@@ -88,73 +89,4 @@ func webDeployment(replicas int32) *appsv1.Deployment {
 			},
 		},
 	}
-}
-
-// waitPodsRunning polls until want pods matching selector are Running, and returns them.
-func waitPodsRunning(ctx context.Context, t *testing.T, c *framework.Cluster, ns, selector string, want int) []corev1.Pod {
-	t.Helper()
-	var pods []corev1.Pod
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		pods = pods[:0]
-		for _, p := range list.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				pods = append(pods, p)
-			}
-		}
-		last = fmt.Sprintf("%d of %d pods Running", len(pods), len(list.Items))
-		return len(pods) == want, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: waiting for %d Running pods (%s) in %s: %v (%s)", c.Name, want, selector, ns, err, last)
-	}
-	return pods
-}
-
-func intOrString(port int) intstr.IntOrString { return intstr.FromInt(port) }
-
-// waitPodsReady polls until want pods matching selector are Running and Ready, and returns them.
-func waitPodsReady(ctx context.Context, t *testing.T, c *framework.Cluster, ns, selector string, want int) []corev1.Pod {
-	t.Helper()
-	var pods []corev1.Pod
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		pods = pods[:0]
-		var states []string
-		for _, p := range list.Items {
-			ready := false
-			for _, cond := range p.Status.Conditions {
-				ready = ready || (cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue)
-			}
-			if p.Status.Phase == corev1.PodRunning && ready && p.DeletionTimestamp == nil {
-				pods = append(pods, p)
-			}
-			states = append(states, fmt.Sprintf("%s:%s ready=%t %s", p.Name, p.Status.Phase, ready, containerWaiting(p)))
-		}
-		last = strings.Join(states, ", ")
-		return len(pods) == want, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: waiting for %d Ready pods (%s) in %s: %v (%s)", c.Name, want, selector, ns, err, last)
-	}
-	return pods
-}
-
-func containerWaiting(p corev1.Pod) string {
-	for _, s := range p.Status.ContainerStatuses {
-		if s.State.Waiting != nil {
-			return s.State.Waiting.Reason + ": " + s.State.Waiting.Message
-		}
-	}
-	return ""
 }

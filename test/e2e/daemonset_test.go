@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -17,62 +14,7 @@ import (
 )
 
 // The chapters of this file run in
-// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go) and
-// TestCompatibility (compat_test.go).
-
-// everywhere is a DaemonSet of the test application whose pods tolerate
-// every taint, as CNI agents, log shippers and kube-proxy do.
-func everywhere(name string, annotations map[string]string) *appsv1.DaemonSet {
-	d := offloadedApp(name, 1)
-	d.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-	return &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
-		Spec:       appsv1.DaemonSetSpec{Selector: d.Spec.Selector, Template: d.Spec.Template},
-	}
-}
-
-// createDaemonSet creates ds in ns of c, and deletes it when the test
-// ends, before the clusters go: its pods tolerate the taint that drains a
-// real node at teardown.
-func createDaemonSet(ctx context.Context, t testing.TB, c *framework.Cluster, ns string, ds *appsv1.DaemonSet) {
-	t.Helper()
-	if _, err := c.Kube.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		err := c.Kube.AppsV1().DaemonSets(ns).Delete(ctx, ds.Name, metav1.DeleteOptions{PropagationPolicy: new(metav1.DeletePropagationBackground)})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting DaemonSet %s/%s: %v", ns, ds.Name, err)
-		}
-	})
-}
-
-// rolledOut runs kubectl rollout status on DaemonSet ns/name, as a user
-// waiting for it would.
-func rolledOut(t *testing.T, c *framework.Cluster, ns, name string) {
-	t.Helper()
-	if out, err := kubectl(t, c, "-n", ns, "rollout", "status", "daemonset/"+name, "--timeout", "90s"); err != nil {
-		t.Errorf("kubectl rollout status daemonset %s/%s: %v\n%s", ns, name, err, out)
-	}
-}
-
-// daemonPodsOn lists the nodes the pods of DaemonSet ns/name are bound to.
-func daemonPodsOn(ctx context.Context, t *testing.T, c *framework.Cluster, ns, name string) []string {
-	t.Helper()
-	pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []string
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil {
-			nodes = append(nodes, p.Spec.NodeName)
-		}
-	}
-	return nodes
-}
+// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go).
 
 // preexistingDaemonSet is made in kube-system before the consumer peers, as
 // a CNI agent would be.

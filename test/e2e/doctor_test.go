@@ -13,16 +13,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// The chapters of this file run in
+// The chapter of this file runs in
 // TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly
-// (lifecycle_test.go) and TestSeedFlowsBetweenK3sAndKubeadm (k3s_test.go).
-
-// offloadDoctor runs `kubectl offload doctor -o json` against c and returns
-// the report, which has the shape of a status report, and the exit code.
-func offloadDoctor(t *testing.T, c *framework.Cluster) (statusReport, int) {
-	t.Helper()
-	return reportJSON(t, c, "DoctorReport", "doctor", "-o", "json")
-}
+// (lifecycle_test.go).
 
 // doctorBlocker is the webhook expectDoctor adds: it intercepts pods with
 // failurePolicy Fail, served by a Service that does not exist. Its

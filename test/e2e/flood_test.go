@@ -14,7 +14,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// The chapters of this file run in
+// The chapter of this file runs in
 // TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly
 // (lifecycle_test.go).
 

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,83 +12,17 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-const installNS = "offload-system"
-
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
-// object identifies one object of a manifest.
-type object struct {
-	gvk             schema.GroupVersionKind
-	namespace, name string
-}
-
-func (o object) String() string { return fmt.Sprintf("%s %s/%s", o.gvk.Kind, o.namespace, o.name) }
-
-// manifestObjects lists the objects of a multi-document YAML manifest.
-func manifestObjects(t *testing.T, manifest string) []object {
-	t.Helper()
-	var out []object
-	for _, doc := range strings.Split(manifest, "\n---") {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			t.Fatalf("manifest is not YAML: %v\n%s", err, doc)
-		}
-		if u.Object == nil || u.GetKind() == "" {
-			continue
-		}
-		out = append(out, object{u.GroupVersionKind(), u.GetNamespace(), u.GetName()})
-	}
-	return out
-}
-
-func exists(ctx context.Context, t *testing.T, c client.Client, o object) bool {
-	t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(o.gvk)
-	err := c.Get(ctx, client.ObjectKey{Namespace: o.namespace, Name: o.name}, u)
-	if apierrors.IsNotFound(err) {
-		return false
-	}
-	if err != nil && strings.Contains(err.Error(), "no matches for kind") {
-		return false
-	}
-	if err != nil {
-		t.Fatalf("getting %s: %v", o, err)
-	}
-	return true
-}
-
-func ctrlClient(t *testing.T, c *framework.Cluster) client.Client {
-	t.Helper()
-	cl, err := client.New(c.Config, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
-}
-
-func identity(ctx context.Context, t *testing.T, c *framework.Cluster) map[string]string {
-	t.Helper()
-	cm, err := c.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, "offload-cluster-identity", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("identity ConfigMap: %v", err)
-	}
-	return cm.Data
-}
 
 // releaseRevisions lists the Helm release records of the offload release.
 func releaseRevisions(ctx context.Context, t *testing.T, c *framework.Cluster) []string {
@@ -109,25 +41,6 @@ func releaseRevisions(ctx context.Context, t *testing.T, c *framework.Cluster) [
 	return out
 }
 
-func mustOffload(t *testing.T, c *framework.Cluster, args ...string) string {
-	t.Helper()
-	return mustRunOffload(t, "kubectl offload", filepath.Join(binDir, "kubectl-offload"), c, args...)
-}
-
-// mustRunOffload runs the kubectl-offload binary bin, named name in the
-// test's log, against cluster c, fails the test if it fails, and returns
-// its output.
-func mustRunOffload(t *testing.T, name, bin string, c *framework.Cluster, args ...string) string {
-	t.Helper()
-	start := time.Now()
-	out, errOut, err := offloadWith(bin, c, args...)
-	if err != nil {
-		t.Fatalf("%s %s: %v\nstdout: %s\nstderr: %s", name, strings.Join(args, " "), err, out, errOut)
-	}
-	t.Logf("%s %s: %s", name, strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	return out
-}
-
 func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
@@ -136,79 +49,97 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	defer cancel()
 	cl := ctrlClient(t, c)
 
+	// The chapters, each a subtest that reports on its own. A chapter that
+	// leaves what the next ones need stops the test when it fails; the
+	// others let the rest run.
+
 	// --dry-run prints every manifest and creates nothing.
-	manifest := mustOffload(t, c, append([]string{"install", "--cluster-name", "inst", "--dry-run", "-o", "yaml"}, framework.AgentValues()...)...)
-	objects := manifestObjects(t, manifest)
-	kinds := map[string]int{}
-	for _, o := range objects {
-		kinds[o.gvk.Kind]++
-		if exists(ctx, t, cl, o) {
-			t.Errorf("--dry-run created %s", o)
+	var objects []object
+	t.Run("--dry-run creates nothing", func(t *testing.T) {
+		manifest := mustOffload(t, c, append([]string{"install", "--cluster-name", "inst", "--dry-run", "-o", "yaml"}, framework.AgentValues()...)...)
+		objects = manifestObjects(t, manifest)
+		kinds := map[string]int{}
+		for _, o := range objects {
+			kinds[o.gvk.Kind]++
+			if exists(ctx, t, cl, o) {
+				t.Errorf("--dry-run created %s", o)
+			}
 		}
-	}
-	// The real node's pod CIDR is detected, so the network fabric is on:
-	// its DaemonSet and ServiceAccount, and the gateways' pod template.
-	// The scheduling mutation is the webhook, with its Service, or where
-	// the API server serves them, two MutatingAdmissionPolicies.
-	want := map[string]int{"CustomResourceDefinition": 9, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 2, "ConfigMap": 2,
-		"MutatingWebhookConfiguration": 1, "MutatingAdmissionPolicy": 0, "MutatingAdmissionPolicyBinding": 0, "ValidatingAdmissionPolicy": 14}
-	if schedulingPolicyServed(t, c) {
-		want["Service"], want["MutatingWebhookConfiguration"], want["MutatingAdmissionPolicy"], want["MutatingAdmissionPolicyBinding"] = 1, 0, 2, 2
-	}
-	for kind, want := range want {
-		if kinds[kind] != want {
-			t.Errorf("dry-run manifest has %d %s, want %d (kinds: %v)", kinds[kind], kind, want, kinds)
+		// The real node's pod CIDR is detected, so the network fabric is on:
+		// its DaemonSet and ServiceAccount, and the gateways' pod template.
+		// The scheduling mutation is the webhook, with its Service, or where
+		// the API server serves them, two MutatingAdmissionPolicies.
+		want := map[string]int{"CustomResourceDefinition": 9, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 2, "ConfigMap": 2,
+			"MutatingWebhookConfiguration": 1, "MutatingAdmissionPolicy": 0, "MutatingAdmissionPolicyBinding": 0, "ValidatingAdmissionPolicy": 14}
+		if schedulingPolicyServed(t, c) {
+			want["Service"], want["MutatingWebhookConfiguration"], want["MutatingAdmissionPolicy"], want["MutatingAdmissionPolicyBinding"] = 1, 0, 2, 2
 		}
-	}
-	if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("--dry-run created namespace %s (err=%v)", installNS, err)
+		for kind, want := range want {
+			if kinds[kind] != want {
+				t.Errorf("dry-run manifest has %d %s, want %d (kinds: %v)", kinds[kind], kind, want, kinds)
+			}
+		}
+		if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("--dry-run created namespace %s (err=%v)", installNS, err)
+		}
+	})
+	// The chapters below look for the manifest's objects.
+	if len(objects) == 0 {
+		t.Fatal("no object in the --dry-run manifest: nothing to look for after install")
 	}
 
 	// Install.
-	installAgent(t, c)
-	if revs := releaseRevisions(ctx, t, c); len(revs) != 1 || revs[0] != "1/deployed" {
-		t.Fatalf("release records after install = %v, want [1/deployed]", revs)
-	}
-	for _, o := range objects {
-		if !exists(ctx, t, cl, o) {
-			t.Errorf("install did not create %s", o)
+	var id map[string]string
+	if !t.Run("install creates every object", func(t *testing.T) {
+		installAgent(t, c)
+		if revs := releaseRevisions(ctx, t, c); len(revs) != 1 || revs[0] != "1/deployed" {
+			t.Fatalf("release records after install = %v, want [1/deployed]", revs)
 		}
-	}
-	for _, o := range objects {
-		if o.gvk.Kind != "CustomResourceDefinition" {
-			continue
+		for _, o := range objects {
+			if !exists(ctx, t, cl, o) {
+				t.Errorf("install did not create %s", o)
+			}
 		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := cl.Get(ctx, client.ObjectKey{Name: o.name}, crd); err != nil {
-			t.Fatal(err)
+		for _, o := range objects {
+			if o.gvk.Kind != "CustomResourceDefinition" {
+				continue
+			}
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := cl.Get(ctx, client.ObjectKey{Name: o.name}, crd); err != nil {
+				t.Fatal(err)
+			}
+			established := false
+			for _, cond := range crd.Status.Conditions {
+				established = established || (cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue)
+			}
+			if !established {
+				t.Errorf("CRD %s is not established", o.name)
+			}
 		}
-		established := false
-		for _, cond := range crd.Status.Conditions {
-			established = established || (cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue)
+		for _, name := range []string{"offload-controller-manager", "offload-auth"} {
+			d, err := c.Kube.AppsV1().Deployments(installNS).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Status.AvailableReplicas != *d.Spec.Replicas {
+				t.Errorf("deployment %s: %d of %d available after install", name, d.Status.AvailableReplicas, *d.Spec.Replicas)
+			}
 		}
-		if !established {
-			t.Errorf("CRD %s is not established", o.name)
+		id = identity(ctx, t, c)
+		if !uuidRE.MatchString(id["clusterID"]) || id["clusterName"] != "inst" {
+			t.Fatalf("identity = %v, want a UUID and name inst", id)
 		}
-	}
-	for _, name := range []string{"offload-controller-manager", "offload-auth"} {
-		d, err := c.Kube.AppsV1().Deployments(installNS).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Status.AvailableReplicas != *d.Spec.Replicas {
-			t.Errorf("deployment %s: %d of %d available after install", name, d.Status.AvailableReplicas, *d.Spec.Replicas)
-		}
-	}
-	id := identity(ctx, t, c)
-	if !uuidRE.MatchString(id["clusterID"]) || id["clusterName"] != "inst" {
-		t.Fatalf("identity = %v, want a UUID and name inst", id)
+	}) {
+		t.FailNow()
 	}
 
 	// version reports what is installed.
-	versionJSON := mustOffload(t, c, "version", "-o", "json")
-	if !strings.Contains(versionJSON, `"installed": true`) || !strings.Contains(versionJSON, `"agentVersion": "v`) {
-		t.Errorf("version after install does not report the installed chart and agent:\n%s", versionJSON)
-	}
+	t.Run("version reports the install", func(t *testing.T) {
+		versionJSON := mustOffload(t, c, "version", "-o", "json")
+		if !strings.Contains(versionJSON, `"installed": true`) || !strings.Contains(versionJSON, `"agentVersion": "v`) {
+			t.Errorf("version after install does not report the installed chart and agent:\n%s", versionJSON)
+		}
+	})
 
 	t.Run("RBAC is least privilege", func(t *testing.T) {
 		checkRBAC(ctx, t, c)
@@ -216,77 +147,92 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	})
 
 	// A second install changes nothing.
-	installAgent(t, c)
-	if revs := releaseRevisions(ctx, t, c); len(revs) != 1 {
-		t.Errorf("a second identical install made release records %v, want only revision 1", revs)
-	}
-	if got := identity(ctx, t, c)["clusterID"]; got != id["clusterID"] {
-		t.Errorf("reinstall changed the cluster ID from %s to %s", id["clusterID"], got)
-	}
+	t.Run("a second install changes nothing", func(t *testing.T) {
+		installAgent(t, c)
+		if revs := releaseRevisions(ctx, t, c); len(revs) != 1 {
+			t.Errorf("a second identical install made release records %v, want only revision 1", revs)
+		}
+		if got := identity(ctx, t, c)["clusterID"]; got != id["clusterID"] {
+			t.Errorf("reinstall changed the cluster ID from %s to %s", id["clusterID"], got)
+		}
+	})
 
 	// --set on reinstall upgrades, and upgrade works on the installed release.
-	installAgent(t, c, "--set", "sharingPercentage=30")
-	mustOffload(t, c, append(append([]string{"upgrade"}, framework.AgentValues()...), "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")...)
-	svc, err := c.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
-	if err != nil || svc.Spec.Type != corev1.ServiceTypeClusterIP {
-		t.Errorf("upgrade --set auth.service.type=ClusterIP: service %v, err %v", svc.Spec.Type, err)
-	}
-	if revs := releaseRevisions(ctx, t, c); len(revs) < 2 {
-		t.Errorf("install --set did not upgrade: release records %v", revs)
-	}
-	if got := identity(ctx, t, c); got["clusterID"] != id["clusterID"] || got["clusterName"] != "inst" {
-		t.Errorf("upgrade changed the identity from %v to %v", id, got)
-	}
+	t.Run("install --set and upgrade change the release", func(t *testing.T) {
+		installAgent(t, c, "--set", "sharingPercentage=30")
+		mustOffload(t, c, append(append([]string{"upgrade"}, framework.AgentValues()...), "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")...)
+		svc, err := c.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
+		if err != nil || svc.Spec.Type != corev1.ServiceTypeClusterIP {
+			t.Errorf("upgrade --set auth.service.type=ClusterIP: service %v, err %v", svc.Spec.Type, err)
+		}
+		if revs := releaseRevisions(ctx, t, c); len(revs) < 2 {
+			t.Errorf("install --set did not upgrade: release records %v", revs)
+		}
+		if got := identity(ctx, t, c); got["clusterID"] != id["clusterID"] || got["clusterName"] != "inst" {
+			t.Errorf("upgrade changed the identity from %v to %v", id, got)
+		}
+	})
 
 	// uninstall refuses while a peer exists, names it, and changes nothing.
-	fc := &offloadv1alpha1.ForeignCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "peer-a"},
-		Spec:       offloadv1alpha1.ForeignClusterSpec{ClusterID: "11111111-2222-4333-8444-555555555555", ClusterName: "peer-a"},
-	}
-	if err := cl.Create(ctx, fc); err != nil {
-		t.Fatal(err)
-	}
-	_, errOut, err := offload(t, c, "uninstall")
-	if err == nil || !strings.Contains(errOut, "peer-a") {
-		t.Errorf("uninstall with a peer: err=%v, stderr %q; want a refusal naming peer-a", err, errOut)
-	}
-	for _, o := range objects {
-		if !exists(ctx, t, cl, o) {
-			t.Errorf("a refused uninstall removed %s", o)
+	t.Run("uninstall refuses while a peer exists", func(t *testing.T) {
+		fc := &offloadv1alpha1.ForeignCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "peer-a"},
+			Spec:       offloadv1alpha1.ForeignClusterSpec{ClusterID: "11111111-2222-4333-8444-555555555555", ClusterName: "peer-a"},
 		}
-	}
-	if err := cl.Delete(ctx, fc); err != nil {
-		t.Fatal(err)
-	}
+		if err := cl.Create(ctx, fc); err != nil {
+			t.Fatal(err)
+		}
+		_, errOut, err := offload(t, c, "uninstall")
+		if err == nil || !strings.Contains(errOut, "peer-a") {
+			t.Errorf("uninstall with a peer: err=%v, stderr %q; want a refusal naming peer-a", err, errOut)
+		}
+		for _, o := range objects {
+			if !exists(ctx, t, cl, o) {
+				t.Errorf("a refused uninstall removed %s", o)
+			}
+		}
+		if err := cl.Delete(ctx, fc); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	// uninstall removes the release and keeps the identity and the CRDs.
-	mustOffload(t, c, "uninstall")
-	for _, o := range objects {
-		kept := o.gvk.Kind == "CustomResourceDefinition" || (o.gvk.Kind == "ConfigMap" && o.name == "offload-cluster-identity")
-		if got := exists(ctx, t, cl, o); got != kept {
-			t.Errorf("after uninstall, %s exists=%t, want %t", o, got, kept)
+	// The reinstall after it would prove nothing without it.
+	if !t.Run("uninstall keeps the identity and the CRDs", func(t *testing.T) {
+		mustOffload(t, c, "uninstall")
+		for _, o := range objects {
+			kept := o.gvk.Kind == "CustomResourceDefinition" || (o.gvk.Kind == "ConfigMap" && o.name == "offload-cluster-identity")
+			if got := exists(ctx, t, cl, o); got != kept {
+				t.Errorf("after uninstall, %s exists=%t, want %t", o, got, kept)
+			}
 		}
+	}) {
+		t.FailNow()
 	}
 
 	// A reinstall keeps the cluster ID.
-	installAgent(t, c)
-	if got := identity(ctx, t, c)["clusterID"]; got != id["clusterID"] {
-		t.Errorf("install after uninstall changed the cluster ID from %s to %s", id["clusterID"], got)
-	}
+	t.Run("a reinstall keeps the cluster ID", func(t *testing.T) {
+		installAgent(t, c)
+		if got := identity(ctx, t, c)["clusterID"]; got != id["clusterID"] {
+			t.Errorf("install after uninstall changed the cluster ID from %s to %s", id["clusterID"], got)
+		}
+	})
 
 	// uninstall --purge leaves nothing behind.
-	mustOffload(t, c, "uninstall", "--purge")
-	for _, o := range objects {
-		if exists(ctx, t, cl, o) {
-			t.Errorf("after uninstall --purge, %s still exists", o)
+	t.Run("uninstall --purge leaves nothing behind", func(t *testing.T) {
+		mustOffload(t, c, "uninstall", "--purge")
+		for _, o := range objects {
+			if exists(ctx, t, cl, o) {
+				t.Errorf("after uninstall --purge, %s still exists", o)
+			}
 		}
-	}
-	if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("namespace %s still exists after --purge (err=%v)", installNS, err)
-	}
-	if revs := releaseRevisions(ctx, t, c); len(revs) != 0 {
-		t.Errorf("release records left after --purge: %v", revs)
-	}
+		if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("namespace %s still exists after --purge (err=%v)", installNS, err)
+		}
+		if revs := releaseRevisions(ctx, t, c); len(revs) != 0 {
+			t.Errorf("release records left after --purge: %v", revs)
+		}
+	})
 }
 
 // checkRBAC asks the API server what each agent ServiceAccount may do.

@@ -5,7 +5,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"testing"
@@ -36,5 +35,3 @@ func TestMain(m *testing.M) {
 	_ = framework.RemoveBinaries()
 	os.Exit(code)
 }
-
-func jsonUnmarshal(doc string, v any) error { return json.Unmarshal([]byte(doc), v) }

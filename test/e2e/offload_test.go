@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -26,53 +24,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
-
-// offloadedApp is the test application as a Deployment for an offloaded
-// namespace: no node selector, so the scheduler and the webhook decide.
-func offloadedApp(name string, replicas int32) *appsv1.Deployment {
-	d := testAppDeployment(name, replicas)
-	d.Spec.Template.Spec.NodeSelector = nil
-	d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
-	return d
-}
-
-// remotePods lists the pods that the consumer of clusterID reflected into twin.
-func remotePods(ctx context.Context, t *testing.T, provider *framework.Cluster, twin, clusterID string) []corev1.Pod {
-	t.Helper()
-	list, err := provider.Kube.CoreV1().Pods(twin).List(ctx, metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelOriginClusterID + "=" + clusterID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return list.Items
-}
-
-// waitFor polls cond every 250 ms until it holds or timeout passes; what
-// describes the condition, and last says why it did not hold yet.
-func waitFor(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) time.Duration {
-	t.Helper()
-	took, err := framework.Poll(ctx, 250*time.Millisecond, timeout, cond)
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-	return took
-}
-
-// samePods reports whether the remote pods reflect exactly the consumer
-// pods: one remote pod per consumer pod, by name and origin UID.
-func samePods(local, remote []corev1.Pod) (bool, string) {
-	want := map[string]string{}
-	for _, p := range local {
-		want[p.Name] = string(p.UID)
-	}
-	got := map[string]string{}
-	for _, p := range remote {
-		if _, dup := got[p.Name]; dup {
-			return false, "duplicate remote pod " + p.Name
-		}
-		got[p.Name] = p.Labels[offloadv1alpha1.LabelOriginPodUID]
-	}
-	return fmt.Sprint(want) == fmt.Sprint(got), fmt.Sprintf("consumer pods %v, remote pods %v", want, got)
-}
 
 func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	before := snapshotHost(t)
@@ -324,30 +275,6 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	})
 }
 
-// scaleAgent scales the consumer's controller-manager to replicas and waits
-// until that many are Ready.
-func scaleAgent(ctx context.Context, t *testing.T, c *framework.Cluster, replicas int32) {
-	t.Helper()
-	scaleDeployment(ctx, t, c, installNS, offloadv1alpha1.ControllerManager, replicas)
-	waitFor(ctx, t, 2*time.Minute, fmt.Sprintf("%d controller-manager pods", replicas), func(ctx context.Context) (bool, string) {
-		pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
-		if err != nil {
-			return false, err.Error()
-		}
-		var states []string
-		ready := 0
-		for _, p := range pods.Items {
-			states = append(states, p.Name+":"+string(p.Status.Phase))
-			for _, cond := range p.Status.Conditions {
-				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
-					ready++
-				}
-			}
-		}
-		return ready == int(replicas) && len(pods.Items) == int(replicas), strings.Join(states, ", ")
-	})
-}
-
 // followLogs runs kubectl logs -f on pod and waits until a line containing
 // want streams in, which proves the logs follow rather than end.
 func followLogs(t *testing.T, c *framework.Cluster, ns, pod, want string) {
@@ -377,54 +304,6 @@ func followLogs(t *testing.T, c *framework.Cluster, ns, pod, want string) {
 		}
 	}
 	t.Errorf("kubectl logs -f %s/%s: no line with %q streamed within a minute (%v)", ns, pod, want, ctx.Err())
-}
-
-// onVirtualNode keeps the pods bound to the virtual node offload-provider
-// that are neither being deleted nor finished.
-func onVirtualNode(pods []corev1.Pod) []corev1.Pod { return onNode(pods, "offload-provider") }
-
-// onNode keeps the pods bound to node that are neither being deleted nor
-// finished.
-func onNode(pods []corev1.Pod, node string) []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range pods {
-		if p.Spec.NodeName == node && p.DeletionTimestamp == nil &&
-			p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// expectReflected waits until the live pods of selector in the offloaded
-// namespace work are exactly want pods on the virtual node, each Ready,
-// with one remote pod each in twin.
-func expectReflected(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, clusterID, selector string, want int) {
-	t.Helper()
-	took := waitFor(ctx, t, 3*time.Minute, fmt.Sprintf("%d reflected pods %s", want, selector), func(ctx context.Context) (bool, string) {
-		list, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return false, err.Error()
-		}
-		live := onVirtualNode(list.Items)
-		ready := 0
-		for _, p := range live {
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					ready++
-				}
-			}
-		}
-		var remote []corev1.Pod
-		for _, r := range remotePods(ctx, t, provider, twin, clusterID) {
-			if r.DeletionTimestamp == nil && strings.HasPrefix(r.Name, strings.SplitN(selector, "=", 2)[1]) {
-				remote = append(remote, r)
-			}
-		}
-		same, why := samePods(live, remote)
-		return len(live) == want && ready == want && same, fmt.Sprintf("%d on the virtual node, %d Ready; %s", len(live), ready, why)
-	})
-	t.Logf("%d pods %s reflected and Ready: %s", want, selector, took.Round(time.Millisecond))
 }
 
 // expectWorkloads checks that Deployments scale and roll, StatefulSets keep
@@ -598,41 +477,6 @@ func expectStrategies(ctx context.Context, t *testing.T, consumer *framework.Clu
 	}
 	for _, ns := range []string{"stay", "spread"} {
 		mustOffload(t, consumer, "unoffload", "namespace", ns, "--timeout", "2m")
-	}
-}
-
-// httpGet returns the body of GET url.
-func httpGet(url string) (string, error) {
-	client := &http.Client{Timeout: 15 * time.Second}
-	resp, err := client.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return string(body), err
-}
-
-// scaleDeployment sets the replicas of Deployment ns/name on c. Its
-// controller writes the status meanwhile: a conflict is retried on the new
-// version, as kubectl scale does.
-func scaleDeployment(ctx context.Context, t *testing.T, c *framework.Cluster, ns, name string, n int32) {
-	t.Helper()
-	deployments := c.Kube.AppsV1().Deployments(ns)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := deployments.GetScale(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		s.Spec.Replicas = n
-		_, err = deployments.UpdateScale(ctx, name, s, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("scaling %s/%s to %d: %v", ns, name, n, err)
 	}
 }
 

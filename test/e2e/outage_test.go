@@ -17,11 +17,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// The chapters of this file run in
+// The chapter of this file runs in
 // TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly
-// (lifecycle_test.go) and
-// TestAnAgentKilledWhileOffloadingAThousandPodsLeavesNoDuplicateAndNoOrphan
-// (kill_test.go).
+// (lifecycle_test.go).
 
 // defaultFrozenOutage is how long a frozen API server stays frozen: longer
 // than the agents' Lease (15 s) and its renew deadline (10 s), so the
@@ -44,23 +42,6 @@ func frozenOutage(t *testing.T) time.Duration {
 	return d
 }
 
-// agentRestarts returns the restart count of every container of the
-// agent's pods (controller-manager, auth, gateways) in c, by pod/container.
-func agentRestarts(ctx context.Context, t *testing.T, c *framework.Cluster) map[string]int32 {
-	t.Helper()
-	pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int32{}
-	for _, p := range pods.Items {
-		for _, s := range p.Status.ContainerStatuses {
-			out[p.Name+"/"+s.Name] = s.RestartCount
-		}
-	}
-	return out
-}
-
 // leaderRenewedAfter reports whether the controller-manager's Lease in c
 // was renewed after since: its leader serves.
 func leaderRenewedAfter(ctx context.Context, c *framework.Cluster, since time.Time) (bool, string) {
@@ -74,15 +55,6 @@ func leaderRenewedAfter(ctx context.Context, c *framework.Cluster, since time.Ti
 		return false, "the Lease was never renewed"
 	}
 	return lease.Spec.RenewTime.After(since), fmt.Sprintf("renewed %s by %v", lease.Spec.RenewTime.Format(time.RFC3339Nano), lease.Spec.HolderIdentity)
-}
-
-// holdFault keeps an injected fault in place for d: the length of an
-// outage is what the test is about, not a wait for something to happen.
-func holdFault(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }
 
 // restartsByCluster is agentRestarts of each cluster, by cluster name.

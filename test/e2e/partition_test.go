@@ -13,7 +13,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// The chapters of this file run in
+// The chapter of this file runs in
 // TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go).
 
 // shortToleration is the consumer API server's default not-ready and

@@ -17,7 +17,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/network"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/routing"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
@@ -25,23 +24,6 @@ import (
 // The chapters of this file run in
 // TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR
 // (network_test.go).
-
-// nodeFabricRoutes are the routes the fabric added in network namespace
-// netns (protocol 0x6f, in any table) and the rules to its table, one per
-// line.
-func nodeFabricRoutes(netns string) (string, error) {
-	var out []string
-	for _, args := range [][]string{{"route", "show", "table", "all", "proto", "0x6f"}, {"rule", "show", "table", fmt.Sprint(routing.RouteTable)}} {
-		b, err := exec.Command("ip", append([]string{"-n", netns}, args...)...).CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, b)
-		}
-		if s := strings.TrimSpace(string(b)); s != "" {
-			out = append(out, s)
-		}
-	}
-	return strings.Join(out, "\n"), nil
-}
 
 // fabricRoutes are the routes the fabric added on every real node of c.
 func fabricRoutes(t *testing.T, c *framework.Cluster) []string {

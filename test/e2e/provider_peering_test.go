@@ -99,48 +99,68 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 	consumerID := "0f0e0d0c-0b0a-4908-8706-050403020100"
 	waitAuthReachable(ctx, t, hc, cmd.AuthURL)
 
+	// The chapters, each a subtest that reports on its own. A chapter that
+	// leaves what the next ones need stops the test when it fails; the
+	// others let the rest run.
+
 	// A wrong pin is refused before anything is sent.
-	_, err := pinnedClient("sha256:" + strings.Repeat("0", 64)).Get(cmd.AuthURL + "/healthz")
-	var pinErr *peering.PinError
-	if !errors.As(err, &pinErr) {
-		t.Errorf("a client pinning another CA: %v, want a pin mismatch", err)
-	}
+	t.Run("a wrong pin is refused", func(t *testing.T) {
+		_, err := pinnedClient("sha256:" + strings.Repeat("0", 64)).Get(cmd.AuthURL + "/healthz")
+		var pinErr *peering.PinError
+		if !errors.As(err, &pinErr) {
+			t.Errorf("a client pinning another CA: %v, want a pin mismatch", err)
+		}
+	})
 
 	var resp peering.PeerResponse
-	start := time.Now()
-	code := post(t, hc, cmd.AuthURL+peering.PeerPath, "", peering.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &resp)
-	if code != http.StatusOK {
-		t.Fatalf("POST /v1/peer: %d %+v", code, resp)
+	if !t.Run("the token is exchanged for credentials", func(t *testing.T) {
+		start := time.Now()
+		code := post(t, hc, cmd.AuthURL+peering.PeerPath, "", peering.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &resp)
+		if code != http.StatusOK {
+			t.Fatalf("POST /v1/peer: %d %+v", code, resp)
+		}
+		t.Logf("token exchanged for credentials in %s; they expire at %s", time.Since(start).Round(time.Millisecond), resp.Credentials.ExpirationTimestamp)
+	}) {
+		t.FailNow()
 	}
-	t.Logf("token exchanged for credentials in %s; they expire at %s", time.Since(start).Round(time.Millisecond), resp.Credentials.ExpirationTimestamp)
 
 	// The single-use token is spent.
-	var failure map[string]string
-	if code := post(t, hc, cmd.AuthURL+peering.PeerPath, "", peering.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &failure); code != http.StatusUnauthorized || failure["reason"] != peering.ReasonTokenUsed {
-		t.Errorf("reusing the token: %d %v, want 401 %s", code, failure, peering.ReasonTokenUsed)
-	}
+	t.Run("the single-use token is spent", func(t *testing.T) {
+		var failure map[string]string
+		if code := post(t, hc, cmd.AuthURL+peering.PeerPath, "", peering.PeerRequest{Token: cmd.AuthToken, ClusterID: consumerID, ClusterName: "consumer", ProviderClusterID: cmd.ClusterID}, &failure); code != http.StatusUnauthorized || failure["reason"] != peering.ReasonTokenUsed {
+			t.Errorf("reusing the token: %d %v, want 401 %s", code, failure, peering.ReasonTokenUsed)
+		}
+	})
 
 	// The credentials work against the provider API and see the offer the
 	// provider's controller-manager publishes in the tenant namespace.
-	cfg := &rest.Config{Host: resp.Credentials.APIServerURL, BearerToken: resp.Credentials.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: []byte(resp.Credentials.CACert)}}
-	tenantClient, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var tenantClient client.Client
 	ns := resp.Credentials.TenantNamespace
 	var offer offloadv1alpha1.ResourceOffer
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return tenantClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "provider"}, &offer) == nil, nil
+	if !t.Run("the credentials read the offer", func(t *testing.T) {
+		cfg := &rest.Config{Host: resp.Credentials.APIServerURL, BearerToken: resp.Credentials.Token,
+			TLSClientConfig: rest.TLSClientConfig{CAData: []byte(resp.Credentials.CACert)}}
+		var err error
+		tenantClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return tenantClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "provider"}, &offer) == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("no ResourceOffer readable with the tenant credentials in %s: %v", ns, err)
+		}
+	}) {
+		t.FailNow()
+	}
+	t.Run("the offer is the provider's", func(t *testing.T) {
+		cpu := offer.Spec.Resources[corev1.ResourceCPU]
+		if offer.Spec.ClusterID != cmd.ClusterID || cpu.Sign() <= 0 {
+			t.Errorf("offer %+v: want the provider's ID and a positive cpu share", offer.Spec)
+		}
+		t.Logf("offer: cpu %s, memory %s, pods %s", offer.Spec.Resources.Cpu(), offer.Spec.Resources.Memory(), offer.Spec.Resources.Pods())
 	})
-	if err != nil {
-		t.Fatalf("no ResourceOffer readable with the tenant credentials in %s: %v", ns, err)
-	}
-	cpu := offer.Spec.Resources[corev1.ResourceCPU]
-	if offer.Spec.ClusterID != cmd.ClusterID || cpu.Sign() <= 0 {
-		t.Errorf("offer %+v: want the provider's ID and a positive cpu share", offer.Spec)
-	}
-	t.Logf("offer: cpu %s, memory %s, pods %s", offer.Spec.Resources.Cpu(), offer.Spec.Resources.Memory(), offer.Spec.Resources.Pods())
 
 	t.Run("the consumer identity is scoped to its tenant namespace", func(t *testing.T) {
 		user := "system:serviceaccount:" + ns + ":offload-consumer"
@@ -209,80 +229,84 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 	})
 
 	// unpeer: the tenant goes, and the old credentials stop working.
-	if code := post(t, hc, cmd.AuthURL+peering.UnpeerPath, resp.Credentials.Token, peering.RefreshRequest{ClusterID: consumerID}, nil); code != http.StatusOK {
-		t.Fatalf("POST /v1/unpeer: %d", code)
-	}
-	revoked := time.Now()
-	// What the credentials could do a moment ago is refused at once (403,
-	// the RoleBinding is gone), and the token itself stops authenticating
-	// (401) once the API server's token cache lets go of it.
-	var denied, unauthenticated time.Duration
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		err := tenantClient.List(ctx, &offloadv1alpha1.ResourceOfferList{}, client.InNamespace(ns))
-		if denied == 0 && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
-			denied = time.Since(revoked)
+	t.Run("unpeer revokes the credentials and the tenant", func(t *testing.T) {
+		if code := post(t, hc, cmd.AuthURL+peering.UnpeerPath, resp.Credentials.Token, peering.RefreshRequest{ClusterID: consumerID}, nil); code != http.StatusOK {
+			t.Fatalf("POST /v1/unpeer: %d", code)
 		}
-		if apierrors.IsUnauthorized(err) {
-			unauthenticated = time.Since(revoked)
-			return true, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Errorf("the old credentials still authenticate 30 s after unpeer: %v", err)
-	}
-	t.Logf("after unpeer the old credentials were refused (403) in %s and no longer authenticated (401) in %s",
-		denied.Round(time.Millisecond), unauthenticated.Round(time.Millisecond))
-	if denied > 2*time.Second {
-		t.Errorf("the old credentials could still read the tenant namespace %s after unpeer", denied)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		var tenants offloadv1alpha1.TenantList
-		if err := ctrlClient(t, c).List(ctx, &tenants); err != nil {
+		revoked := time.Now()
+		// What the credentials could do a moment ago is refused at once (403,
+		// the RoleBinding is gone), and the token itself stops authenticating
+		// (401) once the API server's token cache lets go of it.
+		var denied, unauthenticated time.Duration
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			err := tenantClient.List(ctx, &offloadv1alpha1.ResourceOfferList{}, client.InNamespace(ns))
+			if denied == 0 && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
+				denied = time.Since(revoked)
+			}
+			if apierrors.IsUnauthorized(err) {
+				unauthenticated = time.Since(revoked)
+				return true, nil
+			}
 			return false, nil
+		})
+		if err != nil {
+			t.Errorf("the old credentials still authenticate 30 s after unpeer: %v", err)
 		}
-		_, err := c.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		return len(tenants.Items) == 0 && apierrors.IsNotFound(err), nil
+		t.Logf("after unpeer the old credentials were refused (403) in %s and no longer authenticated (401) in %s",
+			denied.Round(time.Millisecond), unauthenticated.Round(time.Millisecond))
+		if denied > 2*time.Second {
+			t.Errorf("the old credentials could still read the tenant namespace %s after unpeer", denied)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			var tenants offloadv1alpha1.TenantList
+			if err := ctrlClient(t, c).List(ctx, &tenants); err != nil {
+				return false, nil
+			}
+			_, err := c.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			return len(tenants.Items) == 0 && apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			t.Errorf("tenant or tenant namespace %s left after unpeer: %v", ns, err)
+		}
 	})
-	if err != nil {
-		t.Errorf("tenant or tenant namespace %s left after unpeer: %v", ns, err)
-	}
 
 	// Two consumers racing with one single-use token: exactly one peers.
-	if err := json.Unmarshal([]byte(mustOffload(t, c, "peer", "generate", "-o", "json")), &cmd); err != nil {
-		t.Fatal(err)
-	}
-	racers := []peering.PeerRequest{
-		{Token: cmd.AuthToken, ClusterID: "0f0e0d0c-0b0a-4908-8706-0504030201aa", ClusterName: "racer-a", ProviderClusterID: cmd.ClusterID},
-		{Token: cmd.AuthToken, ClusterID: "0f0e0d0c-0b0a-4908-8706-0504030201bb", ClusterName: "racer-b", ProviderClusterID: cmd.ClusterID},
-	}
-	codes := make([]int, len(racers))
-	answers := make([]peering.PeerResponse, len(racers))
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Go(func() {
-			b, _ := json.Marshal(racers[i])
-			r, err := hc.Post(cmd.AuthURL+peering.PeerPath, "application/json", bytes.NewReader(b))
-			if err != nil {
-				return
-			}
-			defer r.Body.Close()
-			codes[i] = r.StatusCode
-			_ = json.NewDecoder(r.Body).Decode(&answers[i])
-		})
-	}
-	wg.Wait()
-	winners := 0
-	for i, code := range codes {
-		if code == http.StatusOK {
-			winners++
-			// Leave nothing behind.
-			if code := post(t, hc, cmd.AuthURL+peering.UnpeerPath, answers[i].Credentials.Token, peering.RefreshRequest{ClusterID: racers[i].ClusterID}, nil); code != http.StatusOK {
-				t.Errorf("POST /v1/unpeer for %s: %d", racers[i].ClusterName, code)
+	t.Run("two consumers racing with one token: one peers", func(t *testing.T) {
+		if err := json.Unmarshal([]byte(mustOffload(t, c, "peer", "generate", "-o", "json")), &cmd); err != nil {
+			t.Fatal(err)
+		}
+		racers := []peering.PeerRequest{
+			{Token: cmd.AuthToken, ClusterID: "0f0e0d0c-0b0a-4908-8706-0504030201aa", ClusterName: "racer-a", ProviderClusterID: cmd.ClusterID},
+			{Token: cmd.AuthToken, ClusterID: "0f0e0d0c-0b0a-4908-8706-0504030201bb", ClusterName: "racer-b", ProviderClusterID: cmd.ClusterID},
+		}
+		codes := make([]int, len(racers))
+		answers := make([]peering.PeerResponse, len(racers))
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				b, _ := json.Marshal(racers[i])
+				r, err := hc.Post(cmd.AuthURL+peering.PeerPath, "application/json", bytes.NewReader(b))
+				if err != nil {
+					return
+				}
+				defer r.Body.Close()
+				codes[i] = r.StatusCode
+				_ = json.NewDecoder(r.Body).Decode(&answers[i])
+			})
+		}
+		wg.Wait()
+		winners := 0
+		for i, code := range codes {
+			if code == http.StatusOK {
+				winners++
+				// Leave nothing behind.
+				if code := post(t, hc, cmd.AuthURL+peering.UnpeerPath, answers[i].Credentials.Token, peering.RefreshRequest{ClusterID: racers[i].ClusterID}, nil); code != http.StatusOK {
+					t.Errorf("POST /v1/unpeer for %s: %d", racers[i].ClusterName, code)
+				}
 			}
 		}
-	}
-	if winners != 1 || codes[0]+codes[1] != http.StatusOK+http.StatusUnauthorized {
-		t.Errorf("two concurrent uses of one single-use token answered %v, want one 200 and one 401", codes)
-	}
+		if winners != 1 || codes[0]+codes[1] != http.StatusOK+http.StatusUnauthorized {
+			t.Errorf("two concurrent uses of one single-use token answered %v, want one 200 and one 401", codes)
+		}
+	})
 }

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,9 +24,9 @@ import (
 )
 
 // The chapters of this file run in
-// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go),
+// TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go) and
 // TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin
-// (namespace_test.go) and TestCompatibility (compat_test.go).
+// (namespace_test.go).
 
 // attackPod is a pod a consumer must not be able to run on its provider.
 type attackPod struct {
@@ -70,20 +69,6 @@ func attackPods(providerNode string) []attackPod {
 
 // nfsVolume mounts a server of the tenant's choice on the provider's node.
 var nfsVolume = corev1.Volume{Name: "share", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.99.9.9", Path: "/"}}}
-
-// harmlessPod is a pod every policy admits: it drops NET_RAW and takes no
-// token of the provider's, as the consumer's agent makes every pod it sends.
-func harmlessPod(name, ns string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"attack": name}},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			AutomountServiceAccountToken:  ptr.To(false),
-			Containers: []corev1.Container{{Name: "app", Image: testAppImage, ImagePullPolicy: corev1.PullNever,
-				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}}}}},
-		},
-	}
-}
 
 // expectProviderRefusesUnsafePods tries, under the default policy of the
 // peering, every attack pod twice: sent directly to the provider with the
@@ -313,30 +298,6 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 	}
 }
 
-// peerFields returns the fields of kubectl offload status peer NAME -o json on c.
-func peerFields(t *testing.T, c *framework.Cluster, name string) map[string]string {
-	t.Helper()
-	out, _, _ := offload(t, c, "status", "peer", name, "-o", "json")
-	var r struct {
-		Sections []struct {
-			Fields []struct {
-				Name  string `json:"name"`
-				Value string `json:"value"`
-			} `json:"fields"`
-		} `json:"sections"`
-	}
-	if err := jsonUnmarshal(out, &r); err != nil {
-		t.Fatalf("kubectl offload status peer %s -o json: %v\n%s", name, err, out)
-	}
-	fields := map[string]string{}
-	for _, s := range r.Sections {
-		for _, f := range s.Fields {
-			fields[f.Name] = f.Value
-		}
-	}
-	return fields
-}
-
 // expectOneBudget checks, with the consumer's own credentials, that two
 // twin namespaces together cannot use more cpu than the offer: a pod asking
 // for 60% of it is admitted in the first, and then refused in the second.
@@ -381,16 +342,4 @@ func expectOneBudget(ctx context.Context, t *testing.T, consumer, provider *fram
 	if err := tenant.CoreV1().Pods(first).Delete(ctx, "budget", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// tenantClient returns the consumer's credentials for its provider
-// "provider", as its agent holds them, and a client that uses them.
-func tenantClient(ctx context.Context, t *testing.T, consumer *framework.Cluster) (heldCredentials, kubernetes.Interface) {
-	t.Helper()
-	held := readHeldCredentials(ctx, t, consumer, "provider")
-	tenant, err := kubernetes.NewForConfig(held.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return held, tenant
 }

@@ -1,137 +1,28 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
-
-const testAppImage = "registry.local/offload/testapp:test"
-
-// kubectl runs the pinned kubectl against cluster c.
-func kubectl(t *testing.T, c *framework.Cluster, args ...string) (string, error) {
-	t.Helper()
-	bin, err := framework.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
-	return string(out), err
-}
-
-// testAppDeployment runs the test application on the real node.
-func testAppDeployment(name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{framework.RealNodeLabel: framework.RealNodeLabelValue},
-					Containers: []corev1.Container{{
-						Name:            "app",
-						Image:           testAppImage,
-						ImagePullPolicy: corev1.PullNever,
-						Ports:           []corev1.ContainerPort{{ContainerPort: 8080}},
-						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intOrString(8080)}},
-							PeriodSeconds: 1,
-						},
-					}},
-				},
-			},
-		},
-	}
-}
-
-// portForward forwards a local port to port of target and returns the local
-// address; the forward stops when the test ends.
-func portForward(t *testing.T, c *framework.Cluster, ns, target string, port int) string {
-	t.Helper()
-	bin, err := framework.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", c.Kubeconfig, "-n", ns,
-		"port-forward", target, fmt.Sprintf(":%d", port))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &lockedWriter{w: &stderr}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
-	re := regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+)`)
-	lines := bufio.NewScanner(stdout)
-	found := make(chan string, 1)
-	go func() {
-		for lines.Scan() {
-			if m := re.FindStringSubmatch(lines.Text()); m != nil {
-				found <- m[1]
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case addr := <-found:
-		return addr
-	case <-time.After(30 * time.Second):
-		t.Fatalf("kubectl port-forward %s did not start: %s", target, cmd.Stderr.(*lockedWriter).String())
-	}
-	return ""
-}
 
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
 	if err := tryGetJSON(url, v); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// tryGetJSON decodes the JSON body of GET url into v, whatever the status.
-func tryGetJSON(url string, v any) error {
-	client := &http.Client{Timeout: 15 * time.Second}
-	resp, err := client.Get(url)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("GET %s: %s, not JSON: %v: %s", url, resp.Status, err, body)
-	}
-	return nil
 }
 
 func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
@@ -144,75 +35,92 @@ func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	nodes, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(nodes.Items) != 3 {
-		t.Errorf("cluster has %d nodes, want 1 real and 2 fake", len(nodes.Items))
-	}
+	// The chapters, each a subtest that reports on its own. The ones after
+	// the test application runs need it: that one stops the test when it
+	// fails.
+	t.Run("one real node and two fake ones", func(t *testing.T) {
+		nodes, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes.Items) != 3 {
+			t.Errorf("cluster has %d nodes, want 1 real and 2 fake", len(nodes.Items))
+		}
+	})
 
 	ns := "default"
-	// The default ServiceAccount may read pods, so /kube can list them.
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "default-view"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "view"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "default", Namespace: ns}},
+	var pod corev1.Pod
+	if !t.Run("the test application runs on the real node", func(t *testing.T) {
+		// The default ServiceAccount may read pods, so /kube can list them.
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "default-view"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "view"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "default", Namespace: ns}},
+		}
+		if _, err := c.Kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Kube.AppsV1().Deployments(ns).Create(ctx, testAppDeployment("testapp", 1), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod = waitPodsReady(ctx, t, c, ns, "app=testapp", 1)[0]
+		if pod.Spec.NodeName != c.Node.Name {
+			t.Fatalf("testapp runs on %s, want the real node %s", pod.Spec.NodeName, c.Node.Name)
+		}
+	}) {
+		t.FailNow()
 	}
-	if _, err := c.Kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Kube.AppsV1().Deployments(ns).Create(ctx, testAppDeployment("testapp", 1), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := waitPodsReady(ctx, t, c, ns, "app=testapp", 1)[0]
-	if pod.Spec.NodeName != c.Node.Name {
-		t.Fatalf("testapp runs on %s, want the real node %s", pod.Spec.NodeName, c.Node.Name)
-	}
-	expectConfinedToCPU0(t, c, pod)
+	t.Run("confined to CPU 0", func(t *testing.T) { expectConfinedToCPU0(t, c, pod) })
 
 	// port-forward, and a pod calling the API server with in-cluster config.
-	addr := portForward(t, c, ns, "pod/"+pod.Name, 8080)
-	var kube struct {
-		ServerVersion string   `json:"serverVersion"`
-		Pods          []string `json:"pods"`
-		Error         string   `json:"error"`
-	}
-	getJSON(t, "http://"+addr+"/kube", &kube)
-	versions, _ := framework.Versions()
-	if kube.Error != "" || kube.ServerVersion != versions["KUBE_VERSION"] || !contains(kube.Pods, pod.Name) {
-		t.Errorf("in-cluster API call from the pod: %+v; want version %s and pod %s listed", kube, versions["KUBE_VERSION"], pod.Name)
-	}
+	t.Run("port-forward, and an in-cluster API call", func(t *testing.T) {
+		addr := portForward(t, c, ns, "pod/"+pod.Name, 8080)
+		var kube struct {
+			ServerVersion string   `json:"serverVersion"`
+			Pods          []string `json:"pods"`
+			Error         string   `json:"error"`
+		}
+		getJSON(t, "http://"+addr+"/kube", &kube)
+		versions, _ := framework.Versions()
+		if kube.Error != "" || kube.ServerVersion != versions["KUBE_VERSION"] || !contains(kube.Pods, pod.Name) {
+			t.Errorf("in-cluster API call from the pod: %+v; want version %s and pod %s listed", kube, versions["KUBE_VERSION"], pod.Name)
+		}
+	})
 
 	// logs and exec go through the kubelet.
-	logs, err := kubectl(t, c, "-n", ns, "logs", pod.Name)
-	if err != nil || !strings.Contains(logs, "/kube") {
-		t.Errorf("kubectl logs: err=%v, output %q; want the /kube request logged", err, logs)
-	}
-	out, err := kubectl(t, c, "-n", ns, "exec", pod.Name, "--", "/testapp", "get", "http://127.0.0.1:8080/hostname")
-	if err != nil || !strings.Contains(out, pod.Name) {
-		t.Errorf("kubectl exec: err=%v, output %q; want the pod's host name", err, out)
-	}
+	t.Run("logs and exec through the kubelet", func(t *testing.T) {
+		logs, err := kubectl(t, c, "-n", ns, "logs", pod.Name)
+		if err != nil || !strings.Contains(logs, "/kube") {
+			t.Errorf("kubectl logs: err=%v, output %q; want the /kube request logged", err, logs)
+		}
+		out, err := kubectl(t, c, "-n", ns, "exec", pod.Name, "--", "/testapp", "get", "http://127.0.0.1:8080/hostname")
+		if err != nil || !strings.Contains(out, pod.Name) {
+			t.Errorf("kubectl exec: err=%v, output %q; want the pod's host name", err, out)
+		}
+	})
 
 	// Services resolve by name through the cluster's CoreDNS, short and in full.
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "testapp"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "testapp"},
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}
-	if _, err := c.Kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitDNS(ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"testapp", "testapp." + ns + ".svc." + framework.ClusterDomain} {
-		var out string
-		waitFor(ctx, t, 30*time.Second, "a pod resolving Service "+name, func(context.Context) (bool, string) {
-			out, err = kubectl(t, c, "-n", ns, "exec", pod.Name, "--", "/testapp", "get", "http://"+name+"/hostname")
-			return err == nil && strings.Contains(out, pod.Name), fmt.Sprintf("%v: %s", err, out)
-		})
-	}
+	t.Run("Services resolve through CoreDNS", func(t *testing.T) {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "testapp"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "testapp"},
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		}
+		if _, err := c.Kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WaitDNS(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"testapp", "testapp." + ns + ".svc." + framework.ClusterDomain} {
+			var out string
+			var err error
+			waitFor(ctx, t, 30*time.Second, "a pod resolving Service "+name, func(context.Context) (bool, string) {
+				out, err = kubectl(t, c, "-n", ns, "exec", pod.Name, "--", "/testapp", "get", "http://"+name+"/hostname")
+				return err == nil && strings.Contains(out, pod.Name), fmt.Sprintf("%v: %s", err, out)
+			})
+		}
+	})
 }
 
 func contains(list []string, s string) bool {
@@ -222,24 +130,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// lockedWriter is a writer safe for a process and the test to share.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
 }
 
 // expectConfinedToCPU0 checks that the control plane of c, its real

@@ -20,7 +20,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// The chapters of this file run in
+// The chapter of this file runs in
 // TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go).
 
 // expectKubectlTop checks kubectl top for the virtual node and its pods, on

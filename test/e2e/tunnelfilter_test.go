@@ -13,7 +13,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// The chapters of this file run in
+// The chapter of this file runs in
 // TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR
 // (network_test.go).
 

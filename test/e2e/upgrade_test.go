@@ -130,10 +130,20 @@ func testUpgrade(t *testing.T, order upgradeOrder) {
 		}
 	}
 
-	s.installAndPeer(ctx, t, old)
-	s.offloadApp(ctx, t, old)
-	for _, c := range clusters {
-		expectAgentImage(ctx, t, c, framework.OldAgentImageTag)
+	// The chapters, each a subtest that reports on its own. The old
+	// release's install, peering and offloading are what the upgrades
+	// start from: they stop the test when they fail. The others let the
+	// rest run.
+	if !t.Run("the old release installs and peers", func(t *testing.T) { s.installAndPeer(ctx, t, old) }) {
+		t.FailNow()
+	}
+	if !t.Run("the old release offloads the Service's pods", func(t *testing.T) {
+		s.offloadApp(ctx, t, old)
+		for _, c := range clusters {
+			expectAgentImage(ctx, t, c, framework.OldAgentImageTag)
+		}
+	}) {
+		t.FailNow()
 	}
 	initial := s.state(ctx, t)
 	probe := s.startProbe(ctx, t)
@@ -143,37 +153,43 @@ func testUpgrade(t *testing.T, order upgradeOrder) {
 		first, second = s.provider, s.consumer
 	}
 	// One side alone first: the skew of a rolling upgrade.
-	s.upgradeStep(ctx, t, first, initial, probe)
-	expectAgentImage(ctx, t, second, framework.OldAgentImageTag)
-	s.upgradeStep(ctx, t, second, initial, probe)
-	expectSchedulingMutation(ctx, t, s.consumer)
+	t.Run("the "+first.Name+" upgraded alone", func(t *testing.T) {
+		s.upgradeStep(ctx, t, first, initial, probe)
+		expectAgentImage(ctx, t, second, framework.OldAgentImageTag)
+	})
+	t.Run("the "+second.Name+" upgraded too", func(t *testing.T) { s.upgradeStep(ctx, t, second, initial, probe) })
+	t.Run("the scheduling mutation after the upgrade", func(t *testing.T) { expectSchedulingMutation(ctx, t, s.consumer) })
 
-	f := probe.end()
-	for _, st := range f.steps {
-		t.Logf("upgrade of %s: %d requests through Service web, %d failed (%.1f%%), longest outage %s, ready endpoints fewer than %d for %s (fewest %d); first failures: %q",
-			st.name, st.answered+st.failed, st.failed, 100*float64(st.failed)/float64(max(1, st.answered+st.failed)), st.longestOutage.Round(time.Millisecond),
-			upgradeReplicas, st.endpointsShort, st.fewestEndpoints, st.errors)
-	}
-	t.Logf("upgrade figures: answers from %d of %d pods, virtual node NotReady %d times", len(f.servedBy), upgradeReplicas, len(f.nodeNotReady))
-	// Requests start at least probeInterval apart, so an outage of
-	// maxUpgradeOutage in a step fails at most this many.
-	maxFailed := int(maxUpgradeOutage/probeInterval) + 1
-	for _, st := range f.steps {
-		switch {
-		case st.answered == 0:
-			t.Errorf("the Service never answered during the upgrade of %s", st.name)
-		case st.longestOutage > maxUpgradeOutage || st.failed > maxFailed:
-			t.Errorf("during the upgrade of %s, the Service went unanswered for up to %s, %d requests failed; want at most %s and %d", st.name, st.longestOutage, st.failed, maxUpgradeOutage, maxFailed)
+	t.Run("the Service answered through both upgrades", func(t *testing.T) {
+		f := probe.end()
+		for _, st := range f.steps {
+			t.Logf("upgrade of %s: %d requests through Service web, %d failed (%.1f%%), longest outage %s, ready endpoints fewer than %d for %s (fewest %d); first failures: %q",
+				st.name, st.answered+st.failed, st.failed, 100*float64(st.failed)/float64(max(1, st.answered+st.failed)), st.longestOutage.Round(time.Millisecond),
+				upgradeReplicas, st.endpointsShort, st.fewestEndpoints, st.errors)
 		}
-	}
-	if len(f.nodeNotReady) > 0 {
-		t.Errorf("the virtual node %s was not Ready during the upgrade: %v", s.node(), f.nodeNotReady)
-	}
+		t.Logf("upgrade figures: answers from %d of %d pods, virtual node NotReady %d times", len(f.servedBy), upgradeReplicas, len(f.nodeNotReady))
+		// Requests start at least probeInterval apart, so an outage of
+		// maxUpgradeOutage in a step fails at most this many.
+		maxFailed := int(maxUpgradeOutage/probeInterval) + 1
+		for _, st := range f.steps {
+			switch {
+			case st.answered == 0:
+				t.Errorf("the Service never answered during the upgrade of %s", st.name)
+			case st.longestOutage > maxUpgradeOutage || st.failed > maxFailed:
+				t.Errorf("during the upgrade of %s, the Service went unanswered for up to %s, %d requests failed; want at most %s and %d", st.name, st.longestOutage, st.failed, maxUpgradeOutage, maxFailed)
+			}
+		}
+		if len(f.nodeNotReady) > 0 {
+			t.Errorf("the virtual node %s was not Ready during the upgrade: %v", s.node(), f.nodeNotReady)
+		}
+	})
 
-	for _, c := range clusters {
-		expectStoredVersionsCurrent(ctx, t, c)
-	}
-	s.uninstall(ctx, t, objects)
+	t.Run("every CRD stores its current version alone", func(t *testing.T) {
+		for _, c := range clusters {
+			expectStoredVersionsCurrent(ctx, t, c)
+		}
+	})
+	t.Run("uninstall --purge leaves nothing of either release", func(t *testing.T) { s.uninstall(ctx, t, objects) })
 }
 
 // oldRelease builds the release at oldReleaseCommit, once per machine,
@@ -481,16 +497,6 @@ func expectAgentImage(ctx context.Context, t *testing.T, c *framework.Cluster, t
 			}
 		}
 		return agents > 0 && gateways > 0 && len(pending) == 0, fmt.Sprintf("%d agent pods, %d gateways, not yet: %v", agents, gateways, pending)
-	})
-}
-
-// expectStatusHealthy waits until kubectl offload status of the release
-// under test exits 0 and reports c healthy.
-func expectStatusHealthy(ctx context.Context, t *testing.T, c *framework.Cluster) {
-	t.Helper()
-	waitFor(ctx, t, 2*time.Minute, "kubectl offload status healthy on "+c.Name, func(ctx context.Context) (bool, string) {
-		r, code := offloadStatus(t, c)
-		return code == 0 && r.Healthy, fmt.Sprintf("exit code %d, healthy %t, failed checks %q", code, r.Healthy, r.failures())
 	})
 }
 
