@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 // BenchmarkLocalClusters measures bringing up two local clusters, with and
@@ -18,9 +18,9 @@ func BenchmarkLocalClusters(b *testing.B) {
 		b.Run(fmt.Sprintf("real-node=%t", real), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
-				clusters := framework.StartClusters(b,
-					framework.ClusterOptions{Name: "consumer", FakeNodes: 2, RealNode: real},
-					framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: real},
+				clusters := localcluster.StartClusters(b,
+					localcluster.ClusterOptions{Name: "consumer", FakeNodes: 2, RealNode: real},
+					localcluster.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: real},
 				)
 				b.ReportMetric(time.Since(start).Seconds(), "s/bringup")
 				var controlPlane, node uint64

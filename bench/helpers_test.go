@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +40,7 @@ const (
 
 // pair is a consumer peered with a provider, with a namespace offloaded.
 type pair struct {
-	consumer, provider *framework.Cluster
+	consumer, provider *localcluster.Cluster
 	bin                string
 	// twin is the provider namespace that mirrors offloadedNS.
 	twin string
@@ -63,10 +67,10 @@ func (p *pair) statusTime(ctx context.Context, b *testing.B) time.Duration {
 // maxPods, peers them and offloads offloadedNS with the Remote strategy.
 func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pair {
 	b.Helper()
-	if err := framework.EnsureTools(ctx); err != nil {
+	if err := tools.EnsureTools(ctx); err != nil {
 		b.Fatal(err)
 	}
-	bin, err := framework.BuildBinaries(ctx)
+	bin, err := tools.BuildBinaries(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,9 +81,9 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 	// which the direct run uses up for a while.
 	fakeNodes := (2*maxPods+99)/100 + 1
 	start := time.Now()
-	clusters := framework.StartClusters(b,
-		framework.ClusterOptions{Name: "bench-consumer", RealNode: true, DisableQPSLimits: true, CPUs: mode.consumer},
-		framework.ClusterOptions{Name: "bench-provider", FakeNodes: fakeNodes, TaintFakeNodes: true, RealNode: true, DisableQPSLimits: true, CPUs: mode.provider},
+	clusters := localcluster.StartClusters(b,
+		localcluster.ClusterOptions{Name: "bench-consumer", RealNode: true, DisableQPSLimits: true, CPUs: mode.consumer},
+		localcluster.ClusterOptions{Name: "bench-provider", FakeNodes: fakeNodes, TaintFakeNodes: true, RealNode: true, DisableQPSLimits: true, CPUs: mode.provider},
 	)
 	p := &pair{consumer: clusters[0], provider: clusters[1], bin: bin}
 	fmt.Printf("BenchmarkOffload %s: clusters up with %d fake provider nodes: %s; %s", mode.name, fakeNodes, time.Since(start).Round(time.Millisecond), mode.describe())
@@ -102,7 +106,7 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 	}
 	// The peered-pair fixture, in two halves: the provider's real node is
 	// cordoned between them.
-	if err := framework.InstallPair(ctx, p.consumer, p.provider, framework.PairOptions{Bin: bin, Install: install}); err != nil {
+	if err := localcluster.InstallPair(ctx, p.consumer, p.provider, localcluster.PairOptions{Bin: bin, Install: install}); err != nil {
 		b.Fatal(err)
 	}
 	// Every benchmark pod, direct or remote, goes to a fake node.
@@ -122,7 +126,7 @@ func (p *pair) peer(ctx context.Context, b *testing.B, maxPods int) {
 	b.Helper()
 	// The provider lends its fake nodes, which are tainted as the local
 	// clusters' are, to the consumer.
-	pp, err := framework.PeerPair(ctx, p.consumer, p.provider, framework.PairOptions{Bin: p.bin, Generate: []string{"--toleration", framework.FakeNodeTolerationFlag}})
+	pp, err := localcluster.PeerPair(ctx, p.consumer, p.provider, localcluster.PairOptions{Bin: p.bin, Generate: []string{"--toleration", localcluster.FakeNodeTolerationFlag}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -153,7 +157,7 @@ func (p *pair) peer(ctx context.Context, b *testing.B, maxPods int) {
 func (p *pair) namespaces(ctx context.Context, b *testing.B) {
 	b.Helper()
 	for _, n := range []struct {
-		c  *framework.Cluster
+		c  *localcluster.Cluster
 		ns string
 	}{{p.consumer, offloadedNS}, {p.provider, directNS}} {
 		if _, err := n.c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.ns}}, metav1.CreateOptions{}); err != nil {
@@ -170,7 +174,7 @@ func (p *pair) namespaces(ctx context.Context, b *testing.B) {
 	p.twin = offloadv1alpha1.TwinNamespace(offloadedNS, p.consumer.Name, cm.Data["clusterID"])
 	// Pods are rejected until a namespace has its default ServiceAccount.
 	for _, n := range []struct {
-		c  *framework.Cluster
+		c  *localcluster.Cluster
 		ns string
 	}{{p.consumer, offloadedNS}, {p.provider, directNS}, {p.provider, p.twin}} {
 		if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, string) {
@@ -183,8 +187,8 @@ func (p *pair) namespaces(ctx context.Context, b *testing.B) {
 }
 
 // offload runs the built kubectl-offload binary against c.
-func (p *pair) offload(ctx context.Context, c *framework.Cluster, args ...string) (string, error) {
-	return framework.Offload(ctx, p.bin, c, args...)
+func (p *pair) offload(ctx context.Context, c *localcluster.Cluster, args ...string) (string, error) {
+	return localcluster.Offload(ctx, p.bin, c, args...)
 }
 
 // poll checks cond every 250 ms until it holds or timeout passes; the
@@ -195,7 +199,7 @@ func poll(ctx context.Context, timeout time.Duration, cond func(ctx context.Cont
 }
 
 // waitNoPods waits until no pod matching selector is left in ns.
-func waitNoPods(ctx context.Context, c *framework.Cluster, ns, selector string, timeout time.Duration) error {
+func waitNoPods(ctx context.Context, c *localcluster.Cluster, ns, selector string, timeout time.Duration) error {
 	err := poll(ctx, timeout, func(ctx context.Context) (bool, string) {
 		list, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector, Limit: 1})
 		if err != nil {
@@ -219,12 +223,12 @@ func nodeReady(n *corev1.Node) bool {
 }
 
 // agentPods lists the controller-manager pods of c.
-func agentPods(ctx context.Context, c *framework.Cluster) (*corev1.PodList, error) {
+func agentPods(ctx context.Context, c *localcluster.Cluster) (*corev1.PodList, error) {
 	return c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
 }
 
 // agentRestarts returns the restart count of the controller-manager container of c.
-func agentRestarts(ctx context.Context, c *framework.Cluster) (int32, error) {
+func agentRestarts(ctx context.Context, c *localcluster.Cluster) (int32, error) {
 	list, err := agentPods(ctx, c)
 	if err != nil {
 		return 0, err
@@ -311,7 +315,7 @@ func componentCPU() map[string]float64 {
 		if cluster == "" {
 			continue
 		}
-		if cpu, err := framework.CPUSeconds(pid); err == nil {
+		if cpu, err := machine.CPUSeconds(pid); err == nil {
 			out[cluster+"/"+filepath.Base(argv[0])] += cpu
 		}
 	}

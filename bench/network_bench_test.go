@@ -20,6 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
+
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -58,7 +62,7 @@ func TestMain(m *testing.M) {
 		os.Exit(bareWireGuard(cfg))
 	}
 	code := m.Run()
-	_ = framework.RemoveBinaries()
+	_ = tools.RemoveBinaries()
 	os.Exit(code)
 }
 
@@ -122,7 +126,7 @@ func BenchmarkNetwork(b *testing.B) {
 
 type netBench struct {
 	b   *testing.B
-	lab *framework.NetLab
+	lab *netlab.NetLab
 	dir string
 	// procs are the processes the bench started, by name.
 	procs map[string]*exec.Cmd
@@ -130,10 +134,10 @@ type netBench struct {
 
 func runNetworkBench(b *testing.B) {
 	nb := &netBench{b: b, dir: b.TempDir(), procs: map[string]*exec.Cmd{}}
-	nb.lab = framework.NewNetLab(b, "p6")
+	nb.lab = netlab.NewNetLab(b, "p6")
 	load, _ := os.ReadFile("/proc/loadavg")
 
-	agent, err := framework.BuildGoBinary(context.Background(), "github.com/kubectl-offload/kubectl-offload/cmd/offload-agent", filepath.Join(nb.dir, "bin"), "")
+	agent, err := images.BuildGoBinary(context.Background(), "github.com/kubectl-offload/kubectl-offload/cmd/offload-agent", filepath.Join(nb.dir, "bin"), "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -153,13 +157,13 @@ func runNetworkBench(b *testing.B) {
 	// The consumer gateway dials the provider's straight over the underlay
 	// (the provider node forwards the port to its gateway pod).
 	l.NFT(pn, func(c *nftables.Conn, tb *nftables.Table) {
-		pre := framework.NATChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+		pre := netlab.NATChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
 		c.AddRule(&nftables.Rule{Table: tb, Chain: pre, Exprs: nftexpr.Rule(nftexpr.Interface(true, "ul", true),
 			nftexpr.Protocol(unix.IPPROTO_UDP), nftexpr.DestinationPort(31820), nftexpr.DNAT(netip.MustParseAddr("10.244.2.9"), 51820))})
 	})
 	for _, ns := range []string{cn, pn} {
 		l.NFT(ns, func(c *nftables.Conn, tb *nftables.Table) {
-			post := framework.NATChain(c, tb, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
+			post := netlab.NATChain(c, tb, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
 			c.AddRule(&nftables.Rule{Table: tb, Chain: post, Exprs: nftexpr.Rule(nftexpr.Interface(false, "ul", true),
 				nftexpr.MatchPrefix(nftexpr.Source, netip.MustParsePrefix("10.244.0.0/16")), nftexpr.Masquerade())})
 		})
@@ -324,7 +328,7 @@ func (nb *netBench) rssKiB(name string) int {
 }
 
 // serveBulk sends bulkBytes to every connection on :9000 of ns.
-func serveBulk(l *framework.NetLab, ns string) {
+func serveBulk(l *netlab.NetLab, ns string) {
 	buf := make([]byte, 256<<10)
 	l.Listen(ns, 9000, func(c net.Conn) {
 		for sent := 0; sent < bulkBytes; sent += len(buf) {
@@ -336,7 +340,7 @@ func serveBulk(l *framework.NetLab, ns string) {
 }
 
 // serveEcho answers one byte on :9001 of ns.
-func serveEcho(l *framework.NetLab, ns string) {
+func serveEcho(l *netlab.NetLab, ns string) {
 	l.Listen(ns, 9001, func(c net.Conn) {
 		var one [1]byte
 		if _, err := io.ReadFull(c, one[:]); err == nil {
@@ -348,7 +352,7 @@ func serveEcho(l *framework.NetLab, ns string) {
 // dial connects from namespace ns.
 func dial(ns, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := framework.InNetNS(ns, func() (err error) {
+	err := netlab.InNetNS(ns, func() (err error) {
 		c, err = net.DialTimeout("tcp4", addr, 3*time.Second)
 		return err
 	})

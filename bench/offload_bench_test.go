@@ -16,6 +16,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,8 +28,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // benchImage is never pulled: every benchmark pod runs on a kwok fake node.
@@ -141,7 +142,7 @@ func cpuModes(s string) ([]cpuMode, error) {
 	for _, f := range strings.Split(s, ",") {
 		switch strings.TrimSpace(f) {
 		case "isolated":
-			consumer, provider, err := framework.SplitHostCPUs()
+			consumer, provider, err := machine.SplitHostCPUs()
 			if err != nil {
 				return nil, fmt.Errorf("OFFLOAD_BENCH_CPUS=isolated: %w", err)
 			}
@@ -355,12 +356,12 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	offloaded.node = p.virtualNode
 	stopLocal := offloaded.watch(ctx, b, p.consumer.Kube, offloadedNS, name, local)
 	stopRemote := offloaded.watch(ctx, b, p.provider.Kube, p.twin, name, remote)
-	pid, err := framework.AgentPID(p.consumer.Name)
+	pid, err := machine.AgentPID(p.consumer.Name)
 	if err != nil {
 		b.Fatal(err)
 	}
 	restarts, _ := agentRestarts(ctx, p.consumer)
-	cpu0, err := framework.CPUSeconds(pid)
+	cpu0, err := machine.CPUSeconds(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -405,7 +406,7 @@ func (p *pair) mustStartRequests(ctx context.Context, b *testing.B) *requestMete
 // CPU seconds the consumer's agent used since cpu0; NaN when it restarted.
 func (p *pair) agentFigures(ctx context.Context, b *testing.B, r *offloadResult, pid int, cpu0 float64, restarts int32) float64 {
 	b.Helper()
-	cpu1, err := framework.CPUSeconds(pid)
+	cpu1, err := machine.CPUSeconds(pid)
 	if err != nil {
 		b.Logf("the consumer's agent (pid %d) is gone: %v", pid, err)
 		cpu1 = math.NaN()
@@ -416,19 +417,19 @@ func (p *pair) agentFigures(ctx context.Context, b *testing.B, r *offloadResult,
 		b.Logf("the consumer's agent restarted during the run (%d restarts before, %d after): its figures are not valid", restarts, now)
 		cpu1 = math.NaN()
 	}
-	if cur, err := framework.AgentPID(p.consumer.Name); err == nil {
-		r.consumerRSS, _ = framework.RSSMiB(cur)
+	if cur, err := machine.AgentPID(p.consumer.Name); err == nil {
+		r.consumerRSS, _ = machine.RSSMiB(cur)
 	}
 	profileAgent(ctx, b, p.consumer, fmt.Sprintf("bench-%d", r.n), "heap", "gc=1")
-	if prov, err := framework.AgentPID(p.provider.Name); err == nil {
-		r.providerRSS, _ = framework.RSSMiB(prov)
+	if prov, err := machine.AgentPID(p.provider.Name); err == nil {
+		r.providerRSS, _ = machine.RSSMiB(prov)
 	}
 	return cpu1 - cpu0
 }
 
 // runDeployment creates the Deployment and returns the time until the
 // tracker has seen n of its pods Running.
-func (p *pair) runDeployment(ctx context.Context, b *testing.B, c *framework.Cluster, ns, name string, n int, t *tracker, timeout time.Duration) time.Duration {
+func (p *pair) runDeployment(ctx context.Context, b *testing.B, c *localcluster.Cluster, ns, name string, n int, t *tracker, timeout time.Duration) time.Duration {
 	b.Helper()
 	start := time.Now()
 	if _, err := c.Kube.AppsV1().Deployments(ns).Create(ctx, benchDeployment(name, n), metav1.CreateOptions{}); err != nil {
@@ -446,7 +447,7 @@ func (p *pair) runDeployment(ctx context.Context, b *testing.B, c *framework.Clu
 
 // deleteDeployment deletes the Deployment name from ns of c and waits until
 // its pods are gone, and for the offloaded one also the remote pods.
-func (p *pair) deleteDeployment(ctx context.Context, b *testing.B, c *framework.Cluster, ns, name string, timeout time.Duration) {
+func (p *pair) deleteDeployment(ctx context.Context, b *testing.B, c *localcluster.Cluster, ns, name string, timeout time.Duration) {
 	b.Helper()
 	err := c.Kube.AppsV1().Deployments(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
 	if err := ignoreNotFound(err); err != nil {
@@ -479,7 +480,7 @@ func benchDeployment(name string, n int) *appsv1.Deployment {
 					// The provider's fake nodes are tainted: the direct run
 					// tolerates it explicitly, the offloaded one through the
 					// peering (the consumer's own tolerations stay home).
-					Tolerations: []corev1.Toleration{framework.FakeNodeToleration},
+					Tolerations: []corev1.Toleration{localcluster.FakeNodeToleration},
 					Containers: []corev1.Container{{
 						Name:            "pause",
 						Image:           benchImage,
@@ -736,5 +737,5 @@ func machineBusySeconds() float64 {
 			busy += v
 		}
 	}
-	return busy / framework.ClockTicks
+	return busy / machine.ClockTicks
 }

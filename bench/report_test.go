@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
+
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // modeResults are the results of one CPU mode.
@@ -48,8 +49,8 @@ func writeReport(path, command string, all []modeResults) error {
 	}
 
 	var b strings.Builder
-	versions, _ := framework.Versions()
-	cpus, _ := framework.HostCPUs()
+	versions, _ := tools.Versions()
+	cpus, _ := machine.HostCPUs()
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `BenchmarkOffload` (bench/offload_bench_test.go) on %s; do not edit by hand.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- Command: `%s`\n", command)
 	fmt.Fprintf(&b, "- Machine: %s/%s, CPUs %s (%d), Kubernetes %s, kwok %s, Go %s\n", runtime.GOOS, runtime.GOARCH, cpus, runtime.NumCPU(), versions["KUBE_VERSION"], versions["KWOK_VERSION"], runtime.Version())

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -25,7 +27,7 @@ import (
 // requestCounts reads apiserver_request_total from c's kube-apiserver:
 // the requests it served since it started, by "VERB resource[/subresource]",
 // every response code together.
-func requestCounts(ctx context.Context, c *framework.Cluster) (map[string]float64, error) {
+func requestCounts(ctx context.Context, c *localcluster.Cluster) (map[string]float64, error) {
 	raw, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the metrics of %s's kube-apiserver: %w", c.Name, err)
@@ -62,7 +64,7 @@ func parseRequestCounts(raw []byte) (map[string]float64, error) {
 
 // waitDeletesSettled waits, up to two minutes, until c's API server has
 // served no pod DELETE for two seconds.
-func waitDeletesSettled(ctx context.Context, b *testing.B, c *framework.Cluster) {
+func waitDeletesSettled(ctx context.Context, b *testing.B, c *localcluster.Cluster) {
 	b.Helper()
 	start := time.Now()
 	last := -1.0
@@ -183,7 +185,7 @@ const agentPprofPort = 6060
 // profile kind (heap, or profile for CPU; query such as seconds=15) of c's
 // controller-manager there as NAME-CLUSTER-offload-agent-KIND.pprof. The
 // host reaches the agent's pod by its IP.
-func profileAgent(ctx context.Context, b *testing.B, c *framework.Cluster, name, kind, query string) {
+func profileAgent(ctx context.Context, b *testing.B, c *localcluster.Cluster, name, kind, query string) {
 	dir := os.Getenv("OFFLOAD_BENCH_PROFILE")
 	if dir == "" {
 		return
@@ -242,7 +244,7 @@ func (p *pair) profileAPIServers(ctx context.Context, b *testing.B, name string,
 		return func() {}
 	}
 	var wg sync.WaitGroup
-	for _, c := range []*framework.Cluster{p.consumer, p.provider} {
+	for _, c := range []*localcluster.Cluster{p.consumer, p.provider} {
 		wg.Go(func() { profileAgent(ctx, b, c, name, "profile", fmt.Sprintf("seconds=%d", int(d.Seconds()))) })
 		wg.Go(func() {
 			raw, err := c.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").

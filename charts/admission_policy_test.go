@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -321,7 +323,7 @@ var applied sync.Map
 // warning.
 func enforcedPolicy(t *testing.T, name string) kubernetes.Interface {
 	t.Helper()
-	kube, err := kubernetes.NewForConfig(framework.APIServer(t))
+	kube, err := kubernetes.NewForConfig(envtest.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -404,7 +406,7 @@ var authPolicy struct {
 // service's ServiceAccount there, once the policy is enforced.
 func enforcedAuthPolicy(t *testing.T) authScope {
 	t.Helper()
-	admin, err := kubernetes.NewForConfig(framework.APIServer(t))
+	admin, err := kubernetes.NewForConfig(envtest.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +492,7 @@ func applyAuthPolicy(t *testing.T, admin kubernetes.Interface) (authScope, error
 		}
 	}
 
-	cfg := rest.CopyConfig(framework.APIServer(t))
+	cfg := rest.CopyConfig(envtest.APIServer(t))
 	cfg.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + release + ":offload-auth",
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + release, "system:authenticated"},

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,7 +18,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // In its own namespace, the auth service's identity reads no Secret but the
@@ -153,9 +154,9 @@ func TestTheAuthServiceSpendsTokensAndReadsNoSecretOfItsNamespace(t *testing.T) 
 // controller-manager gives them the token's policy.
 func TestTheAuthServiceWritesNoTenantPolicy(t *testing.T) {
 	s := enforcedAuthPolicy(t)
-	admin := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, admin)
-	auth := framework.NewClient(t, s.authConfig)
+	admin := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, admin)
+	auth := envtest.NewClient(t, s.authConfig)
 	ctx := t.Context()
 	name := "c" + rand.String(6)
 	tenant := func(policy offloadv1alpha1.ConsumerPolicy) *offloadv1alpha1.Tenant {

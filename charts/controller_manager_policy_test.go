@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -100,7 +102,7 @@ func controllerManagerUnder(t *testing.T, admin kubernetes.Interface, policyName
 	if _, err := admin.RbacV1().RoleBindings(ns.Name).Create(ctx, &localRB, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := rest.CopyConfig(framework.APIServer(t))
+	cfg := rest.CopyConfig(envtest.APIServer(t))
 	cfg.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + ns.Name + ":" + offloadv1alpha1.ControllerManager,
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns.Name, "system:authenticated"},
@@ -137,7 +139,7 @@ func node(name string, virtual bool) *corev1.Node {
 }
 
 func TestTheControllerManagerWritesOnlyItsVirtualNodesTheirPodsAndTwinNamespaces(t *testing.T) {
-	admin, err := kubernetes.NewForConfig(framework.APIServer(t))
+	admin, err := kubernetes.NewForConfig(envtest.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

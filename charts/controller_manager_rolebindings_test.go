@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 const rbPolicyName = "offload-controller-manager-rolebindings"
@@ -29,7 +30,7 @@ func sa(ns, name string) rbacv1.Subject {
 }
 
 func TestTheControllerManagerBindsOnlyItsOwnRoleBindings(t *testing.T) {
-	admin, err := kubernetes.NewForConfig(framework.APIServer(t))
+	admin, err := kubernetes.NewForConfig(envtest.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestTheControllerManagerBindsOnlyItsOwnRoleBindings(t *testing.T) {
 }
 
 func TestTheControllerManagerChangesOnlyTheCABundleOfItsWebhook(t *testing.T) {
-	admin, err := kubernetes.NewForConfig(framework.APIServer(t))
+	admin, err := kubernetes.NewForConfig(envtest.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

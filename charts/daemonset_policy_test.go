@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -14,7 +16,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/daemonset"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 const daemonSetPolicyName = "offload-controller-manager-daemonsets"
@@ -48,7 +49,7 @@ func tolerateAll(name string, own bool) *appsv1.DaemonSet {
 }
 
 func TestTheControllerManagerChangesDaemonSetsOnlyToKeepThemOffVirtualNodes(t *testing.T) {
-	admin, err := kubernetes.NewForConfig(framework.APIServer(t))
+	admin, err := kubernetes.NewForConfig(envtest.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -59,7 +61,7 @@ func tenantIdentityIn(t *testing.T, admin kubernetes.Interface, cidrs *string) (
 	if _, err := admin.RbacV1().RoleBindings(ns.Name).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := rest.CopyConfig(framework.APIServer(t))
+	cfg := rest.CopyConfig(envtest.APIServer(t))
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
 	tenant, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

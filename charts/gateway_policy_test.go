@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,7 +17,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/network"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // TestTheControllerManagerMakesOnlyGatewayDeployments checks, on a real API
@@ -23,7 +24,7 @@ import (
 // Deployment its code makes from the chart's template, and no Deployment
 // that would run anything else, or run it with more.
 func TestTheControllerManagerMakesOnlyGatewayDeployments(t *testing.T) {
-	admin, err := kubernetes.NewForConfig(framework.APIServer(t))
+	admin, err := kubernetes.NewForConfig(envtest.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -249,7 +251,7 @@ func TestTheSchedulingPolicyKeepsTheOffloadingTolerationsThroughUpdates(t *testi
 // it is.
 func schedulingPolicies(t *testing.T, seconds *int64) (kubernetes.Interface, client.Client) {
 	t.Helper()
-	cfg := framework.APIServer(t)
+	cfg := envtest.APIServer(t)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +260,7 @@ func schedulingPolicies(t *testing.T, seconds *int64) (kubernetes.Interface, cli
 	if err != nil {
 		t.Fatal(err)
 	}
-	framework.InstallCRDs(t, c)
+	envtest.InstallCRDs(t, c)
 	vals := map[string]any{"clusterName": "test", "webhook": map[string]any{"mode": "policy"}}
 	if seconds != nil {
 		vals["webhook"].(map[string]any)["unreachableTolerationSeconds"] = *seconds

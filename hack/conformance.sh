@@ -75,7 +75,7 @@ trap teardown EXIT
 
 start=$(date +%s)
 # As the demo and the e2e tests: the agent from the test image on the real
-# nodes, and the consumer peered with the provider (framework.StartPeeredPair).
+# nodes, and the consumer peered with the provider (localcluster.StartPeeredPair).
 # No fake nodes: the provider runs every pod on its real node.
 clusters="$(go run ./hack/local-clusters up -workdir "${CLUSTERS}" -fake-nodes 0 -images "${IMAGES}" --install --peer "${AGENT[@]}" consumer provider)"
 declare -A KUBECONFIGS

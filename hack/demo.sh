@@ -30,7 +30,7 @@ KUBECTL="${OFFLOAD_CACHE_DIR:-${ROOT}/.cache}/bin/kubectl"
 OFFLOAD="${ROOT}/bin/kubectl-offload"
 
 # The peered pair, as the e2e tests, the conformance runner and the
-# benchmarks start theirs (framework.StartPeeredPair): kubectl-offload
+# benchmarks start theirs (localcluster.StartPeeredPair): kubectl-offload
 # installed on both clusters with the agent from the test image on their
 # real nodes, and the consumer peered with the provider as a user does,
 # peer generate on the provider, the printed command on the consumer. The

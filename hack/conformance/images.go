@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
 )
 
 // The references of the images the pods of the selected tests run, as
@@ -59,7 +59,7 @@ func buildImages(ctx context.Context, src imageSources, dir string) ([]string, e
 	if err != nil {
 		return nil, err
 	}
-	busybox, err := framework.RootfsImageArchive(framework.RootfsImage{
+	busybox, err := images.RootfsImageArchive(images.RootfsImage{
 		Refs: busyboxRefs, Entries: base, Cmd: []string{"sh"}, Env: []string{imagePath},
 	}, dir, "e2e-busybox")
 	if err != nil {
@@ -69,14 +69,14 @@ func buildImages(ctx context.Context, src imageSources, dir string) ([]string, e
 	// upstream image, which has a shell and the usual tools. As there, the
 	// image runs "/agnhost pause" by default, has /agnhost-2 and /uploads,
 	// and defines a user and a group (test/images/agnhost/Dockerfile).
-	agnhost, err := framework.RootfsImageArchive(framework.RootfsImage{
+	agnhost, err := images.RootfsImageArchive(images.RootfsImage{
 		Refs: agnhostRefs,
 		Entries: append(slices.Clip(base),
-			framework.RootfsEntry{Path: "agnhost", Source: src.Agnhost},
-			framework.RootfsEntry{Path: "agnhost-2", Link: "agnhost"},
-			framework.RootfsEntry{Path: "uploads", Dir: true},
-			framework.RootfsEntry{Path: "etc/passwd", Content: []byte(passwd + "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")},
-			framework.RootfsEntry{Path: "etc/group", Content: []byte(group + "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
+			images.RootfsEntry{Path: "agnhost", Source: src.Agnhost},
+			images.RootfsEntry{Path: "agnhost-2", Link: "agnhost"},
+			images.RootfsEntry{Path: "uploads", Dir: true},
+			images.RootfsEntry{Path: "etc/passwd", Content: []byte(passwd + "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")},
+			images.RootfsEntry{Path: "etc/group", Content: []byte(group + "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
 		),
 		Entrypoint: []string{"/agnhost"},
 		Cmd:        []string{"pause"},
@@ -87,21 +87,21 @@ func buildImages(ctx context.Context, src imageSources, dir string) ([]string, e
 	}
 	// As upstream: nnp is set-user-ID root, so that it runs as root unless
 	// the container forbids privilege escalation.
-	nnp, err := framework.RootfsImageArchive(framework.RootfsImage{
+	nnp, err := images.RootfsImageArchive(images.RootfsImage{
 		Refs:    []string{nnpRef},
-		Entries: append(slices.Clip(base), framework.RootfsEntry{Path: "usr/local/bin/nnp", Source: src.Nonewprivs, Mode: 0o4755}),
+		Entries: append(slices.Clip(base), images.RootfsEntry{Path: "usr/local/bin/nnp", Source: src.Nonewprivs, Mode: 0o4755}),
 		Cmd:     []string{"nnp"},
 		Env:     []string{imagePath},
 	}, dir, "e2e-nonewprivs")
 	if err != nil {
 		return nil, err
 	}
-	pauseBin, err := framework.BuildGoBinary(ctx, "./test/images/pause", filepath.Join(dir, "bin"), "-s -w")
+	pauseBin, err := images.BuildGoBinary(ctx, "./test/images/pause", filepath.Join(dir, "bin"), "-s -w")
 	if err != nil {
 		return nil, err
 	}
-	pause, err := framework.RootfsImageArchive(framework.RootfsImage{
-		Refs: []string{pauseRef}, Entries: []framework.RootfsEntry{{Path: "pause", Source: pauseBin}}, Entrypoint: []string{"/pause"},
+	pause, err := images.RootfsImageArchive(images.RootfsImage{
+		Refs: []string{pauseRef}, Entries: []images.RootfsEntry{{Path: "pause", Source: pauseBin}}, Entrypoint: []string{"/pause"},
 	}, dir, "e2e-pause")
 	if err != nil {
 		return nil, err
@@ -112,12 +112,12 @@ func buildImages(ctx context.Context, src imageSources, dir string) ([]string, e
 // busyboxRootfs lays out a busybox image: every applet as a link to
 // /bin/busybox, in /bin and where busybox installs it; bash as /bin/sh and
 // /bin/bash; and the directories and /etc files of the upstream image.
-func busyboxRootfs(ctx context.Context, src imageSources) ([]framework.RootfsEntry, error) {
+func busyboxRootfs(ctx context.Context, src imageSources) ([]images.RootfsEntry, error) {
 	out, err := exec.CommandContext(ctx, src.Busybox, "--list-full").Output()
 	if err != nil {
 		return nil, fmt.Errorf("listing the applets of %s: %w", src.Busybox, err)
 	}
-	entries := []framework.RootfsEntry{
+	entries := []images.RootfsEntry{
 		{Path: "bin/busybox", Source: src.Busybox},
 		{Path: "tmp", Dir: true, Mode: 0o1777},
 		{Path: "root", Dir: true, Mode: 0o700},
@@ -136,11 +136,11 @@ func busyboxRootfs(ctx context.Context, src imageSources) ([]framework.RootfsEnt
 		// As in the upstream image every applet is in /bin (the tests run
 		// /bin/sysctl), and also where Debian's busybox installs it.
 		entries = append(entries,
-			framework.RootfsEntry{Path: "bin/" + filepath.Base(applet), Link: "/bin/busybox"},
-			framework.RootfsEntry{Path: applet, Link: "/bin/busybox"})
+			images.RootfsEntry{Path: "bin/" + filepath.Base(applet), Link: "/bin/busybox"},
+			images.RootfsEntry{Path: applet, Link: "/bin/busybox"})
 	}
 	return append(entries,
-		framework.RootfsEntry{Path: "bin/bash", Source: src.Bash},
-		framework.RootfsEntry{Path: "bin/sh", Link: "bash"},
+		images.RootfsEntry{Path: "bin/bash", Source: src.Bash},
+		images.RootfsEntry{Path: "bin/sh", Link: "bash"},
 	), nil
 }

@@ -22,7 +22,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
 )
 
 func main() {
@@ -48,7 +48,7 @@ func writeImages(ctx context.Context, outDir string, stdout io.Writer) error {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("creating output dir: %w", err)
 	}
-	archives, err := framework.TestImages(ctx)
+	archives, err := images.TestImages(ctx)
 	if err != nil {
 		return fmt.Errorf("building the test images: %w", err)
 	}

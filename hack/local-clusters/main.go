@@ -7,7 +7,7 @@
 //	go run ./hack/local-clusters up --install [--peer] [--set K=V ...] [--generate-flags "..."] CONSUMER PROVIDER
 //	    also installs kubectl-offload (bin/kubectl-offload, the agent from
 //	    the test image) on both and, with --peer, peers CONSUMER with
-//	    PROVIDER (framework.InstallPair, then PeerPair unless CONSUMER is
+//	    PROVIDER (localcluster.InstallPair, then PeerPair unless CONSUMER is
 //	    peered already): the fixture the e2e tests and the benchmarks use.
 //	go run ./hack/local-clusters down [NAME ...]                  (default: every cluster)
 package main
@@ -26,13 +26,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
+
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func main() {
@@ -53,19 +57,19 @@ func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return errors.New("usage: local-clusters up|down [flags] [NAME ...]")
 	}
-	cache, err := framework.CacheDir()
+	cache, err := tools.CacheDir()
 	if err != nil {
 		return err
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	workdir := fs.String("workdir", filepath.Join(cache, "clusters"), "Directory holding the clusters.")
 	fakeNodes := fs.Int("fake-nodes", 2, "Fake nodes per cluster (up only).")
-	taintFakeNodes := fs.Bool("taint-fake-nodes", true, "Taint the fake nodes "+framework.FakeNodeTaint.ToString()+", so that only pods that tolerate it go there: kwok runs no container (up only).")
+	taintFakeNodes := fs.Bool("taint-fake-nodes", true, "Taint the fake nodes "+localcluster.FakeNodeTaint.ToString()+", so that only pods that tolerate it go there: kwok runs no container (up only).")
 	realNode := fs.Bool("real-node", true, "Give each cluster a real node, kubelet and containerd, that runs containers (up only; needs root).")
 	metricsServer := fs.Bool("metrics-server", true, "Run metrics-server on each real node, for kubectl top (up only; needs --real-node).")
 	isolated := fs.Bool("isolated", true, "Isolate the clusters as separate machines: only node addresses and API servers reach across, not pods (up only; needs --real-node).")
 	flavour := fs.String("flavour", "kubeadm", "The distribution the clusters imitate: kubeadm (kubeadm's and kind's defaults) or k3s (kine over SQLite, k3s's CIDRs, node metadata and kubeconfig at https://127.0.0.1:6443; one cluster per machine, needs --real-node) (up only).")
-	images := fs.String("images", "", "More image archives, comma-separated, to import into the real nodes beside the standard test images (up only).")
+	moreImages := fs.String("images", "", "More image archives, comma-separated, to import into the real nodes beside the standard test images (up only).")
 	install := fs.Bool("install", false, "Install kubectl-offload on both clusters, CONSUMER and PROVIDER, with the agent from the test image on their real nodes (up only).")
 	peer := fs.Bool("peer", false, "Peer CONSUMER with PROVIDER as a user does, peer generate and the command it prints (up only; implies --install).")
 	bin := fs.String("bin", "bin", "The directory holding the kubectl-offload binary (make build) for --install.")
@@ -75,7 +79,7 @@ func run(ctx context.Context, args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	env, err := framework.NewEnv(ctx, *workdir)
+	env, err := localcluster.NewEnv(ctx, *workdir)
 	if err != nil {
 		return err
 	}
@@ -85,20 +89,20 @@ func run(ctx context.Context, args []string) error {
 		if len(names) == 0 {
 			names = []string{"consumer", "provider"}
 		}
-		f, err := framework.ParseFlavour(*flavour)
+		f, err := localcluster.ParseFlavour(*flavour)
 		if err != nil {
 			return err
 		}
-		if f == framework.FlavourK3s && len(names) != 1 {
-			return fmt.Errorf("--flavour k3s starts one cluster, not %d: its API server takes the host's port %d", len(names), framework.K3sAPIServerPort)
+		if f == localcluster.FlavourK3s && len(names) != 1 {
+			return fmt.Errorf("--flavour k3s starts one cluster, not %d: its API server takes the host's port %d", len(names), localcluster.K3sAPIServerPort)
 		}
-		o := framework.ClusterOptions{Flavour: f, FakeNodes: *fakeNodes, TaintFakeNodes: *taintFakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode, MetricsServer: *metricsServer && *realNode}
-		if *images != "" {
-			archives, err := framework.TestImages(ctx)
+		o := localcluster.ClusterOptions{Flavour: f, FakeNodes: *fakeNodes, TaintFakeNodes: *taintFakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode, MetricsServer: *metricsServer && *realNode}
+		if *moreImages != "" {
+			archives, err := images.TestImages(ctx)
 			if err != nil {
 				return err
 			}
-			o.Images = append(slices.Collect(maps.Values(archives)), strings.Split(*images, ",")...)
+			o.Images = append(slices.Collect(maps.Values(archives)), strings.Split(*moreImages, ",")...)
 		}
 		if err := up(ctx, env, names, o); err != nil || !*install && !*peer {
 			return err
@@ -106,7 +110,7 @@ func run(ctx context.Context, args []string) error {
 		if len(names) != 2 {
 			return fmt.Errorf("--install and --peer take two clusters, CONSUMER PROVIDER, not %d", len(names))
 		}
-		return installAndPeer(ctx, env, names, *peer, framework.PairOptions{Bin: *bin, Install: sets, Generate: strings.Fields(*generateFlags),
+		return installAndPeer(ctx, env, names, *peer, localcluster.PairOptions{Bin: *bin, Install: sets, Generate: strings.Fields(*generateFlags),
 			Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, " ✓ "+format+"\n", args...) }})
 	case "down":
 		if len(names) == 0 {
@@ -124,7 +128,7 @@ func run(ctx context.Context, args []string) error {
 
 // installAndPeer installs kubectl-offload on the two clusters and, with
 // peer, peers the first with the second, unless it is peered already.
-func installAndPeer(ctx context.Context, env *framework.Env, names []string, peer bool, o framework.PairOptions) error {
+func installAndPeer(ctx context.Context, env *localcluster.Env, names []string, peer bool, o localcluster.PairOptions) error {
 	consumer, err := env.Open(ctx, names[0])
 	if err != nil {
 		return err
@@ -134,7 +138,7 @@ func installAndPeer(ctx context.Context, env *framework.Env, names []string, pee
 		return err
 	}
 	start := time.Now()
-	if err := framework.InstallPair(ctx, consumer, provider, o); err != nil {
+	if err := localcluster.InstallPair(ctx, consumer, provider, o); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, " ✓ installed kubectl-offload on %s and %s in %s\n", consumer.Name, provider.Name, time.Since(start).Round(time.Millisecond))
@@ -149,7 +153,7 @@ func installAndPeer(ctx context.Context, env *framework.Env, names []string, pee
 		fmt.Fprintf(os.Stderr, " ✓ %s is already peered with %s\n", consumer.Name, provider.Name)
 		return nil
 	}
-	p, err := framework.PeerPair(ctx, consumer, provider, o)
+	p, err := localcluster.PeerPair(ctx, consumer, provider, o)
 	if err != nil {
 		return err
 	}
@@ -159,9 +163,9 @@ func installAndPeer(ctx context.Context, env *framework.Env, names []string, pee
 }
 
 // up starts the clusters that are not running yet; running ones are reused.
-func up(ctx context.Context, env *framework.Env, names []string, o framework.ClusterOptions) error {
+func up(ctx context.Context, env *localcluster.Env, names []string, o localcluster.ClusterOptions) error {
 	start := time.Now()
-	var missing []framework.ClusterOptions
+	var missing []localcluster.ClusterOptions
 	for _, n := range names {
 		if _, err := env.Open(ctx, n); err == nil {
 			fmt.Fprintf(os.Stderr, " ✓ cluster %s is already running\n", n)

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/release"
 	appsv1 "k8s.io/api/apps/v1"
@@ -63,7 +65,7 @@ func releaseHelm(t *testing.T, values map[string]any) *action.Configuration {
 func doctorEnv(t *testing.T, a statustest.APIServer, values map[string]any) *Env {
 	t.Helper()
 	env := status.NewEnv(a.Kube, a.Client, helmclient.New(releaseHelm(t, values), statustest.Namespace), statustest.Namespace)
-	return &Env{Env: env, Config: framework.APIServer(t), ProbeTimeout: 2 * time.Second, CLIVersion: statustest.Version}
+	return &Env{Env: env, Config: envtest.APIServer(t), ProbeTimeout: 2 * time.Second, CLIVersion: statustest.Version}
 }
 
 // doctorFactory is a Factory with the API server's clients and config.
@@ -81,7 +83,7 @@ func runDoctor(t *testing.T, a statustest.APIServer, values map[string]any, args
 	var out, errOut bytes.Buffer
 	o := NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	o.cliVersion = statustest.Version
-	f := doctorFactory{Factory: statustest.Factory{Kube: a.Kube, Ctrl: a.Client, Helm: releaseHelm(t, values)}, cfg: framework.APIServer(t)}
+	f := doctorFactory{Factory: statustest.Factory{Kube: a.Kube, Ctrl: a.Client, Helm: releaseHelm(t, values)}, cfg: envtest.APIServer(t)}
 	err := statustest.Execute(newCmdDoctor(f, o), &out, &errOut, args...)
 	if errOut.Len() > 0 {
 		t.Errorf("stderr = %q, want nothing: only cli.Run prints the error", errOut.String())

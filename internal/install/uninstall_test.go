@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -16,17 +18,16 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
+func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }
 
 // uninstall runs kubectl offload uninstall with args against the test API
 // server, with the install namespace ns.
 func uninstall(t *testing.T, ns string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, framework.APIServerKubeconfig(t), 0o600); err != nil {
+	if err := os.WriteFile(kubeconfig, envtest.APIServerKubeconfig(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f := factory.New()
@@ -64,9 +65,9 @@ func exists(t *testing.T, c client.Client, o client.Object) bool {
 }
 
 func TestUninstallRefusesWhileEitherDirectionOfAPeeringIsInUseAndChangesNothing(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
-	ns := framework.NewNamespace(t, c, "install")
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
+	ns := envtest.NewNamespace(t, c, "install")
 	suffix := rand.String(5)
 	outgoing := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "provider-" + suffix},
 		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: "11111111-2222-4333-8444-555555555555", ClusterName: "provider-" + suffix}}
@@ -92,10 +93,10 @@ func TestUninstallRefusesWhileEitherDirectionOfAPeeringIsInUseAndChangesNothing(
 }
 
 func TestUninstallWaitsForTheAgentsCleanupAndRemovesNothingWhileItIsPending(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
-	ns := framework.NewNamespace(t, c, "install")
-	tenantNS := framework.NewNamespace(t, c, "tenant")
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
+	ns := envtest.NewNamespace(t, c, "install")
+	tenantNS := envtest.NewNamespace(t, c, "tenant")
 	// What the agent is still deleting: a RemoteNamespace whose twin
 	// namespace the provider's controller has not removed yet.
 	rn := &offloadv1alpha1.RemoteNamespace{
@@ -129,9 +130,9 @@ func TestUninstallWaitsForTheAgentsCleanupAndRemovesNothingWhileItIsPending(t *t
 }
 
 func TestUninstallForceEndsEveryPeeringAndWaitsForTheAgent(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
-	ns := framework.NewNamespace(t, c, "install")
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
+	ns := envtest.NewNamespace(t, c, "install")
 	fc := &offloadv1alpha1.ForeignCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "gone-" + rand.String(5), Finalizers: []string{offloadv1alpha1.FinalizerUnpeer}},
 		Spec:       offloadv1alpha1.ForeignClusterSpec{ClusterID: "11111111-2222-4333-8444-999999999999", ClusterName: "gone"},

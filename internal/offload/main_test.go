@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,7 +20,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // installNS is the install namespace the test factory reports.
@@ -28,7 +29,7 @@ const installNS = "offload-system"
 // poll fast when the client cannot watch.
 func TestMain(m *testing.M) {
 	pollInterval = 10 * time.Millisecond
-	os.Exit(framework.RunWithAPIServer(m))
+	os.Exit(envtest.RunWithAPIServer(m))
 }
 
 // testFactory is a Factory with only what the commands use.
@@ -43,11 +44,11 @@ func (f testFactory) Client() (client.Client, error) { return f.c, nil }
 // apiServer returns a watching client of the test API server, with the CRDs installed.
 func apiServer(t *testing.T) client.WithWatch {
 	t.Helper()
-	c, err := client.NewWithWatch(framework.APIServer(t), client.Options{Scheme: scheme.Scheme})
+	c, err := client.NewWithWatch(envtest.APIServer(t), client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	framework.InstallCRDs(t, c)
+	envtest.InstallCRDs(t, c)
 	return c
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -31,7 +33,7 @@ func TestOffloadingANamespaceThatDoesNotExistFailsAndWritesNothing(t *testing.T)
 func TestOffloadingNeedsAPeerThatMatchesTheSelector(t *testing.T) {
 	c := apiServer(t)
 	t.Run("a cluster without virtual nodes is told to peer first", func(t *testing.T) {
-		ns := framework.NewNamespace(t, c, "nopeer")
+		ns := envtest.NewNamespace(t, c, "nopeer")
 		_, _, err := offload(t, c, ns, "--wait=false")
 		if !errors.Is(err, ErrNoPeer) || !strings.Contains(err.Error(), "kubectl offload peer out-of-band") {
 			t.Fatalf("error %v, want ErrNoPeer telling to peer first", err)
@@ -40,7 +42,7 @@ func TestOffloadingNeedsAPeerThatMatchesTheSelector(t *testing.T) {
 	})
 	t.Run("a selector no virtual node matches lists the virtual nodes", func(t *testing.T) {
 		newVirtualNode(t, c, "eu-provider", map[string]string{"region": "eu"})
-		ns := framework.NewNamespace(t, c, "nomatch")
+		ns := envtest.NewNamespace(t, c, "nomatch")
 		_, _, err := offload(t, c, ns, "--selector", "region=us", "--wait=false")
 		if !errors.Is(err, ErrNoPeer) || !strings.Contains(err.Error(), "offload-eu-provider (offload.io/remote-cluster-id=id-eu-provider, region=eu)") {
 			t.Fatalf("error %v, want ErrNoPeer listing the virtual node and its labels", err)
@@ -53,14 +55,14 @@ func TestOffloadingNeedsAPeerThatMatchesTheSelector(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Delete(context.Background(), node) })
-		ns := framework.NewNamespace(t, c, "realnode")
+		ns := envtest.NewNamespace(t, c, "realnode")
 		if _, _, err := offload(t, c, ns, "--selector", "region=us", "--wait=false"); !errors.Is(err, ErrNoPeer) {
 			t.Fatalf("error %v, want ErrNoPeer", err)
 		}
 		assertNotOffloaded(t, c, ns)
 	})
 	t.Run("the Local strategy needs no peer", func(t *testing.T) {
-		ns := framework.NewNamespace(t, c, "local")
+		ns := envtest.NewNamespace(t, c, "local")
 		_, stderr, err := offload(t, c, ns, "--pod-offloading-strategy", "Local", "--wait=false")
 		if err != nil {
 			t.Fatal(err)
@@ -112,7 +114,7 @@ func TestDryRunPrintsTheNamespaceOffloadingAndWritesNothing(t *testing.T) {
 func TestOffloadingAgainChangesOnlyWhatTheFlagsChange(t *testing.T) {
 	c := apiServer(t)
 	newVirtualNode(t, c, "idem-provider", nil)
-	ns := framework.NewNamespace(t, c, "idem")
+	ns := envtest.NewNamespace(t, c, "idem")
 
 	stdout, _, err := offload(t, c, ns, "--wait=false")
 	if err != nil || stdout != "namespaceoffloading.offload.io/offloading created\n" {
@@ -144,7 +146,7 @@ func TestOffloadingAgainChangesOnlyWhatTheFlagsChange(t *testing.T) {
 func TestWaitShowsEachTwinNamespaceUntilTheNamespaceIsReady(t *testing.T) {
 	c := apiServer(t)
 	newVirtualNode(t, c, "wait-provider", nil)
-	ns := framework.NewNamespace(t, c, "ready")
+	ns := envtest.NewNamespace(t, c, "ready")
 	twin := ns + "-consumer-1a2b3c"
 	agent := actAsAgent(c, ns, anyOffloading, func(no *offloadv1alpha1.NamespaceOffloading) {
 		no.Status.RemoteNamespaces = []offloadv1alpha1.RemoteNamespaceStatus{
@@ -169,7 +171,7 @@ func TestWaitShowsEachTwinNamespaceUntilTheNamespaceIsReady(t *testing.T) {
 func TestWaitFailsAtOnceWhenATwinNamespaceFailed(t *testing.T) {
 	c := apiServer(t)
 	newVirtualNode(t, c, "clash-provider", nil)
-	ns := framework.NewNamespace(t, c, "clash")
+	ns := envtest.NewNamespace(t, c, "clash")
 	const why = "namespace is taken on the provider: use --namespace-mapping-strategy DefaultName"
 	agent := actAsAgent(c, ns, anyOffloading, func(no *offloadv1alpha1.NamespaceOffloading) {
 		no.Status.RemoteNamespaces = []offloadv1alpha1.RemoteNamespaceStatus{
@@ -197,7 +199,7 @@ func TestWaitFailsAtOnceWhenATwinNamespaceFailed(t *testing.T) {
 func TestWaitGivesUpAfterTheTimeoutAndSaysWhereToLook(t *testing.T) {
 	c := apiServer(t)
 	newVirtualNode(t, c, "slow-provider", nil)
-	ns := framework.NewNamespace(t, c, "slow")
+	ns := envtest.NewNamespace(t, c, "slow")
 	_, _, err := offload(t, c, ns, "--timeout", "300ms")
 	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "kubectl get namespaceoffloading -n "+ns+" offloading -o yaml") {
 		t.Fatalf("error %v, want ErrTimeout pointing at the NamespaceOffloading", err)
@@ -210,7 +212,7 @@ func TestWaitGivesUpAfterTheTimeoutAndSaysWhereToLook(t *testing.T) {
 func TestWaitIgnoresTheReadyStatusOfAnOlderSpec(t *testing.T) {
 	c := apiServer(t)
 	newVirtualNode(t, c, "stale-provider", nil)
-	ns := framework.NewNamespace(t, c, "stale")
+	ns := envtest.NewNamespace(t, c, "stale")
 	if _, _, err := offload(t, c, ns, "--wait=false"); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +240,7 @@ func TestWaitIgnoresTheReadyStatusOfAnOlderSpec(t *testing.T) {
 func TestANamespaceBeingUnoffloadedIsNotOffloadedAgain(t *testing.T) {
 	c := apiServer(t)
 	newVirtualNode(t, c, "busy-provider", nil)
-	ns := framework.NewNamespace(t, c, "busy")
+	ns := envtest.NewNamespace(t, c, "busy")
 	no := &offloadv1alpha1.NamespaceOffloading{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.NamespaceOffloadingName, Namespace: ns, Finalizers: []string{testFinalizer}}}
 	if err := c.Create(context.Background(), no); err != nil {
 		t.Fatal(err)

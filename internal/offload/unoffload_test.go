@@ -7,16 +7,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestUnoffloadDeletesTheNamespaceOffloadingAndWaitsForTheAgentsCleanup(t *testing.T) {
 	c := apiServer(t)
-	ns := framework.NewNamespace(t, c, "unoffload")
+	ns := envtest.NewNamespace(t, c, "unoffload")
 	twin := ns + "-consumer-1a2b3c"
 	no := &offloadv1alpha1.NamespaceOffloading{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.NamespaceOffloadingName, Namespace: ns, Finalizers: []string{testFinalizer}}}
 	if err := c.Create(context.Background(), no); err != nil {
@@ -71,7 +72,7 @@ func TestUnoffloadDeletesTheNamespaceOffloadingAndWaitsForTheAgentsCleanup(t *te
 
 func TestUnoffloadGivesUpAfterTheTimeoutWhileTheAgentCleansUp(t *testing.T) {
 	c := apiServer(t)
-	ns := framework.NewNamespace(t, c, "stuck")
+	ns := envtest.NewNamespace(t, c, "stuck")
 	no := &offloadv1alpha1.NamespaceOffloading{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.NamespaceOffloadingName, Namespace: ns, Finalizers: []string{testFinalizer}}}
 	if err := c.Create(context.Background(), no); err != nil {
 		t.Fatal(err)
@@ -89,7 +90,7 @@ func TestUnoffloadGivesUpAfterTheTimeoutWhileTheAgentCleansUp(t *testing.T) {
 
 func TestUnoffloadingANamespaceThatIsNotOffloaded(t *testing.T) {
 	c := apiServer(t)
-	ns := framework.NewNamespace(t, c, "plain")
+	ns := envtest.NewNamespace(t, c, "plain")
 	missing := "missing-" + rand.String(6)
 	tests := []struct {
 		name    string

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 const (
@@ -69,7 +69,7 @@ func TestCommandPrintsOneShellSafeLine(t *testing.T) {
 // kubectl offload peer out-of-band it passes.
 func shellArgs(t *testing.T, line string) PeerCommandArgs {
 	t.Helper()
-	positional, flags := framework.ShellCommand(t, line)
+	positional, flags := localcluster.ShellCommand(t, line)
 	if len(positional) != 4 || positional[0] != "offload" || positional[1] != "peer" || positional[2] != "out-of-band" || len(flags) != len(peerCommandFlags) {
 		t.Fatalf("the shell reads %q as kubectl %v %v, want kubectl offload peer out-of-band NAME and the %d flags", line, positional, flags, len(peerCommandFlags))
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -196,7 +198,7 @@ func TestWithoutTheForeignClusterCRDPeersSayToInstall(t *testing.T) {
 		t.Fatalf("waiting for the CRD to go: %v", err)
 	}
 	// A new client, whose REST mapper has not seen the kind yet, as the CLI's.
-	fresh := apiServer{statustest.APIServer{Kube: a.Kube, Client: framework.NewClient(t, framework.APIServer(t))}}
+	fresh := apiServer{statustest.APIServer{Kube: a.Kube, Client: envtest.NewClient(t, envtest.APIServer(t))}}
 
 	r := collectPeers(ctx, fresh.env())
 	c := findCheck(r.Sections[0], "peers")

@@ -9,16 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestAgentRunsAsPodsOnARealNode(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "agent", FakeNodes: 2, RealNode: true})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "agent", FakeNodes: 2, RealNode: true})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -81,9 +81,9 @@ func TestAuthServiceAnswersAnotherClusterThroughItsNodePort(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
 	// Isolated as separate machines: only node addresses reach across.
-	clusters := framework.StartClusters(t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true, Isolated: true},
-		framework.ClusterOptions{Name: "provider", FakeNodes: 1, RealNode: true, Isolated: true},
+	clusters := localcluster.StartClusters(t,
+		localcluster.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true, Isolated: true},
+		localcluster.ClusterOptions{Name: "provider", FakeNodes: 1, RealNode: true, Isolated: true},
 	)
 	consumer, provider := clusters[0], clusters[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,14 +16,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapters of this file run in
 // TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go).
 
 // condition returns the condition t of ForeignCluster name on c, or nil.
-func condition(ctx context.Context, t *testing.T, c *framework.Cluster, name, typ string) (*offloadv1alpha1.ForeignCluster, *metav1.Condition) {
+func condition(ctx context.Context, t *testing.T, c *localcluster.Cluster, name, typ string) (*offloadv1alpha1.ForeignCluster, *metav1.Condition) {
 	t.Helper()
 	var fc offloadv1alpha1.ForeignCluster
 	if err := ctrlClient(t, c).Get(ctx, client.ObjectKey{Name: name}, &fc); err != nil {
@@ -34,7 +35,7 @@ func condition(ctx context.Context, t *testing.T, c *framework.Cluster, name, ty
 // so that each consumes the other, and ends the provider's outgoing
 // peering: the consumer's own peering, with its offloaded pods in twin
 // namespace twin, keeps working and carrying traffic.
-func expectUnpeerEndsOneDirection(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, consumerID string) {
+func expectUnpeerEndsOneDirection(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, twin, consumerID string) {
 	t.Helper()
 	waitCASecret(ctx, t, consumer)
 	if errOut, err := outOfBand(t, provider, generate(t, consumer), "--timeout", "2m"); err != nil {
@@ -107,7 +108,7 @@ func expectUnpeerEndsOneDirection(ctx context.Context, t *testing.T, consumer, p
 // expectRevokedConsumerSaysUnauthorized ends the incoming peering on the
 // provider and checks that the consumer's ForeignCluster then says its
 // credentials are refused, with what to do.
-func expectRevokedConsumerSaysUnauthorized(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster) {
+func expectRevokedConsumerSaysUnauthorized(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster) {
 	t.Helper()
 	if out := mustOffload(t, provider, "unpeer", consumer.Name, "--incoming", "--timeout", "2m"); !strings.Contains(out, "incoming") {
 		t.Errorf("unpeer --incoming printed %q", out)

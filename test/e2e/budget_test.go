@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -16,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapter of this file runs in expectProviderRefusesUnsafePods
@@ -27,7 +28,7 @@ import (
 // past its twin namespace's quota, RemoteNamespaces past its tenant
 // namespace's budget, an oversized Secret. The provider's API server
 // refuses each, and what was refused does not exist.
-func expectATenantIsBounded(ctx context.Context, t *testing.T, provider *framework.Cluster, twin, tenantNS, consumerID string, tenant kubernetes.Interface, tc client.Client) {
+func expectATenantIsBounded(ctx context.Context, t *testing.T, provider *localcluster.Cluster, twin, tenantNS, consumerID string, tenant kubernetes.Interface, tc client.Client) {
 	t.Helper()
 	// ServiceAccounts: the twin namespace has its default one, and room
 	// for a few more (count/serviceaccounts).

@@ -8,11 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 func TestVersionReportsTheClusterItTalksTo(t *testing.T) {
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "solo"})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "solo"})[0]
 	out, errOut, err := offload(t, c, "version", "-o", "json")
 	if err != nil {
 		t.Fatalf("version: %v\n%s", err, errOut)
@@ -31,7 +32,7 @@ func TestVersionReportsTheClusterItTalksTo(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("version -o json is not JSON: %v\n%s", err, out)
 	}
-	versions, err := framework.Versions()
+	versions, err := tools.Versions()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestVersionReportsTheClusterItTalksTo(t *testing.T) {
 }
 
 func TestKubectlFindsThePluginAndItsCompletion(t *testing.T) {
-	bin, err := framework.BinDir()
+	bin, err := tools.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}

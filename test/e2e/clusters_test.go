@@ -6,19 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestTwoLocalClustersRunDeploymentsOnFakeNodesIndependently(t *testing.T) {
-	clusters := framework.StartClusters(t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 2},
-		framework.ClusterOptions{Name: "provider", FakeNodes: 2},
+	clusters := localcluster.StartClusters(t,
+		localcluster.ClusterOptions{Name: "consumer", FakeNodes: 2},
+		localcluster.ClusterOptions{Name: "provider", FakeNodes: 2},
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -42,14 +42,14 @@ func TestTwoLocalClustersRunDeploymentsOnFakeNodesIndependently(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: pod %s is on node %q: %v", c.Name, p.Name, p.Spec.NodeName, err)
 				}
-				if node.Annotations[framework.FakeNodeAnnotation] != framework.FakeNodeAnnotationValue {
+				if node.Annotations[localcluster.FakeNodeAnnotation] != localcluster.FakeNodeAnnotationValue {
 					t.Errorf("%s: pod %s runs on %s, which is not a kwok fake node", c.Name, p.Name, node.Name)
 				}
 				// Fake pods get addresses in the cluster's pod range, never
 				// in its Service range.
 				ip, err := netip.ParseAddr(p.Status.PodIP)
-				if err != nil || !netip.MustParsePrefix(framework.FakePodCIDR).Contains(ip) || netip.MustParsePrefix(framework.ServiceCIDR).Contains(ip) {
-					t.Errorf("%s: pod %s has IP %q; want one in %s, outside the Service range %s", c.Name, p.Name, p.Status.PodIP, framework.FakePodCIDR, framework.ServiceCIDR)
+				if err != nil || !netip.MustParsePrefix(localcluster.FakePodCIDR).Contains(ip) || netip.MustParsePrefix(localcluster.ServiceCIDR).Contains(ip) {
+					t.Errorf("%s: pod %s has IP %q; want one in %s, outside the Service range %s", c.Name, p.Name, p.Status.PodIP, localcluster.FakePodCIDR, localcluster.ServiceCIDR)
 				}
 			}
 		}
@@ -68,7 +68,7 @@ func TestTwoLocalClustersRunDeploymentsOnFakeNodesIndependently(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, n := range nodes.Items {
-				if n.Name == framework.FakeNodeName(c.Name, 0) {
+				if n.Name == localcluster.FakeNodeName(c.Name, 0) {
 					t.Errorf("node %s of %s is registered in %s", n.Name, c.Name, other.Name)
 				}
 			}

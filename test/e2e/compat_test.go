@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +22,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // compatPair is the pair of Kubernetes versions TestCompatibility runs on:
@@ -32,7 +34,7 @@ import (
 // CI runs both.
 func compatPair(t *testing.T) (consumer, provider string) {
 	t.Helper()
-	versions, err := framework.Versions()
+	versions, err := tools.Versions()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +65,9 @@ func TestCompatibility(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	// Isolated, so that only the fabric carries pod traffic between them.
-	clusters := framework.StartClusters(t,
-		framework.ClusterOptions{Name: "consumer", KubeVersion: consumerVersion, RealNode: true, Isolated: true},
-		framework.ClusterOptions{Name: "provider", KubeVersion: providerVersion, RealNode: true, Isolated: true})
+	clusters := localcluster.StartClusters(t,
+		localcluster.ClusterOptions{Name: "consumer", KubeVersion: consumerVersion, RealNode: true, Isolated: true},
+		localcluster.ClusterOptions{Name: "provider", KubeVersion: providerVersion, RealNode: true, Isolated: true})
 	consumer, provider := clusters[0], clusters[1]
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
 
@@ -84,7 +86,7 @@ func TestCompatibility(t *testing.T) {
 
 	var objects []object
 	check("install", func(t *testing.T) {
-		for c, want := range map[*framework.Cluster]string{consumer: consumerVersion, provider: providerVersion} {
+		for c, want := range map[*localcluster.Cluster]string{consumer: consumerVersion, provider: providerVersion} {
 			v, err := c.Kube.Discovery().ServerVersion()
 			if err != nil || v.GitVersion != want {
 				t.Fatalf("%s's API server is %v (%v); want Kubernetes %s", c.Name, v, err, want)
@@ -93,7 +95,7 @@ func TestCompatibility(t *testing.T) {
 				t.Fatalf("%s's real node: %v; want a kubelet of %s", c.Name, err, want)
 			}
 		}
-		objects = manifestObjects(t, mustOffload(t, consumer, append([]string{"install", "--cluster-name", consumer.Name, "--dry-run", "-o", "yaml"}, framework.AgentValues()...)...))
+		objects = manifestObjects(t, mustOffload(t, consumer, append([]string{"install", "--cluster-name", consumer.Name, "--dry-run", "-o", "yaml"}, localcluster.AgentValues()...)...))
 		installPeerable(ctx, t, consumer, provider)
 	})
 
@@ -227,7 +229,7 @@ func TestCompatibility(t *testing.T) {
 					}
 					for line := range strings.Lines(string(logs)) {
 						if strings.Contains(line, " is deprecated in v1.") {
-							t.Errorf("%s/%s on %s used an API its Kubernetes %s deprecates: %s", p.Name, ctr.Name, c.Name, map[*framework.Cluster]string{consumer: consumerVersion, provider: providerVersion}[c], strings.TrimSpace(line))
+							t.Errorf("%s/%s on %s used an API its Kubernetes %s deprecates: %s", p.Name, ctr.Name, c.Name, map[*localcluster.Cluster]string{consumer: consumerVersion, provider: providerVersion}[c], strings.TrimSpace(line))
 						}
 					}
 				}

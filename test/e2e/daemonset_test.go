@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapters of this file run in
@@ -25,7 +26,7 @@ const preexistingDaemonSet = "node-agent"
 // the peering in kube-system, and now in the offloaded namespace work)
 // get no pod on the virtual node, none in the twin namespace, and roll out;
 // and that one opting in runs on the virtual node, in the provider.
-func expectDaemonSetsStayOffVirtualNodes(ctx context.Context, t *testing.T, scope testing.TB, consumer, provider *framework.Cluster, twin string) {
+func expectDaemonSetsStayOffVirtualNodes(ctx context.Context, t *testing.T, scope testing.TB, consumer, provider *localcluster.Cluster, twin string) {
 	t.Helper()
 	virtual := offloadv1alpha1.VirtualNodeName(provider.Name)
 	// The DaemonSets live as long as scope, the test: a later chapter
@@ -66,7 +67,7 @@ func expectDaemonSetsStayOffVirtualNodes(ctx context.Context, t *testing.T, scop
 
 // expectDaemonSetsBackOnEveryNode checks that once the consumer has no
 // virtual node, the DaemonSets the agent kept off them are as they were.
-func expectDaemonSetsBackOnEveryNode(ctx context.Context, t *testing.T, consumer *framework.Cluster) {
+func expectDaemonSetsBackOnEveryNode(ctx context.Context, t *testing.T, consumer *localcluster.Cluster) {
 	t.Helper()
 	for _, ds := range []struct{ ns, name string }{{metav1.NamespaceSystem, preexistingDaemonSet}, {"work", "logs"}} {
 		waitFor(ctx, t, time.Minute, fmt.Sprintf("DaemonSet %s/%s back as it was", ds.ns, ds.name), func(ctx context.Context) (bool, string) {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,10 +19,10 @@ import (
 )
 
 // localServiceCIDR is the service range kwokctl gives local clusters.
-const localServiceCIDR = framework.ServiceCIDR
+const localServiceCIDR = localcluster.ServiceCIDR
 
 func TestDetectReadsALocalClusterWithoutChangingIt(t *testing.T) {
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "detect", FakeNodes: 2})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "detect", FakeNodes: 2})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -93,7 +95,7 @@ func TestDetectReadsALocalClusterWithoutChangingIt(t *testing.T) {
 
 // checkOnlyKubernetesService fails t unless "kubernetes" is the only Service
 // in the default namespace.
-func checkOnlyKubernetesService(ctx context.Context, t *testing.T, c *framework.Cluster) {
+func checkOnlyKubernetesService(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
 	svcs, err := c.Kube.CoreV1().Services(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -108,7 +110,7 @@ func checkOnlyKubernetesService(ctx context.Context, t *testing.T, c *framework.
 
 // clientWithRules returns a client that impersonates user, who is granted
 // exactly rules cluster-wide, once the authorizer applies them.
-func clientWithRules(ctx context.Context, t *testing.T, c *framework.Cluster, user string, rules ...rbacv1.PolicyRule) kubernetes.Interface {
+func clientWithRules(ctx context.Context, t *testing.T, c *localcluster.Cluster, user string, rules ...rbacv1.PolicyRule) kubernetes.Interface {
 	t.Helper()
 	cfg := rest.CopyConfig(c.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}

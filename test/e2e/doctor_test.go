@@ -5,12 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapter of this file runs in
@@ -27,9 +27,9 @@ const doctorBlocker = "doctor-e2e-blocker"
 // doctor passes on both clusters (warnings allowed), and that on the
 // consumer it names a webhook that could block offloaded pods, and stops
 // once the webhook is gone.
-func expectDoctor(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster) {
+func expectDoctor(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster) {
 	t.Helper()
-	for _, c := range []*framework.Cluster{consumer, provider} {
+	for _, c := range []*localcluster.Cluster{consumer, provider} {
 		r, code := offloadDoctor(t, c)
 		if code != 0 || !r.Healthy || len(r.failures()) > 0 {
 			t.Errorf("doctor on %s: exit code %d, healthy %t, failed checks %q; want 0, true, none", c.Name, code, r.Healthy, r.failures())

@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/util/retry"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapters of this file run in
@@ -22,7 +22,7 @@ import (
 // does not have, and checks that the consumer tells why it does not run,
 // as a real node would: the container's waiting reason, and the
 // provider's events of the pod, from provider/NAME, in kubectl describe.
-func expectRemoteFailuresShown(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster) {
+func expectRemoteFailuresShown(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster) {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "missing-image"},
@@ -69,7 +69,7 @@ func expectRemoteFailuresShown(ctx context.Context, t *testing.T, consumer, prov
 // manifest (without those the webhook added) plus one. Both updates are
 // accepted, and the deadline reaches the remote pod with no label or
 // annotation changed.
-func expectSpecUpdatesReachTheRemotePod(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin string) {
+func expectSpecUpdatesReachTheRemotePod(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, twin string) {
 	t.Helper()
 	app := offloadedApp("spec-update", 1)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "spec-update", Labels: app.Spec.Template.Labels}, Spec: app.Spec.Template.Spec}
@@ -125,7 +125,7 @@ func expectSpecUpdatesReachTheRemotePod(ctx context.Context, t *testing.T, consu
 
 // updatePod applies mutate to the latest version of pod ns/name and writes
 // it, reading it again after a conflict, as kubectl edit or apply does.
-func updatePod(ctx context.Context, c *framework.Cluster, ns, name string, mutate func(*corev1.Pod)) (*corev1.Pod, error) {
+func updatePod(ctx context.Context, c *localcluster.Cluster, ns, name string, mutate func(*corev1.Pod)) (*corev1.Pod, error) {
 	var out *corev1.Pod
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})

@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapter of this file runs in
@@ -42,7 +43,7 @@ func startAuthFlood(ctx context.Context, netns, authURL string, workers int) *au
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
-			err := framework.InNetNS(netns, func() (err error) {
+			err := netlab.InNetNS(netns, func() (err error) {
 				c, err = dialer.DialContext(ctx, network, addr)
 				return err
 			})

@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
+
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // runMarker precedes, on a line of its own, each command block of a guide
@@ -63,7 +64,7 @@ func guideBlocks(t *testing.T, path string) []string {
 
 // kindKubeconfig writes a kubeconfig holding the clusters under the
 // context names kind gives them (kind-NAME), as the guides use them.
-func kindKubeconfig(t *testing.T, clusters ...*framework.Cluster) string {
+func kindKubeconfig(t *testing.T, clusters ...*localcluster.Cluster) string {
 	t.Helper()
 	merged := clientcmdapi.NewConfig()
 	for _, c := range clusters {
@@ -100,24 +101,24 @@ func TestTheKindQuickstartRuns(t *testing.T) {
 	}
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	clusters := framework.StartClusters(t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, TaintFakeNodes: true, RealNode: true, Isolated: true},
-		framework.ClusterOptions{Name: "provider", FakeNodes: 1, TaintFakeNodes: true, RealNode: true, Isolated: true})
+	clusters := localcluster.StartClusters(t,
+		localcluster.ClusterOptions{Name: "consumer", FakeNodes: 1, TaintFakeNodes: true, RealNode: true, Isolated: true},
+		localcluster.ClusterOptions{Name: "provider", FakeNodes: 1, TaintFakeNodes: true, RealNode: true, Isolated: true})
 	consumer, provider := clusters[0], clusters[1]
 
 	// kubectl and the plugin on PATH, so that `kubectl offload` works.
 	path := t.TempDir()
-	tools, err := framework.BinDir()
+	toolsDir, err := tools.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, target := range map[string]string{"kubectl": filepath.Join(tools, "kubectl"), "kubectl-offload": filepath.Join(binDir, "kubectl-offload")} {
+	for name, target := range map[string]string{"kubectl": filepath.Join(toolsDir, "kubectl"), "kubectl-offload": filepath.Join(binDir, "kubectl-offload")} {
 		if err := os.Symlink(target, filepath.Join(path, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	installFlags := func(c *framework.Cluster) string {
-		return strings.Join(append(framework.AgentValues(), "--api-server-url", c.PeerAPIServerURL()), " ")
+	installFlags := func(c *localcluster.Cluster) string {
+		return strings.Join(append(localcluster.AgentValues(), "--api-server-url", c.PeerAPIServerURL()), " ")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()

@@ -19,6 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
+
 	"github.com/google/nftables"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -53,7 +58,7 @@ import (
 // Running the plugin and kubectl.
 
 // offload runs the built kubectl-offload binary against cluster c.
-func offload(t *testing.T, c *framework.Cluster, args ...string) (stdout, stderr string, err error) {
+func offload(t *testing.T, c *localcluster.Cluster, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	return offloadWith(filepath.Join(binDir, "kubectl-offload"), c, args...)
 }
@@ -61,11 +66,11 @@ func offload(t *testing.T, c *framework.Cluster, args ...string) (stdout, stderr
 // offloadWith runs the kubectl-offload binary bin, against cluster c unless
 // it is nil: offload runs the one under test, the upgrade test an older
 // release's.
-func offloadWith(bin string, c *framework.Cluster, args ...string) (stdout, stderr string, err error) {
-	return framework.RunOffload(context.Background(), bin, c, args...)
+func offloadWith(bin string, c *localcluster.Cluster, args ...string) (stdout, stderr string, err error) {
+	return localcluster.RunOffload(context.Background(), bin, c, args...)
 }
 
-func mustOffload(t *testing.T, c *framework.Cluster, args ...string) string {
+func mustOffload(t *testing.T, c *localcluster.Cluster, args ...string) string {
 	t.Helper()
 	return mustRunOffload(t, "kubectl offload", filepath.Join(binDir, "kubectl-offload"), c, args...)
 }
@@ -73,7 +78,7 @@ func mustOffload(t *testing.T, c *framework.Cluster, args ...string) string {
 // mustRunOffload runs the kubectl-offload binary bin, named name in the
 // test's log, against cluster c, fails the test if it fails, and returns
 // its output.
-func mustRunOffload(t *testing.T, name, bin string, c *framework.Cluster, args ...string) string {
+func mustRunOffload(t *testing.T, name, bin string, c *localcluster.Cluster, args ...string) string {
 	t.Helper()
 	start := time.Now()
 	out, errOut, err := offloadWith(bin, c, args...)
@@ -85,9 +90,9 @@ func mustRunOffload(t *testing.T, name, bin string, c *framework.Cluster, args .
 }
 
 // kubectl runs the pinned kubectl against cluster c.
-func kubectl(t *testing.T, c *framework.Cluster, args ...string) (string, error) {
+func kubectl(t *testing.T, c *localcluster.Cluster, args ...string) (string, error) {
 	t.Helper()
-	bin, err := framework.BinDir()
+	bin, err := tools.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +118,7 @@ func jsonBool(t *testing.T, doc, field string) bool {
 
 const installNS = "offload-system"
 
-func ctrlClient(t *testing.T, c *framework.Cluster) client.Client {
+func ctrlClient(t *testing.T, c *localcluster.Cluster) client.Client {
 	t.Helper()
 	cl, err := client.New(c.Config, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
@@ -122,7 +127,7 @@ func ctrlClient(t *testing.T, c *framework.Cluster) client.Client {
 	return cl
 }
 
-func identity(ctx context.Context, t *testing.T, c *framework.Cluster) map[string]string {
+func identity(ctx context.Context, t *testing.T, c *localcluster.Cluster) map[string]string {
 	t.Helper()
 	cm, err := c.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, "offload-cluster-identity", metav1.GetOptions{})
 	if err != nil {
@@ -132,14 +137,14 @@ func identity(ctx context.Context, t *testing.T, c *framework.Cluster) map[strin
 }
 
 // installAgent installs kubectl-offload with its agent running as pods on the real node.
-func installAgent(t *testing.T, c *framework.Cluster, extra ...string) {
+func installAgent(t *testing.T, c *localcluster.Cluster, extra ...string) {
 	t.Helper()
-	mustOffload(t, c, append(append([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, framework.AgentValues()...), extra...)...)
+	mustOffload(t, c, append(append([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, localcluster.AgentValues()...), extra...)...)
 }
 
 // waitCASecret waits until the auth service has created its CA Secret and
 // returns the PEM CA certificate.
-func waitCASecret(ctx context.Context, t *testing.T, c *framework.Cluster) []byte {
+func waitCASecret(ctx context.Context, t *testing.T, c *localcluster.Cluster) []byte {
 	t.Helper()
 	var cert []byte
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -201,7 +206,7 @@ func exists(ctx context.Context, t *testing.T, c client.Client, o object) bool {
 // schedulingPolicyServed tells whether c's API server serves
 // admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, where install
 // chooses it over the webhook for the scheduling mutation.
-func schedulingPolicyServed(t *testing.T, c *framework.Cluster) bool {
+func schedulingPolicyServed(t *testing.T, c *localcluster.Cluster) bool {
 	t.Helper()
 	list, err := c.Kube.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
 	if err != nil {
@@ -218,7 +223,7 @@ func schedulingPolicyServed(t *testing.T, c *framework.Cluster) bool {
 // expectSchedulingMutation checks that the scheduling mutation installed
 // on c is the one install chooses for its API server: the
 // MutatingAdmissionPolicy where it is served, else the webhook, never both.
-func expectSchedulingMutation(ctx context.Context, t *testing.T, c *framework.Cluster) {
+func expectSchedulingMutation(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
 	policy := schedulingPolicyServed(t, c)
 	api := c.Kube.AdmissionregistrationV1()
@@ -256,7 +261,7 @@ var nodeHostDirs = []string{"/var/log/containers", "/var/lib/cni", "/run/contain
 
 func snapshotHost(t *testing.T) hostSnapshot {
 	t.Helper()
-	s := hostSnapshot{sysctls: framework.HostSysctls()}
+	s := hostSnapshot{sysctls: machine.HostSysctls()}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +357,7 @@ func waitFor(ctx context.Context, t *testing.T, timeout time.Duration, what stri
 }
 
 // waitPodsRunning polls until want pods matching selector are Running, and returns them.
-func waitPodsRunning(ctx context.Context, t *testing.T, c *framework.Cluster, ns, selector string, want int) []corev1.Pod {
+func waitPodsRunning(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns, selector string, want int) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
 	var last string
@@ -378,7 +383,7 @@ func waitPodsRunning(ctx context.Context, t *testing.T, c *framework.Cluster, ns
 }
 
 // waitPodsReady polls until want pods matching selector are Running and Ready, and returns them.
-func waitPodsReady(ctx context.Context, t *testing.T, c *framework.Cluster, ns, selector string, want int) []corev1.Pod {
+func waitPodsReady(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns, selector string, want int) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
 	var last string
@@ -419,7 +424,7 @@ func containerWaiting(p corev1.Pod) string {
 }
 
 // nodeReady returns the Ready condition status of node name, "" when missing.
-func nodeReady(ctx context.Context, c *framework.Cluster, name string) corev1.ConditionStatus {
+func nodeReady(ctx context.Context, c *localcluster.Cluster, name string) corev1.ConditionStatus {
 	n, err := c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return ""
@@ -432,7 +437,7 @@ func nodeReady(ctx context.Context, c *framework.Cluster, name string) corev1.Co
 	return ""
 }
 
-func waitNodeReady(ctx context.Context, t *testing.T, c *framework.Cluster, name string, want corev1.ConditionStatus, timeout time.Duration) time.Duration {
+func waitNodeReady(ctx context.Context, t *testing.T, c *localcluster.Cluster, name string, want corev1.ConditionStatus, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
@@ -467,7 +472,7 @@ func testAppDeployment(name string, replicas int32) *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{framework.RealNodeLabel: framework.RealNodeLabelValue},
+					NodeSelector: map[string]string{localcluster.RealNodeLabel: localcluster.RealNodeLabelValue},
 					Containers: []corev1.Container{{
 						Name:            "app",
 						Image:           testAppImage,
@@ -514,7 +519,7 @@ func tolerates(pod *corev1.Pod, key string) bool {
 // scaleDeployment sets the replicas of Deployment ns/name on c. Its
 // controller writes the status meanwhile: a conflict is retried on the new
 // version, as kubectl scale does.
-func scaleDeployment(ctx context.Context, t *testing.T, c *framework.Cluster, ns, name string, n int32) {
+func scaleDeployment(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns, name string, n int32) {
 	t.Helper()
 	deployments := c.Kube.AppsV1().Deployments(ns)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -533,7 +538,7 @@ func scaleDeployment(ctx context.Context, t *testing.T, c *framework.Cluster, ns
 
 // scaleAgent scales the consumer's controller-manager to replicas and waits
 // until that many are Ready.
-func scaleAgent(ctx context.Context, t *testing.T, c *framework.Cluster, replicas int32) {
+func scaleAgent(ctx context.Context, t *testing.T, c *localcluster.Cluster, replicas int32) {
 	t.Helper()
 	scaleDeployment(ctx, t, c, installNS, offloadv1alpha1.ControllerManager, replicas)
 	waitFor(ctx, t, 2*time.Minute, fmt.Sprintf("%d controller-manager pods", replicas), func(ctx context.Context) (bool, string) {
@@ -557,7 +562,7 @@ func scaleAgent(ctx context.Context, t *testing.T, c *framework.Cluster, replica
 
 // agentRestarts returns the restart count of every container of the
 // agent's pods (controller-manager, auth, gateways) in c, by pod/container.
-func agentRestarts(ctx context.Context, t *testing.T, c *framework.Cluster) map[string]int32 {
+func agentRestarts(ctx context.Context, t *testing.T, c *localcluster.Cluster) map[string]int32 {
 	t.Helper()
 	pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -586,7 +591,7 @@ func everywhere(name string, annotations map[string]string) *appsv1.DaemonSet {
 // createDaemonSet creates ds in ns of c, and deletes it when the test
 // ends, before the clusters go: its pods tolerate the taint that drains a
 // real node at teardown.
-func createDaemonSet(ctx context.Context, t testing.TB, c *framework.Cluster, ns string, ds *appsv1.DaemonSet) {
+func createDaemonSet(ctx context.Context, t testing.TB, c *localcluster.Cluster, ns string, ds *appsv1.DaemonSet) {
 	t.Helper()
 	if _, err := c.Kube.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -603,7 +608,7 @@ func createDaemonSet(ctx context.Context, t testing.TB, c *framework.Cluster, ns
 
 // rolledOut runs kubectl rollout status on DaemonSet ns/name, as a user
 // waiting for it would.
-func rolledOut(t *testing.T, c *framework.Cluster, ns, name string) {
+func rolledOut(t *testing.T, c *localcluster.Cluster, ns, name string) {
 	t.Helper()
 	if out, err := kubectl(t, c, "-n", ns, "rollout", "status", "daemonset/"+name, "--timeout", "90s"); err != nil {
 		t.Errorf("kubectl rollout status daemonset %s/%s: %v\n%s", ns, name, err, out)
@@ -611,7 +616,7 @@ func rolledOut(t *testing.T, c *framework.Cluster, ns, name string) {
 }
 
 // daemonPodsOn lists the nodes the pods of DaemonSet ns/name are bound to.
-func daemonPodsOn(ctx context.Context, t *testing.T, c *framework.Cluster, ns, name string) []string {
+func daemonPodsOn(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns, name string) []string {
 	t.Helper()
 	pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 	if err != nil {
@@ -672,9 +677,9 @@ func tryGetJSON(url string, v any) error {
 
 // portForward forwards a local port to port of target and returns the local
 // address; the forward stops when the test ends.
-func portForward(t *testing.T, c *framework.Cluster, ns, target string, port int) string {
+func portForward(t *testing.T, c *localcluster.Cluster, ns, target string, port int) string {
 	t.Helper()
-	bin, err := framework.BinDir()
+	bin, err := tools.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -731,7 +736,7 @@ func (l *lockedWriter) String() string {
 }
 
 // execIn runs the test application's client in pod ns/name of c.
-func execIn(t *testing.T, c *framework.Cluster, ns, pod string, args ...string) (string, error) {
+func execIn(t *testing.T, c *localcluster.Cluster, ns, pod string, args ...string) (string, error) {
 	t.Helper()
 	out, err := kubectl(t, c, append([]string{"-n", ns, "exec", pod, "--", "/testapp"}, args...)...)
 	return strings.TrimSpace(out), err
@@ -739,7 +744,7 @@ func execIn(t *testing.T, c *framework.Cluster, ns, pod string, args ...string) 
 
 // answers asks url from pod n times (or until want is all seen) and
 // returns the set of first words of the answers.
-func answers(t *testing.T, c *framework.Cluster, ns, pod, url string, n int, want ...string) map[string]bool {
+func answers(t *testing.T, c *localcluster.Cluster, ns, pod, url string, n int, want ...string) map[string]bool {
 	t.Helper()
 	seen := map[string]bool{}
 	for i := 0; i < n; i++ {
@@ -767,7 +772,7 @@ func all(seen map[string]bool, want []string) bool {
 
 // generate runs peer generate -o json on the provider and returns the
 // arguments of the command it prints.
-func generate(t *testing.T, provider *framework.Cluster, args ...string) peer.PeerCommandArgs {
+func generate(t *testing.T, provider *localcluster.Cluster, args ...string) peer.PeerCommandArgs {
 	t.Helper()
 	var pc peer.PeerCommand
 	if err := jsonUnmarshal(mustOffload(t, provider, append([]string{"peer", "generate", "-o", "json"}, args...)...), &pc); err != nil {
@@ -777,7 +782,7 @@ func generate(t *testing.T, provider *framework.Cluster, args ...string) peer.Pe
 }
 
 // outOfBand runs the command on the consumer, as a user pastes it.
-func outOfBand(t *testing.T, consumer *framework.Cluster, a peer.PeerCommandArgs, extra ...string) (string, error) {
+func outOfBand(t *testing.T, consumer *localcluster.Cluster, a peer.PeerCommandArgs, extra ...string) (string, error) {
 	t.Helper()
 	args := append(strings.Fields(strings.TrimPrefix(a.Command(), "kubectl offload ")), extra...)
 	_, errOut, err := offload(t, consumer, args...)
@@ -786,9 +791,9 @@ func outOfBand(t *testing.T, consumer *framework.Cluster, a peer.PeerCommandArgs
 
 // peerableClustersWith starts a consumer and a provider with the agent
 // installed and running on each one's real node.
-func peerableClustersWith(ctx context.Context, t *testing.T, consumerOpts, providerOpts framework.ClusterOptions, extra ...string) (consumer, provider *framework.Cluster) {
+func peerableClustersWith(ctx context.Context, t *testing.T, consumerOpts, providerOpts localcluster.ClusterOptions, extra ...string) (consumer, provider *localcluster.Cluster) {
 	t.Helper()
-	clusters := framework.StartClusters(t, consumerOpts, providerOpts)
+	clusters := localcluster.StartClusters(t, consumerOpts, providerOpts)
 	installPeerable(ctx, t, clusters[0], clusters[1], extra...)
 	return clusters[0], clusters[1]
 }
@@ -796,24 +801,24 @@ func peerableClustersWith(ctx context.Context, t *testing.T, consumerOpts, provi
 // installPeerable installs the agent with extra on a consumer and a
 // provider at once, each advertising the API server URL peers reach, and
 // waits until the agent pods are Ready and the provider's auth CA exists:
-// the first half of the peered-pair fixture (framework.InstallPair).
-func installPeerable(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, extra ...string) {
+// the first half of the peered-pair fixture (localcluster.InstallPair).
+func installPeerable(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, extra ...string) {
 	t.Helper()
 	start := time.Now()
-	if err := framework.InstallPair(ctx, consumer, provider, framework.PairOptions{Bin: binDir, Install: extra}); err != nil {
+	if err := localcluster.InstallPair(ctx, consumer, provider, localcluster.PairOptions{Bin: binDir, Install: extra}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("kubectl offload install on %s and %s, agents Ready: %s", consumer.Name, provider.Name, time.Since(start).Round(time.Millisecond))
 }
 
 // peeredClustersWith starts a consumer and a provider and peers them with
-// the peered-pair fixture (framework.StartPeeredPair): install with extra,
+// the peered-pair fixture (localcluster.StartPeeredPair): install with extra,
 // peer generate with generateArgs, and the printed command, which returns
 // once the virtual node is Ready.
-func peeredClustersWith(ctx context.Context, t *testing.T, consumerOpts, providerOpts framework.ClusterOptions, generateArgs []string, extra ...string) *framework.PeeredPair {
+func peeredClustersWith(ctx context.Context, t *testing.T, consumerOpts, providerOpts localcluster.ClusterOptions, generateArgs []string, extra ...string) *localcluster.PeeredPair {
 	t.Helper()
-	clusters := framework.StartClusters(t, consumerOpts, providerOpts)
-	p, err := framework.StartPeeredPair(ctx, clusters[0], clusters[1], framework.PairOptions{Bin: binDir, Install: extra, Generate: generateArgs})
+	clusters := localcluster.StartClusters(t, consumerOpts, providerOpts)
+	p, err := localcluster.StartPeeredPair(ctx, clusters[0], clusters[1], localcluster.PairOptions{Bin: binDir, Install: extra, Generate: generateArgs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -823,7 +828,7 @@ func peeredClustersWith(ctx context.Context, t *testing.T, consumerOpts, provide
 
 // expectVirtualNodeReady waits until the consumer's node offload-<name> is
 // Ready with the allocatable resources of the provider's ResourceOffer.
-func expectVirtualNodeReady(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, name, tenantNamespace string) {
+func expectVirtualNodeReady(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, name, tenantNamespace string) {
 	t.Helper()
 	var fc offloadv1alpha1.ForeignCluster
 	if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: name}, &fc); err != nil {
@@ -882,7 +887,7 @@ type heldCredentials struct {
 	tokenFingerprint string
 }
 
-func readHeldCredentials(ctx context.Context, t *testing.T, consumer *framework.Cluster, name string) heldCredentials {
+func readHeldCredentials(ctx context.Context, t *testing.T, consumer *localcluster.Cluster, name string) heldCredentials {
 	t.Helper()
 	s, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.PeerKubeconfigSecretName(name), metav1.GetOptions{})
 	if err != nil {
@@ -923,7 +928,7 @@ func readOffer(ctx context.Context, h heldCredentials, name string) error {
 }
 
 // peerFields returns the fields of kubectl offload status peer NAME -o json on c.
-func peerFields(t *testing.T, c *framework.Cluster, name string) map[string]string {
+func peerFields(t *testing.T, c *localcluster.Cluster, name string) map[string]string {
 	t.Helper()
 	out, _, _ := offload(t, c, "status", "peer", name, "-o", "json")
 	var r struct {
@@ -948,7 +953,7 @@ func peerFields(t *testing.T, c *framework.Cluster, name string) map[string]stri
 
 // tenantClient returns the consumer's credentials for its provider
 // "provider", as its agent holds them, and a client that uses them.
-func tenantClient(ctx context.Context, t *testing.T, consumer *framework.Cluster) (heldCredentials, kubernetes.Interface) {
+func tenantClient(ctx context.Context, t *testing.T, consumer *localcluster.Cluster) (heldCredentials, kubernetes.Interface) {
 	t.Helper()
 	held := readHeldCredentials(ctx, t, consumer, "provider")
 	tenant, err := kubernetes.NewForConfig(held.config)
@@ -960,7 +965,7 @@ func tenantClient(ctx context.Context, t *testing.T, consumer *framework.Cluster
 
 // expectNoPeeringLeft checks that nothing of a peering is left on either
 // side. A tenant namespace takes a moment to be deleted, so it is waited for.
-func expectNoPeeringLeft(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, name string) {
+func expectNoPeeringLeft(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, name string) {
 	t.Helper()
 	err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: name}, &offloadv1alpha1.ForeignCluster{})
 	if !apierrors.IsNotFound(err) {
@@ -987,7 +992,7 @@ func expectNoPeeringLeft(ctx context.Context, t *testing.T, consumer, provider *
 // expectPeeringPartsGone waits until every part of the consumer's peering
 // with peer is gone: the virtual node and its Lease, the Secrets, and the
 // ForeignCluster's children, which go with it (garbage collection).
-func expectPeeringPartsGone(ctx context.Context, t *testing.T, consumer *framework.Cluster, peer string) {
+func expectPeeringPartsGone(ctx context.Context, t *testing.T, consumer *localcluster.Cluster, peer string) {
 	t.Helper()
 	node := offloadv1alpha1.VirtualNodeName(peer)
 	tunnel := offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, peer)
@@ -1015,7 +1020,7 @@ func expectPeeringPartsGone(ctx context.Context, t *testing.T, consumer *framewo
 // Offloaded pods.
 
 // remotePods lists the pods that the consumer of clusterID reflected into twin.
-func remotePods(ctx context.Context, t *testing.T, provider *framework.Cluster, twin, clusterID string) []corev1.Pod {
+func remotePods(ctx context.Context, t *testing.T, provider *localcluster.Cluster, twin, clusterID string) []corev1.Pod {
 	t.Helper()
 	list, err := provider.Kube.CoreV1().Pods(twin).List(ctx, metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelOriginClusterID + "=" + clusterID})
 	if err != nil {
@@ -1061,7 +1066,7 @@ func onNode(pods []corev1.Pod, node string) []corev1.Pod {
 // expectReflected waits until the live pods of selector in the offloaded
 // namespace work are exactly want pods on the virtual node, each Ready,
 // with one remote pod each in twin.
-func expectReflected(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, clusterID, selector string, want int) {
+func expectReflected(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, twin, clusterID, selector string, want int) {
 	t.Helper()
 	took := waitFor(ctx, t, 3*time.Minute, fmt.Sprintf("%d reflected pods %s", want, selector), func(ctx context.Context) (bool, string) {
 		list, err := consumer.Kube.CoreV1().Pods("work").List(ctx, metav1.ListOptions{LabelSelector: selector})
@@ -1199,14 +1204,14 @@ type cidrMapping struct {
 
 // offloadStatus runs `kubectl offload status -o json args...` against c and
 // returns the report and the exit code.
-func offloadStatus(t *testing.T, c *framework.Cluster, args ...string) (statusReport, int) {
+func offloadStatus(t *testing.T, c *localcluster.Cluster, args ...string) (statusReport, int) {
 	t.Helper()
 	return statusJSON(t, c, append([]string{"status", "-o", "json"}, args...)...)
 }
 
 // statusJSON runs `kubectl offload args...`, a status command with -o json,
 // against c and returns the report and the exit code.
-func statusJSON(t *testing.T, c *framework.Cluster, args ...string) (statusReport, int) {
+func statusJSON(t *testing.T, c *localcluster.Cluster, args ...string) (statusReport, int) {
 	t.Helper()
 	return reportJSON(t, c, "StatusReport", args...)
 }
@@ -1214,7 +1219,7 @@ func statusJSON(t *testing.T, c *framework.Cluster, args ...string) (statusRepor
 // reportJSON runs `kubectl offload args...`, a reporting command (status,
 // doctor) with -o json, against c and returns its report, of kind, and the
 // exit code.
-func reportJSON(t *testing.T, c *framework.Cluster, kind string, args ...string) (statusReport, int) {
+func reportJSON(t *testing.T, c *localcluster.Cluster, kind string, args ...string) (statusReport, int) {
 	t.Helper()
 	out, errOut, err := offload(t, c, args...)
 	code := 0
@@ -1234,14 +1239,14 @@ func reportJSON(t *testing.T, c *framework.Cluster, kind string, args ...string)
 
 // offloadDoctor runs `kubectl offload doctor -o json` against c and returns
 // the report, which has the shape of a status report, and the exit code.
-func offloadDoctor(t *testing.T, c *framework.Cluster) (statusReport, int) {
+func offloadDoctor(t *testing.T, c *localcluster.Cluster) (statusReport, int) {
 	t.Helper()
 	return reportJSON(t, c, "DoctorReport", "doctor", "-o", "json")
 }
 
 // expectStatusHealthy waits until kubectl offload status of the release
 // under test exits 0 and reports c healthy.
-func expectStatusHealthy(ctx context.Context, t *testing.T, c *framework.Cluster) {
+func expectStatusHealthy(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
 	waitFor(ctx, t, 2*time.Minute, "kubectl offload status healthy on "+c.Name, func(ctx context.Context) (bool, string) {
 		r, code := offloadStatus(t, c)
@@ -1259,7 +1264,7 @@ type gatewayReport struct {
 }
 
 // gatewayStatus reads the /status of tunnel's gateway through a port-forward.
-func gatewayStatus(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel string) gatewayReport {
+func gatewayStatus(ctx context.Context, t *testing.T, c *localcluster.Cluster, tunnel string) gatewayReport {
 	t.Helper()
 	pod := waitPodsReady(ctx, t, c, installNS, offloadv1alpha1.LabelTunnel+"="+tunnel, 1)[0]
 	addr := portForward(t, c, installNS, "pod/"+pod.Name, 8083)
@@ -1276,7 +1281,7 @@ func gatewayStatus(ctx context.Context, t *testing.T, c *framework.Cluster, tunn
 
 // expectNoNetworkLeft waits until c has no Tunnel, gateway object, fabric
 // route or rule, in the API and on its node.
-func expectNoNetworkLeft(ctx context.Context, t *testing.T, c *framework.Cluster) {
+func expectNoNetworkLeft(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
 	waitFor(ctx, t, 2*time.Minute, "no network left on "+c.Name, func(ctx context.Context) (bool, string) {
 		var left []string
@@ -1311,7 +1316,7 @@ func expectNoNetworkLeft(ctx context.Context, t *testing.T, c *framework.Cluster
 			if routes != "" {
 				left = append(left, n.Name+" routes "+routes)
 			}
-			if err := framework.InNetNS(n.NetNS, func() error {
+			if err := netlab.InNetNS(n.NetNS, func() error {
 				tables, err := (&nftables.Conn{}).ListTables()
 				if slices.ContainsFunc(tables, func(tb *nftables.Table) bool { return tb.Name == "offload-fabric" }) {
 					left = append(left, n.Name+" nftables table offload-fabric")

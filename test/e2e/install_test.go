@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -19,13 +21,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // releaseRevisions lists the Helm release records of the offload release.
-func releaseRevisions(ctx context.Context, t *testing.T, c *framework.Cluster) []string {
+func releaseRevisions(ctx context.Context, t *testing.T, c *localcluster.Cluster) []string {
 	t.Helper()
 	list, err := c.Kube.CoreV1().Secrets(installNS).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=offload"})
 	if apierrors.IsNotFound(err) {
@@ -44,7 +45,7 @@ func releaseRevisions(ctx context.Context, t *testing.T, c *framework.Cluster) [
 func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "inst", FakeNodes: 2, RealNode: true})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "inst", FakeNodes: 2, RealNode: true})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cl := ctrlClient(t, c)
@@ -56,7 +57,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	// --dry-run prints every manifest and creates nothing.
 	var objects []object
 	t.Run("--dry-run creates nothing", func(t *testing.T) {
-		manifest := mustOffload(t, c, append([]string{"install", "--cluster-name", "inst", "--dry-run", "-o", "yaml"}, framework.AgentValues()...)...)
+		manifest := mustOffload(t, c, append([]string{"install", "--cluster-name", "inst", "--dry-run", "-o", "yaml"}, localcluster.AgentValues()...)...)
 		objects = manifestObjects(t, manifest)
 		kinds := map[string]int{}
 		for _, o := range objects {
@@ -160,7 +161,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	// --set on reinstall upgrades, and upgrade works on the installed release.
 	t.Run("install --set and upgrade change the release", func(t *testing.T) {
 		installAgent(t, c, "--set", "sharingPercentage=30")
-		mustOffload(t, c, append(append([]string{"upgrade"}, framework.AgentValues()...), "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")...)
+		mustOffload(t, c, append(append([]string{"upgrade"}, localcluster.AgentValues()...), "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")...)
 		svc, err := c.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
 		if err != nil || svc.Spec.Type != corev1.ServiceTypeClusterIP {
 			t.Errorf("upgrade --set auth.service.type=ClusterIP: service %v, err %v", svc.Spec.Type, err)
@@ -236,7 +237,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 }
 
 // checkRBAC asks the API server what each agent ServiceAccount may do.
-func checkRBAC(ctx context.Context, t *testing.T, c *framework.Cluster) {
+func checkRBAC(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	type access struct {
 		verb, group, resource, subresource, namespace string
 		allowed                                       bool
@@ -340,7 +341,7 @@ func checkRBAC(ctx context.Context, t *testing.T, c *framework.Cluster) {
 }
 
 func TestInstallRejectsBadInputAndChangesNothing(t *testing.T) {
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "badin", FakeNodes: 1})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "badin", FakeNodes: 1})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cases := []struct {
@@ -397,7 +398,7 @@ func TestInstallRejectsBadInputAndChangesNothing(t *testing.T) {
 // checkNamespacePolicy acts as the controller-manager's ServiceAccount: it
 // may create, label and delete twin namespaces, and on other namespaces
 // change only the offloaded label, as the ValidatingAdmissionPolicy says.
-func checkNamespacePolicy(ctx context.Context, t *testing.T, c *framework.Cluster) {
+func checkNamespacePolicy(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
 	cfg := rest.CopyConfig(c.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + installNS + ":offload-controller-manager",

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,9 +44,9 @@ func TestSeedFlowsBetweenK3sAndKubeadm(t *testing.T) {
 	t.Cleanup(func() { expectHostRestored(t, before) })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	clusters := framework.StartClusters(t,
-		framework.ClusterOptions{Name: "k3s", Flavour: framework.FlavourK3s, RealNode: true, Isolated: true},
-		framework.ClusterOptions{Name: "kubeadm", RealNode: true, Isolated: true})
+	clusters := localcluster.StartClusters(t,
+		localcluster.ClusterOptions{Name: "k3s", Flavour: localcluster.FlavourK3s, RealNode: true, Isolated: true},
+		localcluster.ClusterOptions{Name: "kubeadm", RealNode: true, Isolated: true})
 	k3s, kubeadm := clusters[0], clusters[1]
 
 	t.Run("the k3s cluster is k3s as kubectl and install see it", func(t *testing.T) {
@@ -56,7 +58,7 @@ func TestSeedFlowsBetweenK3sAndKubeadm(t *testing.T) {
 	// The seed flows need both installs: this chapter stops the test when
 	// it fails. The two before it let the rest run.
 	if !t.Run("install detects both clusters with no flags and gives no advice", func(t *testing.T) {
-		installWithDetection(ctx, t, map[*framework.Cluster][]string{
+		installWithDetection(ctx, t, map[*localcluster.Cluster][]string{
 			k3s:     {"--gateway-service-type", "LoadBalancer"},
 			kubeadm: nil,
 		})
@@ -73,9 +75,9 @@ func TestSeedFlowsBetweenK3sAndKubeadm(t *testing.T) {
 
 // expectK3s checks what makes c a k3s cluster to its users and to
 // install's detection.
-func expectK3s(ctx context.Context, t *testing.T, c *framework.Cluster) {
+func expectK3s(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
-	if want := fmt.Sprintf("https://127.0.0.1:%d", framework.K3sAPIServerPort); c.Config.Host != want {
+	if want := fmt.Sprintf("https://127.0.0.1:%d", localcluster.K3sAPIServerPort); c.Config.Host != want {
 		t.Errorf("the kubeconfig's server is %s, want %s as k3s writes it", c.Config.Host, want)
 	}
 	// The datastore is kine's SQLite database.
@@ -89,7 +91,7 @@ func expectK3s(ctx context.Context, t *testing.T, c *framework.Cluster) {
 	}
 	if args := strings.Split(string(apiserver), "\x00"); !slices.ContainsFunc(args, func(a string) bool {
 		return strings.HasPrefix(a, "--etcd-servers=http://127.0.0.1:") && !strings.Contains(a, ",")
-	}) || !slices.Contains(args, "--service-cluster-ip-range="+framework.K3sServiceCIDR) {
+	}) || !slices.Contains(args, "--service-cluster-ip-range="+localcluster.K3sServiceCIDR) {
 		t.Errorf("kube-apiserver runs with %q; want one --etcd-servers, kine's, and k3s's Service range", args)
 	}
 	if fi, err := os.Stat(filepath.Join(c.Dir, "db", "state.db")); err != nil || fi.Size() == 0 {
@@ -101,14 +103,14 @@ func expectK3s(ctx context.Context, t *testing.T, c *framework.Cluster) {
 		t.Errorf("Service kubernetes: %v, cluster IP %v; want 10.43.0.1", err, svc)
 	}
 	dns, err := c.Kube.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
-	if err != nil || dns.Spec.ClusterIP != framework.K3sDNSServiceIP {
-		t.Errorf("Service kube-dns: %v; want cluster IP %s", err, framework.K3sDNSServiceIP)
+	if err != nil || dns.Spec.ClusterIP != localcluster.K3sDNSServiceIP {
+		t.Errorf("Service kube-dns: %v; want cluster IP %s", err, localcluster.K3sDNSServiceIP)
 	}
 	node, err := c.Kube.CoreV1().Nodes().Get(ctx, c.Node.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !netip.MustParsePrefix(framework.K3sPodCIDR).Contains(netip.MustParsePrefix(node.Spec.PodCIDR).Addr()) ||
+	if !netip.MustParsePrefix(localcluster.K3sPodCIDR).Contains(netip.MustParsePrefix(node.Spec.PodCIDR).Addr()) ||
 		node.Spec.ProviderID != "k3s://"+node.Name || node.Labels["node-role.kubernetes.io/control-plane"] != "true" ||
 		node.Labels["node.kubernetes.io/instance-type"] != "k3s" || node.Annotations["k3s.io/node-args"] != `["server"]` {
 		t.Errorf("node %s: pod CIDR %s, providerID %s, labels %v, annotations %v; want a k3s server's", node.Name,
@@ -119,10 +121,10 @@ func expectK3s(ctx context.Context, t *testing.T, c *framework.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantURL := fmt.Sprintf("https://%s:%d", c.Node.IP, framework.K3sAPIServerPort)
-	if d.Provider != install.ProviderK3s || d.PodCIDR != framework.K3sPodCIDR || d.ServiceCIDR != framework.K3sServiceCIDR ||
+	wantURL := fmt.Sprintf("https://%s:%d", c.Node.IP, localcluster.K3sAPIServerPort)
+	if d.Provider != install.ProviderK3s || d.PodCIDR != localcluster.K3sPodCIDR || d.ServiceCIDR != localcluster.K3sServiceCIDR ||
 		d.APIServerURL != wantURL || d.APIServerLoopback {
-		t.Errorf("detection on the k3s cluster: %+v; want k3s, %s, %s and %s", d, framework.K3sPodCIDR, framework.K3sServiceCIDR, wantURL)
+		t.Errorf("detection on the k3s cluster: %+v; want k3s, %s, %s and %s", d, localcluster.K3sPodCIDR, localcluster.K3sServiceCIDR, wantURL)
 	}
 	// The API server answers at that URL from another machine's pods,
 	// with a certificate that names it: the peers' agents use it.
@@ -134,7 +136,7 @@ func expectK3s(ctx context.Context, t *testing.T, c *framework.Cluster) {
 // waitHTTPS polls GET url (an API server's /readyz) from the host, with
 // the cluster's admin credentials and CA, until it answers ok, and returns
 // the last failure, or "".
-func waitHTTPS(ctx context.Context, t *testing.T, c *framework.Cluster, url string) string {
+func waitHTTPS(ctx context.Context, t *testing.T, c *localcluster.Cluster, url string) string {
 	t.Helper()
 	cfg := rest.CopyConfig(c.Config)
 	cfg.Host = strings.TrimSuffix(url, "/readyz")
@@ -156,7 +158,7 @@ func waitHTTPS(ctx context.Context, t *testing.T, c *framework.Cluster, url stri
 // pod of other (another machine) reaches it; a second Service on the same
 // port gets no address, its svclb pod Pending; deleting them removes
 // their DaemonSets.
-func expectServiceLB(ctx context.Context, t *testing.T, c, other *framework.Cluster) {
+func expectServiceLB(ctx context.Context, t *testing.T, c, other *localcluster.Cluster) {
 	t.Helper()
 	const ns = "lb"
 	createNamespace(ctx, t, ctrlClient(t, c), ns)
@@ -225,7 +227,7 @@ func expectServiceLB(ctx context.Context, t *testing.T, c, other *framework.Clus
 		left, err := c.Kube.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(list.Items) == 0 && len(left.Items) == 0, fmt.Sprintf("%d DaemonSets, Services %v", len(list.Items), left)
 	})
-	for _, cl := range []*framework.Cluster{c, other} {
+	for _, cl := range []*localcluster.Cluster{c, other} {
 		if err := cl.Kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 			t.Error(err)
 		}
@@ -235,12 +237,12 @@ func expectServiceLB(ctx context.Context, t *testing.T, c, other *framework.Clus
 // installWithDetection installs the agent on each cluster, at once, with
 // its extra flags and no settings install can detect, and checks that
 // install gave no advice (no "pass --" warning) and that doctor is healthy.
-func installWithDetection(ctx context.Context, t *testing.T, extra map[*framework.Cluster][]string) {
+func installWithDetection(ctx context.Context, t *testing.T, extra map[*localcluster.Cluster][]string) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for c, args := range extra {
 		wg.Go(func() {
-			out, errOut, err := offload(t, c, slices.Concat([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, framework.AgentValues(), args)...)
+			out, errOut, err := offload(t, c, slices.Concat([]string{"install", "--cluster-name", c.Name, "--timeout", "3m"}, localcluster.AgentValues(), args)...)
 			if err != nil {
 				t.Errorf("install on %s: %v\n%s\n%s", c.Name, err, out, errOut)
 				return
@@ -268,7 +270,7 @@ func installWithDetection(ctx context.Context, t *testing.T, extra map[*framewor
 // namespace ns with a Service over a local and an offloaded replica, and
 // checks the path the gateway is published on, the pods' addresses, and
 // the Service answering from both clusters on both sides.
-func expectSeedFlow(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, ns string) {
+func expectSeedFlow(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, ns string) {
 	t.Helper()
 	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
 		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
@@ -300,7 +302,7 @@ func expectSeedFlow(ctx context.Context, t *testing.T, consumer, provider *frame
 	}
 	// A k3s provider publishes its gateway through ServiceLB, at the LB
 	// port on its node; a kubeadm-style one at a NodePort.
-	if provider.Flavour == framework.FlavourK3s {
+	if provider.Flavour == localcluster.FlavourK3s {
 		if want := fmt.Sprintf("%s:%d", provider.Node.IP, 51820); tunnel.Spec.Endpoint != want {
 			t.Errorf("the consumer dials the provider's gateway at %s, want its LoadBalancer %s", tunnel.Spec.Endpoint, want)
 		}
@@ -349,7 +351,7 @@ func expectSeedFlow(ctx context.Context, t *testing.T, consumer, provider *frame
 	if !seen[localPod.Name] || !seen[remotePod.Name] {
 		t.Errorf("Service web from the offloaded pod answered from %v, want %s and %s", seen, localPod.Name, remotePod.Name)
 	}
-	for _, c := range []*framework.Cluster{consumer, provider} {
+	for _, c := range []*localcluster.Cluster{consumer, provider} {
 		expectStatusHealthy(ctx, t, c)
 	}
 }

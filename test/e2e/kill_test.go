@@ -7,13 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // burstPods is how many pods the agent-kill test offloads at once.
@@ -29,8 +31,8 @@ func TestAnAgentKilledWhileOffloadingAThousandPodsLeavesNoDuplicateAndNoOrphan(t
 	// the benchmark, so that 1000 pods do not wait on the Deployment and
 	// the scheduler at 20 requests a second.
 	consumer, provider := peerableClustersWith(ctx, t,
-		framework.ClusterOptions{Name: "kill-consumer", RealNode: true, DisableQPSLimits: true},
-		framework.ClusterOptions{Name: "kill-provider", FakeNodes: 3, NodeCapacity: framework.Capacity{Pods: "500"}, RealNode: true, DisableQPSLimits: true},
+		localcluster.ClusterOptions{Name: "kill-consumer", RealNode: true, DisableQPSLimits: true},
+		localcluster.ClusterOptions{Name: "kill-provider", FakeNodes: 3, NodeCapacity: localcluster.Capacity{Pods: "500"}, RealNode: true, DisableQPSLimits: true},
 		"--network=false", "--set", "sharingPercentage=100")
 	cordon := []byte(`{"spec":{"unschedulable":true}}`)
 	if _, err := provider.Kube.CoreV1().Nodes().Patch(ctx, provider.Node.Name, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {
@@ -78,7 +80,7 @@ func TestAnAgentKilledWhileOffloadingAThousandPodsLeavesNoDuplicateAndNoOrphan(t
 		}
 		return bound == burstPods, fmt.Sprintf("%d bound", bound)
 	})
-	pid, err := framework.AgentPID(consumer.Name)
+	pid, err := machine.AgentPID(consumer.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +21,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // credentialLifetime is the shortest lifetime a ServiceAccount token can
@@ -31,7 +32,7 @@ const credentialLifetime = 10 * time.Minute
 const credentialGrace = time.Minute
 
 // peerArgs are the flags of the command the fixture ran.
-func peerArgs(pc framework.PeerCommand) peer.PeerCommandArgs {
+func peerArgs(pc localcluster.PeerCommand) peer.PeerCommandArgs {
 	return peer.PeerCommandArgs{Name: pc.Name, AuthURL: pc.AuthURL, ClusterID: pc.ClusterID, AuthToken: pc.AuthToken, CACertHash: pc.CACertHash}
 }
 
@@ -42,8 +43,8 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 	defer cancel()
 	// The agents log at the highest verbosity: expectNoSecretInLogs reads them.
 	pair := peeredClustersWith(ctx, t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
-		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true}, nil,
+		localcluster.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
+		localcluster.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true}, nil,
 		"--set", "auth.credentialExpirationSeconds="+strconv.FormatInt(int64(credentialLifetime/time.Second), 10),
 		"--set", "logVerbosity=10")
 	consumer, provider, a := pair.Consumer, pair.Provider, peerArgs(pair.Peer)
@@ -224,7 +225,7 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 		t.Logf("old credentials rejected %s after unpeer returned", time.Since(revoked).Round(time.Millisecond))
 		// Through peering, rotation and unpeer, at -v=10, no log line of either
 		// side holds the peering token or a credential.
-		expectNoSecretInLogs(t, []*framework.Cluster{consumer, provider},
+		expectNoSecretInLogs(t, []*localcluster.Cluster{consumer, provider},
 			a.AuthToken, first.config.BearerToken, renewed.config.BearerToken)
 		expectNoPeeringLeft(ctx, t, consumer, provider, a.Name)
 		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -270,10 +271,10 @@ func statusWriters(obj client.Object) []string {
 // side's Tunnel has two, each with fields of its own: the gateway (the
 // data path) and the network controller (the peering's network, which
 // the ForeignCluster mirrors).
-func expectOneWriterPerStatus(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, peer string) {
+func expectOneWriterPerStatus(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, peer string) {
 	t.Helper()
 	for _, side := range []struct {
-		c    *framework.Cluster
+		c    *localcluster.Cluster
 		name string
 		want []string
 	}{{consumer, peer, []string{"offload-summary"}}, {provider, consumer.Name, []string{"offload-summary"}}} {
@@ -287,7 +288,7 @@ func expectOneWriterPerStatus(ctx context.Context, t *testing.T, consumer, provi
 		}
 	}
 	for _, side := range []struct {
-		c    *framework.Cluster
+		c    *localcluster.Cluster
 		name string
 	}{{consumer, offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, peer)}, {provider, offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, consumer.Name)}} {
 		var tunnel offloadv1alpha1.Tunnel
@@ -327,7 +328,7 @@ var jwtLike = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.`)
 // auth service of every cluster, every container and restart, and fails on
 // any of the secrets, their secret halves (the part after the dot of a
 // peering token), any JWT or any private key.
-func expectNoSecretInLogs(t *testing.T, clusters []*framework.Cluster, secrets ...string) {
+func expectNoSecretInLogs(t *testing.T, clusters []*localcluster.Cluster, secrets ...string) {
 	t.Helper()
 	var needles []string
 	for _, s := range secrets {

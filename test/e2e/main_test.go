@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 // binDir holds the kubectl-offload and offload-agent binaries under test.
@@ -19,11 +19,11 @@ var binDir string
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	start := time.Now()
-	if err := framework.EnsureTools(ctx); err != nil {
+	if err := tools.EnsureTools(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	dir, err := framework.BuildBinaries(ctx)
+	dir, err := tools.BuildBinaries(ctx)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -32,6 +32,6 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	fmt.Fprintf(os.Stderr, "e2e: tools and binaries ready in %s\n", time.Since(start).Round(time.Millisecond))
 	code := m.Run()
-	_ = framework.RemoveBinaries()
+	_ = tools.RemoveBinaries()
 	os.Exit(code)
 }

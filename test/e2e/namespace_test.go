@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -15,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // expectNotOffloaded checks that namespace ns of c has no NamespaceOffloading.
@@ -34,8 +35,8 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 	defer cancel()
 	// The provider lets this consumer keep its namespaces' names.
 	pair := peeredClustersWith(ctx, t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
-		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
+		localcluster.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
+		localcluster.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
 		[]string{"--allow-same-name-namespaces"})
 	consumer, provider := pair.Consumer, pair.Provider
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
@@ -155,7 +156,7 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 // expectSchedulingWebhook checks that pods created in the offloaded
 // namespace ns get the virtual-node toleration with unlimited unreachable
 // tolerations, and that DaemonSet pods there do not.
-func expectSchedulingWebhook(ctx context.Context, t *testing.T, c *framework.Cluster, ns string) {
+func expectSchedulingWebhook(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns string) {
 	t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.local/offload/pause:test"}}}}

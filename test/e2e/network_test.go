@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,7 +20,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T) {
@@ -31,8 +32,8 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	pair := peeredClustersWith(ctx, t,
 		// Two real nodes on the consumer: a client on the node without the
 		// gateway goes through the fabric's route to the gateway's node.
-		framework.ClusterOptions{Name: "consumer", RealNode: true, ExtraRealNodes: 1, Isolated: true},
-		framework.ClusterOptions{Name: "provider", RealNode: true, Isolated: true}, nil)
+		localcluster.ClusterOptions{Name: "consumer", RealNode: true, ExtraRealNodes: 1, Isolated: true},
+		localcluster.ClusterOptions{Name: "provider", RealNode: true, Isolated: true}, nil)
 	consumer, provider := pair.Consumer, pair.Provider
 	start := time.Now().Add(-pair.OutOfBand)
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
@@ -198,12 +199,12 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	// virtual node stays Ready and the offloaded pod keeps running. The
 	// path is restored by the end of the chapter, failed or not.
 	t.Run("a cut path: status names the tunnel", func(t *testing.T) {
-		restore := framework.DropUDP(t, netip.MustParseAddrPort(tunnel.Spec.Endpoint))
+		restore := localcluster.DropUDP(t, netip.MustParseAddrPort(tunnel.Spec.Endpoint))
 		cut := time.Now()
 		took := waitFor(ctx, t, time.Minute, "status peer naming the tunnel hop on both sides", func(ctx context.Context) (bool, string) {
 			var why []string
 			for _, side := range []struct {
-				c            *framework.Cluster
+				c            *localcluster.Cluster
 				peer, tunnel string
 				says         string
 			}{{consumer, "provider", tunnel.Name, "no WireGuard handshake with the provider's gateway"},
@@ -235,7 +236,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	// A gateway pod deleted on either side: traffic recovers.
 	t.Run("traffic recovers from a deleted gateway pod", func(t *testing.T) {
 		for _, side := range []struct {
-			c      *framework.Cluster
+			c      *localcluster.Cluster
 			tunnel string
 		}{{consumer, tunnel.Name}, {provider, offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer")}} {
 			pods := waitPodsReady(ctx, t, side.c, installNS, offloadv1alpha1.LabelTunnel+"="+side.tunnel, 1)
@@ -268,7 +269,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	t.Run("unpeer leaves no network behind", func(t *testing.T) {
 		mustOffload(t, consumer, "unoffload", "namespace", "net", "--timeout", "2m")
 		mustOffload(t, consumer, "unpeer", "provider", "--timeout", "2m")
-		for _, c := range []*framework.Cluster{consumer, provider} {
+		for _, c := range []*localcluster.Cluster{consumer, provider} {
 			expectNoNetworkLeft(ctx, t, c)
 		}
 	})
@@ -277,7 +278,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 // expectTunnelReported waits for `kubectl offload status` on c to show
 // tunnel up, with its device, endpoint, remapped view of the peer's pods
 // (and with bothViews the peer's view of this cluster's), MTU and bytes.
-func expectTunnelReported(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel, impl string, bothViews bool) {
+func expectTunnelReported(ctx context.Context, t *testing.T, c *localcluster.Cluster, tunnel, impl string, bothViews bool) {
 	t.Helper()
 	// Byte counters are written at least every 30 s.
 	waitFor(ctx, t, 45*time.Second, "status showing tunnel "+tunnel+" on "+c.Name, func(ctx context.Context) (bool, string) {

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
+
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +25,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
@@ -32,8 +34,8 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	defer cancel()
 	// The provider has only its real node, so every remote pod really runs.
 	consumer, provider := peerableClustersWith(ctx, t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true, APIServerArgs: shortTolerationArgs, MetricsServer: true},
-		framework.ClusterOptions{Name: "provider", RealNode: true, MetricsServer: true})
+		localcluster.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true, APIServerArgs: shortTolerationArgs, MetricsServer: true},
+		localcluster.ClusterOptions{Name: "provider", RealNode: true, MetricsServer: true})
 	// A DaemonSet that tolerates every taint, there before the peering.
 	createDaemonSet(ctx, t, consumer, metav1.NamespaceSystem, everywhere(preexistingDaemonSet, nil))
 	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
@@ -277,9 +279,9 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 
 // followLogs runs kubectl logs -f on pod and waits until a line containing
 // want streams in, which proves the logs follow rather than end.
-func followLogs(t *testing.T, c *framework.Cluster, ns, pod, want string) {
+func followLogs(t *testing.T, c *localcluster.Cluster, ns, pod, want string) {
 	t.Helper()
-	bin, err := framework.BinDir()
+	bin, err := tools.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +310,7 @@ func followLogs(t *testing.T, c *framework.Cluster, ns, pod, want string) {
 
 // expectWorkloads checks that Deployments scale and roll, StatefulSets keep
 // their names and Jobs complete, unchanged, in the offloaded namespace work.
-func expectWorkloads(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, clusterID string) {
+func expectWorkloads(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, twin, clusterID string) {
 	t.Helper()
 	deployments := consumer.Kube.AppsV1().Deployments("work")
 	scale := func(n int32) { scaleDeployment(ctx, t, consumer, "work", "web", n) }
@@ -434,7 +436,7 @@ func expectWorkloads(ctx context.Context, t *testing.T, consumer, provider *fram
 
 // expectStrategies checks the Local and LocalAndRemote pod offloading
 // strategies in namespaces of their own.
-func expectStrategies(ctx context.Context, t *testing.T, consumer *framework.Cluster, cc client.Client) {
+func expectStrategies(ctx context.Context, t *testing.T, consumer *localcluster.Cluster, cc client.Client) {
 	t.Helper()
 	// Local: the namespace spans the provider, but no pod goes there.
 	createNamespace(ctx, t, cc, "stay")
@@ -486,7 +488,7 @@ func expectStrategies(ctx context.Context, t *testing.T, consumer *framework.Clu
 // which the API server evaluates itself; nothing where it is the agent's
 // webhook (failurePolicy Ignore: the pod is admitted as it is, and stays
 // off virtual nodes).
-func expectSchedulingWhileTheAgentIsDown(ctx context.Context, t *testing.T, c *framework.Cluster, ns string) {
+func expectSchedulingWhileTheAgentIsDown(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns string) {
 	t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "while-down", Namespace: ns},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.local/offload/pause:test"}}}}

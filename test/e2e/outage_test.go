@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapter of this file runs in
@@ -44,7 +45,7 @@ func frozenOutage(t *testing.T) time.Duration {
 
 // leaderRenewedAfter reports whether the controller-manager's Lease in c
 // was renewed after since: its leader serves.
-func leaderRenewedAfter(ctx context.Context, c *framework.Cluster, since time.Time) (bool, string) {
+func leaderRenewedAfter(ctx context.Context, c *localcluster.Cluster, since time.Time) (bool, string) {
 	var lease coordinationv1.Lease
 	l, err := c.Kube.CoordinationV1().Leases(installNS).Get(ctx, offloadv1alpha1.ControllerManager, metav1.GetOptions{})
 	if err != nil {
@@ -58,7 +59,7 @@ func leaderRenewedAfter(ctx context.Context, c *framework.Cluster, since time.Ti
 }
 
 // restartsByCluster is agentRestarts of each cluster, by cluster name.
-func restartsByCluster(ctx context.Context, t *testing.T, clusters ...*framework.Cluster) map[string]map[string]int32 {
+func restartsByCluster(ctx context.Context, t *testing.T, clusters ...*localcluster.Cluster) map[string]map[string]int32 {
 	t.Helper()
 	out := map[string]map[string]int32{}
 	for _, c := range clusters {
@@ -73,9 +74,9 @@ func restartsByCluster(ctx context.Context, t *testing.T, clusters ...*framework
 // renews its Lease, the virtual node is Ready), and that none of their
 // containers restarted since before (restartsByCluster, taken before any
 // outage), and reports the figures.
-func expectAgentsRideOutFrozenAPIServers(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, node string, before map[string]map[string]int32) {
+func expectAgentsRideOutFrozenAPIServers(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, node string, before map[string]map[string]int32) {
 	t.Helper()
-	clusters := []*framework.Cluster{consumer, provider}
+	clusters := []*localcluster.Cluster{consumer, provider}
 	outage := frozenOutage(t)
 	for _, frozen := range clusters {
 		thaw := frozen.FreezeAPIServer(t)
@@ -109,7 +110,7 @@ func expectAgentsRideOutFrozenAPIServers(ctx context.Context, t *testing.T, cons
 
 // logLastTermination logs, for each agent container of c that restarted
 // since before, how its last run ended and the end of its log.
-func logLastTermination(ctx context.Context, t *testing.T, c *framework.Cluster, before map[string]int32) {
+func logLastTermination(ctx context.Context, t *testing.T, c *localcluster.Cluster, before map[string]int32) {
 	t.Helper()
 	pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,17 +17,16 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // peerableClusters starts a consumer and a provider, each with a real node
 // running the agent installed with extra, and waits until the agent pods
 // are Ready and the provider's auth CA exists.
-func peerableClusters(ctx context.Context, t *testing.T, extra ...string) (consumer, provider *framework.Cluster) {
+func peerableClusters(ctx context.Context, t *testing.T, extra ...string) (consumer, provider *localcluster.Cluster) {
 	t.Helper()
 	return peerableClustersWith(ctx, t,
-		framework.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
-		framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
+		localcluster.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
+		localcluster.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
 		extra...)
 }
 

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapter of this file runs in
@@ -30,7 +30,7 @@ var shortTolerationArgs = [][2]string{
 
 // evictionTaint returns the NoExecute taint the node lifecycle controller
 // put on a node that is not Ready, or nil.
-func evictionTaint(ctx context.Context, c *framework.Cluster, node string) *corev1.Taint {
+func evictionTaint(ctx context.Context, c *localcluster.Cluster, node string) *corev1.Taint {
 	n, err := c.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return nil
@@ -48,7 +48,7 @@ func evictionTaint(ctx context.Context, c *framework.Cluster, node string) *core
 // unreachable node (shortToleration, with the eviction taint on the
 // virtual node), and checks that the offloaded pods of selector are the
 // same pods, on both sides, before, during and after it.
-func expectPodsSurviveAPartition(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, clusterID, selector string, want int) {
+func expectPodsSurviveAPartition(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, twin, clusterID, selector string, want int) {
 	t.Helper()
 	expectReflected(ctx, t, consumer, provider, twin, clusterID, selector, want)
 	uids := func() map[string]types.UID {
@@ -65,7 +65,7 @@ func expectPodsSurviveAPartition(ctx context.Context, t *testing.T, consumer, pr
 	before := uids()
 	node := "offload-" + provider.Name
 
-	heal := framework.Partition(t, consumer, provider)
+	heal := localcluster.Partition(t, consumer, provider)
 	start := time.Now()
 	var armed *corev1.Taint
 	waitFor(ctx, t, 3*time.Minute, "the eviction taint on the partitioned virtual node", func(ctx context.Context) (bool, string) {

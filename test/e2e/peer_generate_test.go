@@ -8,18 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "provider", FakeNodes: 1, RealNode: true})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "provider", FakeNodes: 1, RealNode: true})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
@@ -152,7 +153,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 // of kubectl offload peer out-of-band it passes.
 func shellPeerArgs(t *testing.T, line string) peer.PeerCommandArgs {
 	t.Helper()
-	positional, flags := framework.ShellCommand(t, line)
+	positional, flags := localcluster.ShellCommand(t, line)
 	if len(positional) != 4 || strings.Join(positional[:3], " ") != "offload peer out-of-band" || len(flags) != 4 {
 		t.Fatalf("the shell reads %q as kubectl %v %v, want kubectl offload peer out-of-band NAME and 4 flags", line, positional, flags)
 	}
@@ -160,7 +161,7 @@ func shellPeerArgs(t *testing.T, line string) peer.PeerCommandArgs {
 		AuthToken: flags[peer.AuthTokenFlag], CACertHash: flags[peer.CACertHashFlag]}
 }
 
-func readToken(ctx context.Context, t *testing.T, c *framework.Cluster, id string) peering.StoredToken {
+func readToken(ctx context.Context, t *testing.T, c *localcluster.Cluster, id string) peering.StoredToken {
 	t.Helper()
 	s, err := c.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, peering.TokenConfigMapName(id), metav1.GetOptions{})
 	if err != nil {
@@ -174,7 +175,7 @@ func readToken(ctx context.Context, t *testing.T, c *framework.Cluster, id strin
 }
 
 // expectTokens checks the number of peering tokens in the install namespace.
-func expectTokens(ctx context.Context, t *testing.T, c *framework.Cluster, want int) {
+func expectTokens(ctx context.Context, t *testing.T, c *localcluster.Cluster, want int) {
 	t.Helper()
 	list, err := c.Kube.CoreV1().ConfigMaps(installNS).List(ctx, metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
 	if err != nil {

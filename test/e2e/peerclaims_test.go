@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +20,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/network"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapters of this file run in
@@ -26,7 +27,7 @@ import (
 // (network_test.go).
 
 // fabricRoutes are the routes the fabric added on every real node of c.
-func fabricRoutes(t *testing.T, c *framework.Cluster) []string {
+func fabricRoutes(t *testing.T, c *localcluster.Cluster) []string {
 	t.Helper()
 	var out []string
 	for _, n := range c.RealNodes() {
@@ -43,7 +44,7 @@ func fabricRoutes(t *testing.T, c *framework.Cluster) []string {
 }
 
 // apiServerHost is the host of c's API server as its peers reach it.
-func apiServerHost(c *framework.Cluster) string {
+func apiServerHost(c *localcluster.Cluster) string {
 	host, _, _ := strings.Cut(strings.TrimPrefix(c.PeerAPIServerURL(), "https://"), ":")
 	return host
 }
@@ -51,7 +52,7 @@ func apiServerHost(c *framework.Cluster) string {
 // apiServerPaths are how each real node of c reaches its API server
 // (ip route get): the path the kubelet and the node's agents take, which
 // no announcement of a peer may change.
-func apiServerPaths(t *testing.T, c *framework.Cluster) []string {
+func apiServerPaths(t *testing.T, c *localcluster.Cluster) []string {
 	t.Helper()
 	host := apiServerHost(c)
 	var out []string
@@ -73,7 +74,7 @@ type steerable struct {
 	routes, paths []string
 }
 
-func readSteerable(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel client.ObjectKey) steerable {
+func readSteerable(ctx context.Context, t *testing.T, c *localcluster.Cluster, tunnel client.ObjectKey) steerable {
 	t.Helper()
 	var tn offloadv1alpha1.Tunnel
 	if err := ctrlClient(t, c).Get(ctx, tunnel, &tn); err != nil {
@@ -84,7 +85,7 @@ func readSteerable(ctx context.Context, t *testing.T, c *framework.Cluster, tunn
 
 // expectNothingMoved checks that c holds what it held before an
 // announcement, and that its node is Ready.
-func expectNothingMoved(ctx context.Context, t *testing.T, c *framework.Cluster, tunnel client.ObjectKey, before steerable) {
+func expectNothingMoved(ctx context.Context, t *testing.T, c *localcluster.Cluster, tunnel client.ObjectKey, before steerable) {
 	t.Helper()
 	now := readSteerable(ctx, t, c, tunnel)
 	if !slices.Equal(now.mappings, before.mappings) {
@@ -112,7 +113,7 @@ func expectNothingMoved(ctx context.Context, t *testing.T, c *framework.Cluster,
 // the same routes on every node, the same path to its API server, its node
 // Ready. The provider's agent is stopped meanwhile (it would put its real
 // status back), and started again at the end.
-func expectAProviderCannotSteerTheConsumersRoutes(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster) {
+func expectAProviderCannotSteerTheConsumersRoutes(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster) {
 	t.Helper()
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
 	clientKey := client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider.Name)}
@@ -182,7 +183,7 @@ func expectAProviderCannotSteerTheConsumersRoutes(ctx context.Context, t *testin
 // endpoint-cidrs; its control plane stays Ready. The consumer's agent is
 // stopped meanwhile, as a hostile consumer would not run it (it would put
 // its announcement back); the real announcement is put back at the end.
-func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster) {
+func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster) {
 	t.Helper()
 	scaleAgent(ctx, t, consumer, 0)
 	defer scaleAgent(ctx, t, consumer, 1)

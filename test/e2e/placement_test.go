@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -19,7 +21,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapters of this file run in
@@ -33,7 +34,7 @@ type shownIPs struct {
 	ips map[string][]string // by pod name, in order
 }
 
-func watchShownIPs(ctx context.Context, t *testing.T, c *framework.Cluster, ns, selector string) *shownIPs {
+func watchShownIPs(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns, selector string) *shownIPs {
 	t.Helper()
 	w, err := c.Kube.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
@@ -82,7 +83,7 @@ func (s *shownIPs) outside(views []reflection.Mapping) []string {
 // expectNoBorrowedAddress checks that the offloaded pods watched by shown
 // never showed an address outside the consumer's view of the provider's
 // pods: not before the tunnel's translation was known, not after.
-func expectNoBorrowedAddress(ctx context.Context, t *testing.T, consumer *framework.Cluster, shown *shownIPs) {
+func expectNoBorrowedAddress(ctx context.Context, t *testing.T, consumer *localcluster.Cluster, shown *shownIPs) {
 	t.Helper()
 	var tunnel offloadv1alpha1.Tunnel
 	key := client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}
@@ -108,17 +109,17 @@ func expectNoBorrowedAddress(ctx context.Context, t *testing.T, consumer *framew
 // so, a spread Deployment whose replicas the consumer's scheduler all put
 // on the virtual node runs there whole, and the consumer's own identity
 // cannot create a pod in its twin namespace that does not select it.
-func expectTheProviderChoosesItsNodes(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, consumerID string) {
+func expectTheProviderChoosesItsNodes(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, twin, consumerID string) {
 	t.Helper()
 	const chosenCPU, otherCPU = "8", "64" // the real node has 2
 	taint := corev1.Taint{Key: "dedicated", Value: "tenants", Effect: corev1.TaintEffectNoSchedule}
-	if err := provider.AddFakeNodes(ctx, 1, framework.Capacity{CPU: chosenCPU, Memory: "16Gi", Pods: "20"}, taint); err != nil {
+	if err := provider.AddFakeNodes(ctx, 1, localcluster.Capacity{CPU: chosenCPU, Memory: "16Gi", Pods: "20"}, taint); err != nil {
 		t.Fatal(err)
 	}
-	if err := provider.AddFakeNodes(ctx, 1, framework.Capacity{CPU: otherCPU, Memory: "256Gi", Pods: "110"}); err != nil {
+	if err := provider.AddFakeNodes(ctx, 1, localcluster.Capacity{CPU: otherCPU, Memory: "256Gi", Pods: "110"}); err != nil {
 		t.Fatal(err)
 	}
-	chosen, other := framework.FakeNodeName(provider.Name, 0), framework.FakeNodeName(provider.Name, 1)
+	chosen, other := localcluster.FakeNodeName(provider.Name, 0), localcluster.FakeNodeName(provider.Name, 1)
 	// A merge patch, not Get and Update: kwok writes the new node's status
 	// at the same time, and an Update would conflict with it.
 	label := []byte(`{"metadata":{"labels":{"pool":"tenants"}}}`)

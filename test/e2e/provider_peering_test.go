@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +27,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // pinnedClient trusts only a server whose chain holds the CA with hash pin,
@@ -83,7 +84,7 @@ func post(t *testing.T, hc *http.Client, url, bearer string, body, out any) int 
 func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	installAgent(t, c, "--api-server-url", c.PeerAPIServerURL())

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -20,7 +22,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapters of this file run in
@@ -76,7 +77,7 @@ var nfsVolume = corev1.Volume{Name: "share", VolumeSource: corev1.VolumeSource{N
 // API server refuses the first, and nothing runs; through the virtual node
 // the agent leaves out the placement the provider would refuse, and the
 // pods the provider refuses show why on the consumer.
-func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, consumerID string) {
+func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, twin, consumerID string) {
 	t.Helper()
 	// Both sides show the policy.
 	fields := peerFields(t, consumer, "provider")
@@ -301,7 +302,7 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 // expectOneBudget checks, with the consumer's own credentials, that two
 // twin namespaces together cannot use more cpu than the offer: a pod asking
 // for 60% of it is admitted in the first, and then refused in the second.
-func expectOneBudget(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, first, second string) {
+func expectOneBudget(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, first, second string) {
 	t.Helper()
 	held, tenant := tenantClient(ctx, t, consumer)
 	var offer offloadv1alpha1.ResourceOfferList

@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func getJSON(t *testing.T, url string, v any) {
@@ -31,7 +33,7 @@ func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
 	t.Cleanup(func() { expectHostRestored(t, before) })
 	// Confined to CPU 0, pods included, as a benchmark confines each
 	// cluster of a pair.
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "real", FakeNodes: 2, RealNode: true, CPUs: "0"})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "real", FakeNodes: 2, RealNode: true, CPUs: "0"})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -81,7 +83,7 @@ func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
 			Error         string   `json:"error"`
 		}
 		getJSON(t, "http://"+addr+"/kube", &kube)
-		versions, _ := framework.Versions()
+		versions, _ := tools.Versions()
 		if kube.Error != "" || kube.ServerVersion != versions["KUBE_VERSION"] || !contains(kube.Pods, pod.Name) {
 			t.Errorf("in-cluster API call from the pod: %+v; want version %s and pod %s listed", kube, versions["KUBE_VERSION"], pod.Name)
 		}
@@ -112,7 +114,7 @@ func TestRealNodeRunsContainersBesideFakeNodes(t *testing.T) {
 		if err := c.WaitDNS(ctx, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"testapp", "testapp." + ns + ".svc." + framework.ClusterDomain} {
+		for _, name := range []string{"testapp", "testapp." + ns + ".svc." + localcluster.ClusterDomain} {
 			var out string
 			var err error
 			waitFor(ctx, t, 30*time.Second, "a pod resolving Service "+name, func(context.Context) (bool, string) {
@@ -134,7 +136,7 @@ func contains(list []string, s string) bool {
 
 // expectConfinedToCPU0 checks that the control plane of c, its real
 // node's daemons and the processes of pod may run on CPU 0 only.
-func expectConfinedToCPU0(t *testing.T, c *framework.Cluster, pod corev1.Pod) {
+func expectConfinedToCPU0(t *testing.T, c *localcluster.Cluster, pod corev1.Pod) {
 	t.Helper()
 	procs := map[string]int{}
 	for name, pid := range c.PIDs() {
@@ -177,7 +179,7 @@ func expectConfinedToCPU0(t *testing.T, c *framework.Cluster, pod corev1.Pod) {
 		t.Errorf("found no process of pod %s (containers %v)", pod.Name, ids)
 	}
 	for name, pid := range procs {
-		if cpus, err := framework.ProcessCPUs(pid); err != nil || cpus != "0" {
+		if cpus, err := machine.ProcessCPUs(pid); err != nil || cpus != "0" {
 			t.Errorf("%s (pid %d) of cluster %s may run on CPUs %q (%v), want 0", name, pid, c.Name, cpus, err)
 		}
 	}

@@ -6,16 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestStatusBeforeInstallFailsTheNamespaceSection(t *testing.T) {
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "status", FakeNodes: 2})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "status", FakeNodes: 2})[0]
 	r, code := offloadStatus(t, c)
 	if code != 1 {
 		t.Errorf("exit code = %d, want 1", code)
@@ -31,7 +31,7 @@ func TestStatusBeforeInstallFailsTheNamespaceSection(t *testing.T) {
 func TestStatusFollowsTheHealthOfAnInstall(t *testing.T) {
 	before := snapshotHost(t)
 	t.Cleanup(func() { expectHostRestored(t, before) })
-	c := framework.StartClusters(t, framework.ClusterOptions{Name: "status", FakeNodes: 2, RealNode: true})[0]
+	c := localcluster.StartClusters(t, localcluster.ClusterOptions{Name: "status", FakeNodes: 2, RealNode: true})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	installAgent(t, c)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -30,9 +32,9 @@ import (
 // the consumer's credentials. The consumer's figures must be the
 // provider's: without the product no offloaded pod and no virtual node has
 // any metrics at all.
-func expectKubectlTop(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster, twin, selector string) {
+func expectKubectlTop(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, twin, selector string) {
 	t.Helper()
-	for _, c := range []*framework.Cluster{consumer, provider} {
+	for _, c := range []*localcluster.Cluster{consumer, provider} {
 		if err := c.WaitMetrics(ctx, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +154,7 @@ func expectKubectlTop(ctx context.Context, t *testing.T, consumer, provider *fra
 }
 
 // metricsClient returns a client of c's metrics API.
-func metricsClient(t *testing.T, c *framework.Cluster) metricsclient.Interface {
+func metricsClient(t *testing.T, c *localcluster.Cluster) metricsclient.Interface {
 	t.Helper()
 	m, err := metricsclient.NewForConfig(c.Config)
 	if err != nil {

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // The chapter of this file runs in
@@ -23,12 +24,12 @@ import (
 // was never offloaded; a provider pod of no tenant reaches no consumer pod.
 // Each refusal is counted by the gateway that made it, so that a route
 // missing for another reason cannot pass for the filter.
-func expectTheTunnelFilteredBothWays(ctx context.Context, t *testing.T, consumer, provider *framework.Cluster,
+func expectTheTunnelFilteredBothWays(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster,
 	clientTunnel, serverTunnel string, addrs *reflection.Addresses, remotePod string, localPod corev1.Pod) {
 	t.Helper()
 	// The provider's view of a consumer pod's address.
 	view := func(ip string) string { return (&reflection.Addresses{Provider: addrs.Consumer}).ConsumerIP(ip) }
-	run := func(c *framework.Cluster, ns, name string) corev1.Pod {
+	run := func(c *localcluster.Cluster, ns, name string) corev1.Pod {
 		t.Helper()
 		if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -38,7 +41,7 @@ import (
 
 // oldReleaseCommit is the release the upgrade starts from: 788970f, the
 // parent of the commit that started issue 27 ("Upgrades"), built from this
-// repository's history by framework.OldRelease, with no registry.
+// repository's history by images.OldRelease, with no registry.
 const oldReleaseCommit = "788970f6bd968859ec364973bfd88ff195758dee"
 
 const (
@@ -47,7 +50,7 @@ const (
 	// upgradeReplicas is how many offloaded pods serve its Service.
 	upgradeReplicas = 20
 	// agentImageRepository is the repository of both agents' images; the
-	// old one is tagged framework.OldAgentImageTag, the one under test "test".
+	// old one is tagged images.OldAgentImageTag, the one under test "test".
 	agentImageRepository = "registry.local/offload/offload-agent"
 	// renewNudgeAnnotation is the test's own annotation on a ForeignCluster:
 	// changing it makes the agent reconcile the peering, which renews the
@@ -105,18 +108,18 @@ func testUpgrade(t *testing.T, order upgradeOrder) {
 	t.Cleanup(func() { expectHostRestored(t, before) })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	archives, err := framework.TestImages(ctx)
+	archives, err := images.TestImages(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	images := []string{old.ImageArchive}
+	both := []string{old.ImageArchive}
 	for _, a := range archives {
-		images = append(images, a)
+		both = append(both, a)
 	}
 	// Isolated, so that only the fabric carries pod traffic between them.
-	clusters := framework.StartClusters(t,
-		framework.ClusterOptions{Name: "consumer", RealNode: true, Isolated: true, Images: images},
-		framework.ClusterOptions{Name: "provider", RealNode: true, Isolated: true, Images: images})
+	clusters := localcluster.StartClusters(t,
+		localcluster.ClusterOptions{Name: "consumer", RealNode: true, Isolated: true, Images: both},
+		localcluster.ClusterOptions{Name: "provider", RealNode: true, Isolated: true, Images: both})
 	s := &upgradeScene{consumer: clusters[0], provider: clusters[1]}
 
 	// What either release installs: uninstall must leave none of it.
@@ -124,7 +127,7 @@ func testUpgrade(t *testing.T, order upgradeOrder) {
 	var objects []object
 	for _, o := range slices.Concat(
 		manifestObjects(t, mustOffloadWith(t, old.CLI, s.consumer, append(dryRun, oldReleaseValues()...)...)),
-		manifestObjects(t, mustOffload(t, s.consumer, append(dryRun, framework.AgentValues()...)...))) {
+		manifestObjects(t, mustOffload(t, s.consumer, append(dryRun, localcluster.AgentValues()...)...))) {
 		if !slices.Contains(objects, o) {
 			objects = append(objects, o)
 		}
@@ -140,7 +143,7 @@ func testUpgrade(t *testing.T, order upgradeOrder) {
 	if !t.Run("the old release offloads the Service's pods", func(t *testing.T) {
 		s.offloadApp(ctx, t, old)
 		for _, c := range clusters {
-			expectAgentImage(ctx, t, c, framework.OldAgentImageTag)
+			expectAgentImage(ctx, t, c, images.OldAgentImageTag)
 		}
 	}) {
 		t.FailNow()
@@ -155,7 +158,7 @@ func testUpgrade(t *testing.T, order upgradeOrder) {
 	// One side alone first: the skew of a rolling upgrade.
 	t.Run("the "+first.Name+" upgraded alone", func(t *testing.T) {
 		s.upgradeStep(ctx, t, first, initial, probe)
-		expectAgentImage(ctx, t, second, framework.OldAgentImageTag)
+		expectAgentImage(ctx, t, second, images.OldAgentImageTag)
 	})
 	t.Run("the "+second.Name+" upgraded too", func(t *testing.T) { s.upgradeStep(ctx, t, second, initial, probe) })
 	t.Run("the scheduling mutation after the upgrade", func(t *testing.T) { expectSchedulingMutation(ctx, t, s.consumer) })
@@ -196,12 +199,12 @@ func testUpgrade(t *testing.T, order upgradeOrder) {
 // before the test's deadline starts: a cold build downloads and compiles
 // that commit's dependencies. A clone without the commit fails the test
 // with what to do, not skips it: CI clones with the full history.
-func oldRelease(t *testing.T) *framework.Release {
+func oldRelease(t *testing.T) *images.Release {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	r, err := framework.OldRelease(ctx, oldReleaseCommit)
+	r, err := images.OldRelease(ctx, oldReleaseCommit)
 	if err != nil {
 		t.Fatalf("building the release to upgrade from: %v", err)
 	}
@@ -209,14 +212,14 @@ func oldRelease(t *testing.T) *framework.Release {
 	return r
 }
 
-// oldReleaseValues are framework.AgentValues with the old agent's image.
+// oldReleaseValues are localcluster.AgentValues with the old agent's image.
 func oldReleaseValues() []string {
 	// Of two --set of one key, the last wins, as in helm.
-	return append(framework.AgentValues(), "--set", "image.tag="+framework.OldAgentImageTag)
+	return append(localcluster.AgentValues(), "--set", "image.tag="+images.OldAgentImageTag)
 }
 
 // mustOffloadWith is mustOffload for the kubectl-offload binary bin.
-func mustOffloadWith(t *testing.T, bin string, c *framework.Cluster, args ...string) string {
+func mustOffloadWith(t *testing.T, bin string, c *localcluster.Cluster, args ...string) string {
 	t.Helper()
 	return mustRunOffload(t, bin, bin, c, args...)
 }
@@ -224,7 +227,7 @@ func mustOffloadWith(t *testing.T, bin string, c *framework.Cluster, args ...str
 // upgradeScene is a consumer and a provider peered, with the pods of
 // Service web of namespace upgradeNS offloaded from one to the other.
 type upgradeScene struct {
-	consumer, provider *framework.Cluster
+	consumer, provider *localcluster.Cluster
 	// peer is the provider's ForeignCluster on the consumer.
 	peer string
 	// consumerID is the consumer's cluster ID; twin its twin namespace of
@@ -234,16 +237,16 @@ type upgradeScene struct {
 	client corev1.Pod
 }
 
-func (s *upgradeScene) clusters() []*framework.Cluster {
-	return []*framework.Cluster{s.consumer, s.provider}
+func (s *upgradeScene) clusters() []*localcluster.Cluster {
+	return []*localcluster.Cluster{s.consumer, s.provider}
 }
 
 // node is the virtual node of the peering on the consumer.
 func (s *upgradeScene) node() string { return "offload-" + s.peer }
 
 // tunnels are the two ends of the peering's tunnel.
-func (s *upgradeScene) tunnels() map[*framework.Cluster]string {
-	return map[*framework.Cluster]string{
+func (s *upgradeScene) tunnels() map[*localcluster.Cluster]string {
+	return map[*localcluster.Cluster]string{
 		s.consumer: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, s.peer),
 		s.provider: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, s.consumer.Name),
 	}
@@ -251,7 +254,7 @@ func (s *upgradeScene) tunnels() map[*framework.Cluster]string {
 
 // installAndPeer installs the old release on both clusters and peers them
 // out of band, all with its plugin.
-func (s *upgradeScene) installAndPeer(ctx context.Context, t *testing.T, old *framework.Release) {
+func (s *upgradeScene) installAndPeer(ctx context.Context, t *testing.T, old *images.Release) {
 	t.Helper()
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
@@ -287,7 +290,7 @@ func (s *upgradeScene) installAndPeer(ctx context.Context, t *testing.T, old *fr
 // offloadApp offloads upgradeNS with the old release's plugin and runs in it
 // Service web, served by upgradeReplicas pods on the virtual node, and the
 // local client pod that calls it.
-func (s *upgradeScene) offloadApp(ctx context.Context, t *testing.T, old *framework.Release) {
+func (s *upgradeScene) offloadApp(ctx context.Context, t *testing.T, old *images.Release) {
 	t.Helper()
 	createNamespace(ctx, t, ctrlClient(t, s.consumer), upgradeNS)
 	mustOffloadWith(t, old.CLI, s.consumer, "namespace", upgradeNS, "--timeout", "2m")
@@ -318,11 +321,11 @@ func (s *upgradeScene) offloadApp(ctx context.Context, t *testing.T, old *framew
 // rode through: the agents of c on the new image, the peering and its
 // tunnel up, status healthy on both sides, the pods, tunnel and identities
 // of initial unchanged, the credentials renewing, the Service answering.
-func (s *upgradeScene) upgradeStep(ctx context.Context, t *testing.T, c *framework.Cluster, initial sceneState, probe *serviceProbe) {
+func (s *upgradeScene) upgradeStep(ctx context.Context, t *testing.T, c *localcluster.Cluster, initial sceneState, probe *serviceProbe) {
 	t.Helper()
 	start := time.Now()
 	probe.beginStep(c.Name)
-	mustOffload(t, c, append([]string{"upgrade", "--timeout", "3m"}, framework.AgentValues()...)...)
+	mustOffload(t, c, append([]string{"upgrade", "--timeout", "3m"}, localcluster.AgentValues()...)...)
 	expectAgentImage(ctx, t, c, "test")
 	s.expectPeeringUp(ctx, t)
 	for _, cl := range s.clusters() {
@@ -366,7 +369,7 @@ func (s *upgradeScene) state(ctx context.Context, t *testing.T) sceneState {
 // podStates describes the pods matching selector in ns of c by name: UID,
 // restarts and readiness, and with started when their containers started
 // (a real kubelet's record; the consumer's is a copy).
-func podStates(ctx context.Context, t *testing.T, c *framework.Cluster, ns, selector string, started bool) map[string]string {
+func podStates(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns, selector string, started bool) map[string]string {
 	t.Helper()
 	list, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
@@ -469,7 +472,7 @@ func (s *upgradeScene) expectPeeringUp(ctx context.Context, t *testing.T) {
 // auth, fabric and the tunnel's gateway, which the agent itself deploys)
 // runs the agent image tagged tag and is Ready, with no pod of another tag
 // left.
-func expectAgentImage(ctx context.Context, t *testing.T, c *framework.Cluster, tag string) {
+func expectAgentImage(ctx context.Context, t *testing.T, c *localcluster.Cluster, tag string) {
 	t.Helper()
 	waitFor(ctx, t, 3*time.Minute, fmt.Sprintf("every agent pod of %s Ready on image %s:%s", c.Name, agentImageRepository, tag), func(ctx context.Context) (bool, string) {
 		pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
@@ -509,7 +512,7 @@ func expectAgentImage(ctx context.Context, t *testing.T, c *framework.Cluster, t
 // kubeconfig Secret, so that the renewal is due, and changes an annotation
 // of the ForeignCluster, which the agent reconciles. When to renew is
 // the test's; how, through the provider's auth service, is the agents'.
-func expectCredentialsRenewed(ctx context.Context, t *testing.T, consumer *framework.Cluster, peerName string) {
+func expectCredentialsRenewed(ctx context.Context, t *testing.T, consumer *localcluster.Cluster, peerName string) {
 	t.Helper()
 	before := readHeldCredentials(ctx, t, consumer, peerName)
 	// Due when issued + 2/3 (expiry - issued) <= now: with issued = now -
@@ -800,7 +803,7 @@ func (p *serviceProbe) end() probeFigures {
 // test is on c with the release's versions, and that its objects are
 // stored in its storage version alone: status.storedVersions keeps no
 // version the upgrade replaced, which a later release could not drop.
-func expectStoredVersionsCurrent(ctx context.Context, t *testing.T, c *framework.Cluster) {
+func expectStoredVersionsCurrent(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
 	crds, err := install.CRDs()
 	if err != nil {

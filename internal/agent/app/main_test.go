@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
+func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }

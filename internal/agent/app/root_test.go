@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,17 +96,17 @@ func TestComponentsRefuseToStartWithoutANamespace(t *testing.T) {
 }
 
 func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
 	// The agent runs where kubectl offload install put its CRDs.
-	framework.InstallCRDs(t, c)
+	envtest.InstallCRDs(t, c)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, framework.APIServerKubeconfig(t), 0o600); err != nil {
+	if err := os.WriteFile(kubeconfig, envtest.APIServerKubeconfig(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("controller-manager takes its namespace and cluster name from the environment", func(t *testing.T) {
-		ns := framework.NewNamespace(t, c, "app")
+		ns := envtest.NewNamespace(t, c, "app")
 		identity := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: ns},
 			Data:       map[string]string{"clusterID": "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab", "clusterName": "app-test"},
@@ -127,7 +130,7 @@ func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
 	})
 
 	t.Run("auth creates the CA secret in the namespace of --namespace", func(t *testing.T) {
-		ns := framework.NewNamespace(t, c, "app")
+		ns := envtest.NewNamespace(t, c, "app")
 		t.Setenv(envNamespace, "")
 		health := freeAddr(t)
 		runUntilReady(t, health, nil, "auth", "--kubeconfig", kubeconfig, "--namespace", ns,
@@ -143,15 +146,15 @@ func TestComponentsRunOutOfClusterWithAKubeconfigUntilCancelled(t *testing.T) {
 // serving its liveness probe, instead of exiting (the lifecycle e2e test
 // counts agent restarts during outages).
 func TestTheAuthServiceWaitsForAnAPIServerThatDoesNotAnswerYet(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	ns := framework.NewNamespace(t, c, "app")
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	ns := envtest.NewNamespace(t, c, "app")
 	apiServer, err := url.Parse(cfg.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The agent is given an address where nothing listens yet.
-	kubeconfig, err := clientcmd.Load(framework.APIServerKubeconfig(t))
+	kubeconfig, err := clientcmd.Load(envtest.APIServerKubeconfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +188,7 @@ func TestTheAuthServiceWaitsForAnAPIServerThatDoesNotAnswerYet(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = l.Close() })
-		go framework.Forward(l, apiServer.Host)
+		go netlab.Forward(l, apiServer.Host)
 	}, nil, "auth", "--kubeconfig", path, "--namespace", ns, "--listen", freeAddr(t), "--health-probe-bind-address", health)
 }
 
@@ -248,7 +251,7 @@ func runStartingUntilReady(t *testing.T, health string, starting, whileRunning f
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	p, err := framework.FreePort()
+	p, err := netlab.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,14 @@ import (
 	"os"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestMain(m *testing.M) {
 	// controller-runtime's own packages log through its global logger.
 	ctrllog.SetLogger(klog.Background())
-	os.Exit(framework.RunWithAPIServer(m))
+	os.Exit(envtest.RunWithAPIServer(m))
 }

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,13 +26,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestControllerManagerServesProbesLeadsAndStopsCleanly(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	ns := framework.NewNamespace(t, c, "cm")
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	ns := envtest.NewNamespace(t, c, "cm")
 	createIdentity(t, c, ns)
 
 	o := testOptions(t, ns)
@@ -66,9 +68,9 @@ func TestControllerManagerServesProbesLeadsAndStopsCleanly(t *testing.T) {
 }
 
 func TestControllerManagerFailsWithoutTheClusterIdentity(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	ns := framework.NewNamespace(t, c, "cm")
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	ns := envtest.NewNamespace(t, c, "cm")
 
 	o := testOptions(t, ns)
 	o.LeaderElection = false
@@ -126,7 +128,7 @@ func TestDefaultsMatchTheChart(t *testing.T) {
 // loopback port and short shutdown.
 func testOptions(t *testing.T, namespace string) Options {
 	t.Helper()
-	port, err := framework.FreePort()
+	port, err := netlab.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,9 +196,9 @@ func waitForLease(t *testing.T, c client.Client, namespace string, cond func(*co
 }
 
 func TestALeaderThatLosesItsLeaseReturnsErrLeaderElectionLost(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	ns := framework.NewNamespace(t, c, "cm")
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	ns := envtest.NewNamespace(t, c, "cm")
 	createIdentity(t, c, ns)
 
 	o := testOptions(t, ns)

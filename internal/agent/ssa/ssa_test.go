@@ -4,21 +4,22 @@ import (
 	"context"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/ssa"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // Each writer's apply replaces what it wrote before and keeps the
 // others' fields, down to an empty status: a writer that drops all its
 // fields must not be refused (the API server stores a null status).
 func TestAWriterReplacesItsFieldsOnlyDownToNone(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
 	ctx := context.Background()
 	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "peer-" + rand.String(5)},
 		Spec: offloadv1alpha1.ForeignClusterSpec{ClusterID: "11111111-2222-4333-8444-999999999999", ClusterName: "peer"}}

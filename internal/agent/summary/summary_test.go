@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -29,9 +31,9 @@ func statusManagers(obj client.Object) map[string]bool {
 }
 
 func TestTheSummaryIsTheOneWriterOfTheForeignClustersStatus(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, c)
 	ctx := context.Background()
 	name := "peer-" + rand.String(5)
 	const id = "11111111-2222-4333-8444-999999999999"
@@ -41,8 +43,8 @@ func TestTheSummaryIsTheOneWriterOfTheForeignClustersStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), fc) })
-	ns := framework.NewNamespace(t, c, "offload")
-	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+	ns := envtest.NewNamespace(t, c, "offload")
+	envtest.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		return (&Reconciler{Client: mgr.GetClient(), Namespace: ns}).SetupWithManager(mgr)
 	})
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,10 +16,9 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/waitfor"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
+func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }
 
 // listOnly hides the Watch of a client, as a client that cannot watch.
 type listOnly struct{ client.Client }
@@ -27,7 +28,7 @@ type listOnly struct{ client.Client }
 // if the watch delivers the changes.
 func clients(t *testing.T) map[string]client.Client {
 	// As the CLI's factory makes it.
-	c, err := client.NewWithWatch(framework.APIServer(t), client.Options{Scheme: scheme.Scheme})
+	c, err := client.NewWithWatch(envtest.APIServer(t), client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestObjectFollowsTheObjectUntilTheConditionHolds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			ns := framework.NewNamespace(t, c, "waitfor")
+			ns := envtest.NewNamespace(t, c, "waitfor")
 			key := types.NamespacedName{Namespace: ns, Name: "target"}
 			// Another object of the kind in the namespace, changing too.
 			other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns}, Data: map[string]string{"step": "done"}}
@@ -110,7 +111,7 @@ func TestObjectReportsADeletionAsNil(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			ns := framework.NewNamespace(t, c, "waitfor")
+			ns := envtest.NewNamespace(t, c, "waitfor")
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns}}
 			if err := c.Create(ctx, cm); err != nil {
 				t.Fatal(err)
@@ -141,7 +142,7 @@ func TestObjectReportsADeletionAsNil(t *testing.T) {
 func TestObjectEndsOnTheConditionsErrorAndOnTheDeadline(t *testing.T) {
 	for name, c := range clients(t) {
 		t.Run(name, func(t *testing.T) {
-			ns := framework.NewNamespace(t, c, "waitfor")
+			ns := envtest.NewNamespace(t, c, "waitfor")
 			key := types.NamespacedName{Namespace: ns, Name: "target"}
 			failed := errors.New("the twin namespace failed")
 			err := waitConfigMap(t.Context(), c, key, func(*corev1.ConfigMap) (bool, error) { return false, failed })

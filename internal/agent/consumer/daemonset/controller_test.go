@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +20,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
+func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }
 
 // storedDaemonSet is a DaemonSet of pods tolerating every taint, with a
 // selector and labels the API server accepts.
@@ -41,11 +43,11 @@ func excluded(ctx context.Context, c client.Client, key client.ObjectKey) bool {
 
 // One API server, so one test: virtual nodes and peers are cluster-wide.
 func TestTheControllerKeepsDaemonSetsOffVirtualNodesWhileThereAreAny(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, c)
 	ctx := t.Context()
-	ns := framework.NewNamespace(t, c, "ds")
+	ns := envtest.NewNamespace(t, c, "ds")
 	create := func(o client.Object) {
 		t.Helper()
 		if err := c.Create(ctx, o); err != nil {
@@ -58,7 +60,7 @@ func TestTheControllerKeepsDaemonSetsOffVirtualNodesWhileThereAreAny(t *testing.
 	optedIn := storedDaemonSet("opted-in", map[string]string{offloadv1alpha1.AnnotationVirtualNodes: offloadv1alpha1.VirtualNodesAllowed})
 	optedIn.Namespace = ns
 	create(optedIn)
-	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+	envtest.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		return (&Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 	})
 

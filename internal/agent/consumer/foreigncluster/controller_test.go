@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,7 +29,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/summary"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 const (
@@ -57,9 +58,9 @@ type consumerEnv struct {
 
 func newConsumerEnv(t *testing.T) *consumerEnv {
 	t.Helper()
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
-	e := &consumerEnv{c: c, namespace: framework.NewNamespace(t, c, "fc"), consumerID: string(uuid.NewUUID()), providerID: string(uuid.NewUUID())}
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
+	e := &consumerEnv{c: c, namespace: envtest.NewNamespace(t, c, "fc"), consumerID: string(uuid.NewUUID()), providerID: string(uuid.NewUUID())}
 	mustCreate(t, c, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: e.namespace},
 		Data:       map[string]string{"clusterID": e.consumerID, "clusterName": "consumer"},
@@ -323,7 +324,7 @@ func TestAnUnreachableAuthServiceIsReportedAndRetried(t *testing.T) {
 
 func TestTheManagerRunsTheReconciler(t *testing.T) {
 	e := newConsumerEnv(t)
-	framework.StartManager(t, framework.APIServer(t), func(mgr ctrlmanager.Manager) error {
+	envtest.StartManager(t, envtest.APIServer(t), func(mgr ctrlmanager.Manager) error {
 		return (&Reconciler{Client: mgr.GetClient(), Namespace: e.namespace, HTTPClientTimeout: 5 * time.Second}).SetupWithManager(mgr)
 	})
 	ctx := context.Background()

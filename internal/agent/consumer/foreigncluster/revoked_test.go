@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -13,7 +15,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // pointCredentialsAt rewrites the kubeconfig Secret of peer name so that its
@@ -60,7 +61,7 @@ func (e *consumerEnv) reportUnauthorized(t *testing.T, name string) {
 func TestCredentialsTheProviderNoLongerAcceptsMakeAuthenticatedFalse(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
 	e, _, name := newPeeredEnv(t, now, now.Add(time.Hour))
-	cfg := framework.APIServer(t)
+	cfg := envtest.APIServer(t)
 	e.pointCredentialsAt(t, name, cfg.Host, cfg.CAData, "a-revoked-token")
 
 	// Nothing reported yet: the provider is not asked.

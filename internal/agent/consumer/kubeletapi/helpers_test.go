@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -66,7 +68,7 @@ func (r fakeResolver) Resolve(_ context.Context, namespace, pod string) (Target,
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cfg := framework.APIServer(t)
+	cfg := envtest.APIServer(t)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

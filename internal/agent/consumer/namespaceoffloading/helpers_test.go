@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,10 +21,9 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
+func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }
 
 // env is one API server playing the consumer and its providers: each
 // provider is a tenant namespace the consumer's kubeconfig points into.
@@ -44,15 +45,15 @@ type testPeer struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
-	e := &env{t: t, c: c, install: framework.NewNamespace(t, c, "install")}
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, c)
+	e := &env{t: t, c: c, install: envtest.NewNamespace(t, c, "install")}
 	e.id.ID, e.id.Name = string(uuid.NewUUID()), "consumer-"+rand.String(5)
 	e.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: e.install},
 		Data: map[string]string{"clusterID": e.id.ID, "clusterName": e.id.Name}})
 	e.r = &Reconciler{Client: c, Reader: c, Namespace: e.install}
-	e.ns = framework.NewNamespace(t, c, "shop")
+	e.ns = envtest.NewNamespace(t, c, "shop")
 	return e
 }
 
@@ -68,9 +69,9 @@ func (e *env) create(o client.Object) {
 func (e *env) addPeer(nodeLabels map[string]string) *testPeer {
 	e.t.Helper()
 	ctx := context.Background()
-	p := &testPeer{tenant: framework.NewNamespace(e.t, e.c, "tenant")}
+	p := &testPeer{tenant: envtest.NewNamespace(e.t, e.c, "tenant")}
 	name := "provider-" + rand.String(6)
-	kubeconfig, err := clientcmd.Load(framework.APIServerKubeconfig(e.t))
+	kubeconfig, err := clientcmd.Load(envtest.APIServerKubeconfig(e.t))
 	if err != nil {
 		e.t.Fatal(err)
 	}

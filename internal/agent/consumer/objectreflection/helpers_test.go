@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,16 +41,16 @@ type env struct {
 // newEnv creates the namespaces and the Reflector, which is not started.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
+	cfg := envtest.APIServer(t)
+	admin := envtest.NewClient(t, cfg)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{
 		admin: admin, kube: kube, clusterID: string(uuid.NewUUID()),
-		consumer: framework.NewNamespace(t, admin, "consumer"),
-		twin:     framework.NewNamespace(t, admin, "twin"),
+		consumer: envtest.NewNamespace(t, admin, "consumer"),
+		twin:     envtest.NewNamespace(t, admin, "twin"),
 	}
 	e.pairs = map[string]string{e.twin: e.consumer}
 	e.r, err = New(Options{
@@ -71,8 +73,8 @@ func newEnv(t *testing.T) *env {
 // the consumer and twin namespaces.
 func (e *env) addPair(t *testing.T) (consumer, twin string) {
 	t.Helper()
-	consumer = framework.NewNamespace(t, e.admin, "consumer")
-	twin = framework.NewNamespace(t, e.admin, "twin")
+	consumer = envtest.NewNamespace(t, e.admin, "consumer")
+	twin = envtest.NewNamespace(t, e.admin, "twin")
 	e.mu.Lock()
 	e.pairs[twin] = consumer
 	e.mu.Unlock()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -17,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // waitTimeout bounds each wait of these tests.
@@ -45,17 +46,17 @@ type env struct {
 func newEnv(t *testing.T, tweaks ...func(*Options)) *env {
 	t.Helper()
 	ctx := t.Context()
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, admin)
+	cfg := envtest.APIServer(t)
+	admin := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, admin)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{
 		cfg: cfg, admin: admin, kube: kube,
-		consumer: framework.NewNamespace(t, admin, "consumer"),
-		twin:     framework.NewNamespace(t, admin, "twin"),
+		consumer: envtest.NewNamespace(t, admin, "consumer"),
+		twin:     envtest.NewNamespace(t, admin, "twin"),
 		node:     "offload-provider-" + rand.String(6),
 		notified: make(chan *corev1.Pod, 100),
 		events:   record.NewFakeRecorder(100),

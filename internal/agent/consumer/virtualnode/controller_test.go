@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,11 +64,11 @@ func withStaleVirtualNode(t *testing.T, admin client.Client, name string) {
 func newPeering(t *testing.T, opts ...peeringOption) *testPeering {
 	t.Helper()
 	ctx := context.Background()
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, admin)
-	install := framework.NewNamespace(t, admin, "vn")
-	tenant := framework.NewNamespace(t, admin, "vn")
+	cfg := envtest.APIServer(t)
+	admin := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, admin)
+	install := envtest.NewNamespace(t, admin, "vn")
+	tenant := envtest.NewNamespace(t, admin, "vn")
 	providerName := "provider-" + rand.String(6)
 
 	p := &testPeering{admin: admin, tenant: tenant}
@@ -76,7 +78,7 @@ func newPeering(t *testing.T, opts ...peeringOption) *testPeering {
 	}
 	mustCreate(t, admin, p.offer)
 
-	kubeconfig, err := clientcmd.Load(framework.APIServerKubeconfig(t))
+	kubeconfig, err := clientcmd.Load(envtest.APIServerKubeconfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func newPeering(t *testing.T, opts ...peeringOption) *testPeering {
 	for _, opt := range opts {
 		opt(t, admin, providerName)
 	}
-	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+	envtest.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		if err := (&summary.Reconciler{Client: mgr.GetClient(), Namespace: install}).SetupWithManager(mgr); err != nil {
 			return err
 		}
@@ -200,7 +202,7 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 	}
 	// The node reports the provider's Kubernetes version, as a real node
 	// reports its kubelet's; the provider here is the test's API server.
-	dc, err := discovery.NewDiscoveryClientForConfig(framework.APIServer(t))
+	dc, err := discovery.NewDiscoveryClientForConfig(envtest.APIServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

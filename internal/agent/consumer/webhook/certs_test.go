@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +30,7 @@ const waitTimeout = 30 * time.Second
 // namespace, configuration name and certificate directory.
 func certOptions(t *testing.T, c client.Client) Options {
 	o := NewOptions()
-	o.Namespace = framework.NewNamespace(t, c, "wh-certs")
+	o.Namespace = envtest.NewNamespace(t, c, "wh-certs")
 	o.ConfigurationName = "offload-webhook-" + rand.String(6)
 	o.CertDir = filepath.Join(t.TempDir(), "certs")
 	o.ExtraHosts = []string{"127.0.0.1"}
@@ -66,7 +68,7 @@ func servedCert(t *testing.T, o Options, caPEM []byte, now time.Time) *x509.Cert
 
 func TestTheCertManagerCreatesTheSecretOnceAndReusesIt(t *testing.T) {
 	ctx := context.Background()
-	c := framework.NewClient(t, framework.APIServer(t))
+	c := envtest.NewClient(t, envtest.APIServer(t))
 	o := certOptions(t, c)
 
 	if err := NewCertManager(c, c, o).EnsureCertificate(ctx); err != nil {
@@ -106,7 +108,7 @@ func TestTheCertManagerCreatesTheSecretOnceAndReusesIt(t *testing.T) {
 
 func TestTheCertManagerReplacesASecretThatHoldsNoValidCertificate(t *testing.T) {
 	ctx := context.Background()
-	c := framework.NewClient(t, framework.APIServer(t))
+	c := envtest.NewClient(t, envtest.APIServer(t))
 	o := certOptions(t, c)
 	broken := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: o.SecretName, Namespace: o.Namespace},
@@ -124,7 +126,7 @@ func TestTheCertManagerReplacesASecretThatHoldsNoValidCertificate(t *testing.T) 
 
 func TestTheCertManagerRenewsBeforeExpiry(t *testing.T) {
 	ctx := context.Background()
-	c := framework.NewClient(t, framework.APIServer(t))
+	c := envtest.NewClient(t, envtest.APIServer(t))
 	o := certOptions(t, c)
 	start := time.Now()
 	m := NewCertManager(c, c, o)
@@ -177,7 +179,7 @@ func TestTheCertManagerRenewsBeforeExpiry(t *testing.T) {
 }
 
 func TestTheCertManagerSetsTheCABundleOnceTheConfigurationExists(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
+	c := envtest.NewClient(t, envtest.APIServer(t))
 	o := certOptions(t, c)
 	o.ResyncInterval = time.Hour
 	ctx, cancel := context.WithCancel(context.Background())

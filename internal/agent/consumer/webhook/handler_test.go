@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +21,6 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // failingReader fails every read, like a cache that has not started.
@@ -79,10 +80,10 @@ func patchPaths(resp admission.Response) []string {
 
 func TestThePodMutatorPatchesOnlyNewPodsOfOffloadedNamespaces(t *testing.T) {
 	ctx := context.Background()
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
 	offloaded := offloadedNamespace(t, c, offloadv1alpha1.Remote, false)
-	plain := framework.NewNamespace(t, c, "wh-handler")
+	plain := envtest.NewNamespace(t, c, "wh-handler")
 	bare := func(edit ...func(*corev1.Pod)) *corev1.Pod {
 		p := newPod(edit...)
 		p.Namespace = ""
@@ -172,8 +173,8 @@ func TestThePodMutatorAdmitsAPodItCannotDecode(t *testing.T) {
 // not know included.
 func TestThePodMutatorsPatchKeepsWhatItDoesNotChange(t *testing.T) {
 	ctx := context.Background()
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
 	ns := offloadedNamespace(t, c, offloadv1alpha1.Remote, false)
 	pod := newPod(func(p *corev1.Pod) {
 		p.Namespace = ""

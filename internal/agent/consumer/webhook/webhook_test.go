@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -28,7 +31,7 @@ import (
 func offloadedNamespace(t *testing.T, c client.Client, strategy offloadv1alpha1.PodOffloadingStrategy, labelled bool) string {
 	t.Helper()
 	ctx := context.Background()
-	name := framework.NewNamespace(t, c, "wh")
+	name := envtest.NewNamespace(t, c, "wh")
 	no := offloading(strategy)
 	no.Namespace = name
 	if err := c.Create(ctx, no); err != nil {
@@ -49,7 +52,7 @@ func offloadedNamespace(t *testing.T, c client.Client, strategy offloadv1alpha1.
 // that stops it.
 func startAgent(t *testing.T, o Options, port int) (stop func()) {
 	t.Helper()
-	mgr, err := ctrlmanager.New(framework.APIServer(t), ctrlmanager.Options{
+	mgr, err := ctrlmanager.New(envtest.APIServer(t), ctrlmanager.Options{
 		Scheme:                 scheme.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -112,17 +115,17 @@ func unmutated(t *testing.T, what string, pod *corev1.Pod) {
 }
 
 func TestTheAPIServerStoresPodsAsTheWebhookMutatesThem(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
 	remote := offloadedNamespace(t, c, offloadv1alpha1.Remote, true)
 	unlabelled := offloadedNamespace(t, c, offloadv1alpha1.Remote, false)
 
-	port, err := framework.FreePort()
+	port, err := netlab.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := NewOptions()
-	o.Namespace = framework.NewNamespace(t, c, "wh-agent")
+	o.Namespace = envtest.NewNamespace(t, c, "wh-agent")
 	o.ConfigurationName = "offload-webhook-" + rand.String(6)
 	o.CertDir = filepath.Join(t.TempDir(), "certs")
 	o.ExtraHosts = []string{"127.0.0.1"}
@@ -178,7 +181,7 @@ func TestTheAPIServerStoresPodsAsTheWebhookMutatesThem(t *testing.T) {
 }
 
 func TestSetupRefusesACertDirTheWebhookServerDoesNotRead(t *testing.T) {
-	mgr, err := ctrlmanager.New(framework.APIServer(t), ctrlmanager.Options{
+	mgr, err := ctrlmanager.New(envtest.APIServer(t), ctrlmanager.Options{
 		Scheme:                 scheme.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",

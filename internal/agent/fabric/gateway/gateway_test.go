@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -61,18 +63,18 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 	// ClusterIP Service with a local and a remote endpoint.
 	for _, ns := range []string{cn, pn} {
 		l.NFT(ns, func(c *nftables.Conn, tb *nftables.Table) {
-			post := framework.NATChain(c, tb, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
+			post := netlab.NATChain(c, tb, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
 			c.AddRule(&nftables.Rule{Table: tb, Chain: post, Exprs: nftexpr.Rule(nftexpr.Interface(false, "ul", true),
 				nftexpr.MatchPrefix(nftexpr.Source, netip.MustParsePrefix(podCIDR)), nftexpr.Masquerade())})
 		})
 	}
 	l.NFT(pn, func(c *nftables.Conn, tb *nftables.Table) {
-		pre := framework.NATChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+		pre := netlab.NATChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
 		c.AddRule(&nftables.Rule{Table: tb, Chain: pre, Exprs: nftexpr.Rule(nftexpr.Interface(true, "ul", true),
 			nftexpr.Protocol(unix.IPPROTO_UDP), nftexpr.DestinationPort(31820), nftexpr.DNAT(netip.MustParseAddr("10.244.2.9"), 51820))})
 	})
 	l.NFT(cn, func(c *nftables.Conn, tb *nftables.Table) {
-		pre := framework.NATChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+		pre := netlab.NATChain(c, tb, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
 		for _, r := range sourcePortParity(netip.MustParseAddr("10.0.0.50"), 8080, netip.MustParseAddr("10.244.1.6"), netip.MustParseAddr("10.70.1.5")) {
 			c.AddRule(&nftables.Rule{Table: tb, Chain: pre, Exprs: r})
 		}
@@ -82,7 +84,7 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 	}
 
 	// Without gateways nothing crosses: whatever passes later is theirs.
-	if out, err := framework.Call(cpod, "10.70.1.5:8080", 0); err == nil {
+	if out, err := netlab.Call(cpod, "10.70.1.5:8080", 0); err == nil {
 		t.Fatalf("before any gateway runs, the consumer pod reached the provider's: %q", out)
 	}
 
@@ -163,7 +165,7 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 	dropped := func(t *testing.T, side, from, to string) {
 		t.Helper()
 		before, _ := l.status(side)
-		if out, err := framework.Call(from, to, 0); err == nil {
+		if out, err := netlab.Call(from, to, 0); err == nil {
 			t.Fatalf("%s reached %s: %q", from, to, out)
 		}
 		if after, _ := l.status(side); after.Filtered <= before.Filtered {
@@ -183,9 +185,9 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 		dropped(t, "provider", pn, "10.71.1.5:8080")
 	})
 	t.Run("1 MiB crosses the lowered MTU both ways", func(t *testing.T) {
-		want := framework.Mebibyte()
+		want := netlab.Mebibyte()
 		for _, c := range []struct{ from, to string }{{cpod, "10.70.1.5:8081"}, {ppod, "10.71.1.5:8081"}} {
-			got, err := framework.CallRaw(c.from, c.to, 0)
+			got, err := netlab.CallRaw(c.from, c.to, 0)
 			if err != nil || !bytes.Equal(got, want) {
 				t.Errorf("%s -> %s: %d bytes, equal %v, err %v", c.from, c.to, len(got), bytes.Equal(got, want), err)
 			}
@@ -207,14 +209,14 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 			sig  syscall.Signal
 		}{{"consumer", syscall.SIGKILL}, {"provider", syscall.SIGTERM}} {
 			l.stop(c.name, c.sig)
-			if _, err := framework.Call(cpod, "10.70.1.5:8080", 0); err == nil {
+			if _, err := netlab.Call(cpod, "10.70.1.5:8080", 0); err == nil {
 				t.Fatalf("with the %s gateway stopped, traffic still crossed", c.name)
 			}
 			start := time.Now()
 			p := l.gws[c.name]
 			l.run(c.name, p.ns, p.config)
 			took, err := framework.Poll(t.Context(), 50*time.Millisecond, 60*time.Second, func(context.Context) (bool, string) {
-				out, err := framework.Call(cpod, "10.70.1.5:8080", 0)
+				out, err := netlab.Call(cpod, "10.70.1.5:8080", 0)
 				return err == nil && out == "ppod 10.71.1.5", fmt.Sprintf("%q %v", out, err)
 			})
 			if err != nil {
@@ -223,7 +225,7 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 			t.Logf("recovery after the %s gateway's %v: %v from restart (%v in all)", c.name, c.sig, took, time.Since(start).Round(time.Millisecond))
 		}
 		// The restart after the crash replaced what the crashed process left.
-		if err := framework.InNetNS(cgw, func() error {
+		if err := netlab.InNetNS(cgw, func() error {
 			n, err := countRules(markRulePriority)
 			if err == nil && n != 1 {
 				err = fmt.Errorf("%d rules at priority %d", n, markRulePriority)
@@ -237,7 +239,7 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 	t.Run("a stopped gateway leaves nothing in its namespace", func(t *testing.T) {
 		for name, ns := range map[string]string{"consumer": cgw, "provider": pgw} {
 			l.stop(name, syscall.SIGTERM)
-			if err := framework.InNetNS(ns, leftovers(l.gws[name].ns, map[string]string{"consumer": consumer.Interface, "provider": provider.Interface}[name])); err != nil {
+			if err := netlab.InNetNS(ns, leftovers(l.gws[name].ns, map[string]string{"consumer": consumer.Interface, "provider": provider.Interface}[name])); err != nil {
 				t.Errorf("%s: %v", name, err)
 			}
 		}
@@ -246,7 +248,7 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 
 func expectAnswer(t *testing.T, from, to string, sport int, want string) {
 	t.Helper()
-	out, err := framework.Call(from, to, sport)
+	out, err := netlab.Call(from, to, sport)
 	if err != nil || out != want {
 		t.Errorf("%s -> %s: answer %q, err %v; want %q", from, to, out, err, want)
 	}

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -38,7 +41,7 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(runChild(cfg))
 	}
-	os.Exit(framework.RunWithAPIServer(m))
+	os.Exit(envtest.RunWithAPIServer(m))
 }
 
 // runChild is the gateway process of the lab.
@@ -56,7 +59,7 @@ func runChild(cfg string) int {
 
 // lab is one run's namespaces and gateway processes.
 type lab struct {
-	*framework.NetLab
+	*netlab.NetLab
 	t   *testing.T
 	dir string
 	gws map[string]*gatewayProc
@@ -70,7 +73,7 @@ type gatewayProc struct {
 
 func newLab(t *testing.T) *lab {
 	t.Helper()
-	return &lab{NetLab: framework.NewNetLab(t, "gwl"), t: t, dir: t.TempDir(), gws: map[string]*gatewayProc{}}
+	return &lab{NetLab: netlab.NewNetLab(t, "gwl"), t: t, dir: t.TempDir(), gws: map[string]*gatewayProc{}}
 }
 
 // startGateway runs the gateway of cfg inside namespace ns.
@@ -151,7 +154,7 @@ func (l *lab) stop(name string, sig syscall.Signal) {
 // status reads gateway name's /status.
 func (l *lab) status(name string) (Status, error) {
 	var st Status
-	err := framework.InNetNS(l.gws[name].ns, func() error {
+	err := netlab.InNetNS(l.gws[name].ns, func() error {
 		c, err := net.DialTimeout("tcp4", "127.0.0.1:8083", time.Second)
 		if err != nil {
 			return err

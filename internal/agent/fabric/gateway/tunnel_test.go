@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -70,7 +73,7 @@ func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
 	if _, err := ic.Load(ctx); err == nil || !strings.Contains(err.Error(), "the peer's public key is not known yet") {
 		t.Errorf("an incomplete Tunnel: %v", err)
 	}
-	if err := framework.NewClient(t, asGateway).Get(ctx, client.ObjectKeyFromObject(other), &offloadv1alpha1.Tunnel{}); err == nil {
+	if err := envtest.NewClient(t, asGateway).Get(ctx, client.ObjectKeyFromObject(other), &offloadv1alpha1.Tunnel{}); err == nil {
 		t.Error("the gateway read another peer's Tunnel")
 	}
 
@@ -167,7 +170,7 @@ func TestTheGatewayStartsWhileItsAPIServerIsUnreachable(t *testing.T) {
 	loadTimeout = 2 * time.Second
 
 	// Nothing listens on the port the gateway is given, yet.
-	port, err := framework.FreePort()
+	port, err := netlab.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +197,7 @@ func TestTheGatewayStartsWhileItsAPIServerIsUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	go framework.Forward(l, apiServer.Host)
+	go netlab.Forward(l, apiServer.Host)
 	framework.Eventually(t, 30*time.Second, "the gateway reads its Tunnel once its API server answers", func(ctx context.Context) bool {
 		_, err := ic.Load(ctx)
 		return err != nil && strings.Contains(err.Error(), "the peer's public key is not known yet")
@@ -205,8 +208,8 @@ func TestTheGatewayStartsWhileItsAPIServerIsUnreachable(t *testing.T) {
 // a new namespace for a gateway's Tunnel.
 func tunnelEnv(t *testing.T) (*rest.Config, client.Client, string) {
 	t.Helper()
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, admin)
-	return cfg, admin, framework.NewNamespace(t, admin, "gateway")
+	cfg := envtest.APIServer(t)
+	admin := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, admin)
+	return cfg, admin, envtest.NewNamespace(t, admin, "gateway")
 }

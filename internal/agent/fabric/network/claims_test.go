@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -57,13 +59,13 @@ type providerAlone struct {
 
 func newProviderAlone(t *testing.T) *providerAlone {
 	t.Helper()
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, admin)
+	cfg := envtest.APIServer(t)
+	admin := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, admin)
 	ctx := t.Context()
 	suffix := rand.String(5)
 	p := &providerAlone{admin: admin, consumer: "hostile-" + suffix, id: string(uuid.NewUUID()),
-		pns: framework.NewNamespace(t, admin, "offload-p")}
+		pns: envtest.NewNamespace(t, admin, "offload-p")}
 	p.tenantNS = offloadv1alpha1.TenantNamespace(p.consumer)
 	p.tunnel = client.ObjectKey{Namespace: p.pns, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, p.consumer)}
 	key, err := wgtypes.GeneratePrivateKey()
@@ -90,7 +92,7 @@ func newProviderAlone(t *testing.T) *providerAlone {
 	must(t, admin.Status().Update(ctx, node))
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), node) })
 
-	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+	envtest.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		// The ForeignCluster's NetworkReady is the summary's mirror of
 		// the server Tunnel's.
 		if err := (&summary.Reconciler{Client: mgr.GetClient(), Namespace: p.pns}).SetupWithManager(mgr); err != nil {

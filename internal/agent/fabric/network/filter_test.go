@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,13 +24,13 @@ import (
 // others, not the pods of virtual nodes (a provider's own), and nothing at
 // all when there are none.
 func TestTheConsumersFilterListsThePodsOfOffloadedNamespacesOnly(t *testing.T) {
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, admin)
+	cfg := envtest.APIServer(t)
+	admin := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, admin)
 	ctx := t.Context()
-	cns := framework.NewNamespace(t, admin, "offload-c")
+	cns := envtest.NewNamespace(t, admin, "offload-c")
 	settings := Settings{Namespace: cns, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
-	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+	envtest.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		return (&ConsumerFilterReconciler{Client: mgr.GetClient(), Settings: settings, skipNameValidation: true}).SetupWithManager(mgr)
 	})
 	tunnel := &offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Name: "client-p", Namespace: cns},

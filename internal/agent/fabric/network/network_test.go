@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -34,7 +36,7 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(klog.Background())
-	os.Exit(framework.RunWithAPIServer(m))
+	os.Exit(envtest.RunWithAPIServer(m))
 }
 
 func must(t *testing.T, err error) {
@@ -104,15 +106,15 @@ func newWorld(t *testing.T, consumerPool, providerPool, gatewayAddress string) *
 // controller: the test writes the provider's answers itself.
 func newWorldOf(t *testing.T, consumerPool, providerPool, gatewayAddress string, withProvider bool) *world {
 	t.Helper()
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, admin)
+	cfg := envtest.APIServer(t)
+	admin := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, admin)
 	ctx := t.Context()
 	suffix := rand.String(5)
 	consumerName, providerName := "consumer-"+suffix, "provider-"+suffix
 	consumerID, providerID := "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab", "1c8f3d0f-2b3c-4d4e-9f0a-123456789abc"
-	cns := framework.NewNamespace(t, admin, "offload-c")
-	pns := framework.NewNamespace(t, admin, "offload-p")
+	cns := envtest.NewNamespace(t, admin, "offload-c")
+	pns := envtest.NewNamespace(t, admin, "offload-p")
 	tenantNS := offloadv1alpha1.TenantNamespace(consumerName)
 
 	// The provider's side of the peering: tenant, tenant namespace, the
@@ -158,7 +160,7 @@ func newWorldOf(t *testing.T, consumerPool, providerPool, gatewayAddress string,
 	// The same pod CIDR on both sides: each remaps the other's.
 	pod := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
 	svc := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
-	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+	envtest.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		c := &ConsumerReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Settings:  Settings{Namespace: cns, PodCIDRs: pod, ServiceCIDRs: svc, Pools: []netip.Prefix{netip.MustParsePrefix(consumerPool)}},
 			Providers: &providerclient.Set{Reader: mgr.GetAPIReader(), Namespace: cns}}

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	"github.com/google/nftables"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/nftexpr"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func gatewayPod(tunnel, node, ip string, age time.Duration) corev1.Pod {
@@ -62,7 +63,7 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("network namespaces need root")
 	}
-	l := framework.NewNetLab(t, "fab")
+	l := netlab.NewNetLab(t, "fab")
 	node := l.Node("node")
 	pod := l.Pod(node, "pod", "10.244.1.5", 1500)
 	gw := l.Pod(node, "gw", "10.244.1.9", 1500)
@@ -70,7 +71,7 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 	l.Sh("ip", "-n", gw, "addr", "add", "10.64.1.6/32", "dev", "lo") // the view's pod, as the gateway delivers it
 	l.Serve(gw, "remote")
 	l.NFT(node, func(c *nftables.Conn, tb *nftables.Table) {
-		post := framework.NATChain(c, tb, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
+		post := netlab.NATChain(c, tb, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
 		c.AddRule(&nftables.Rule{Table: tb, Chain: post, Exprs: nftexpr.Rule(
 			nftexpr.MatchPrefix(nftexpr.Source, netip.MustParsePrefix("10.244.1.0/24")), nftexpr.Masquerade())})
 	})
@@ -79,31 +80,31 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 		LocalPodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 	}
 
-	if out, err := framework.Call(pod, "10.64.1.6:8080", 0); err == nil {
+	if out, err := netlab.Call(pod, "10.64.1.6:8080", 0); err == nil {
 		t.Fatalf("without the fabric a pod reached the view: %q", out)
 	}
 	// Routes only (no rules): the CNI's masquerade hides the pod.
-	if err := framework.InNetNS(node, func() error { return Apply(Plan{Routes: p.Routes}) }); err != nil {
+	if err := netlab.InNetNS(node, func() error { return Apply(Plan{Routes: p.Routes}) }); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := framework.Call(pod, "10.64.1.6:8080", 0); err != nil || out != "remote 169.254.1.1" {
+	if out, err := netlab.Call(pod, "10.64.1.6:8080", 0); err != nil || out != "remote 169.254.1.1" {
 		t.Fatalf("routes without the rule: %q, %v; want the masqueraded node address", out, err)
 	}
 	// With the fabric's rule the gateway sees the pod.
-	if err := framework.InNetNS(node, func() error { return errors.Join(Apply(p), Apply(p)) }); err != nil {
+	if err := netlab.InNetNS(node, func() error { return errors.Join(Apply(p), Apply(p)) }); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := framework.Call(pod, "10.64.1.6:8080", 0); err != nil || out != "remote 10.244.1.5" {
+	if out, err := netlab.Call(pod, "10.64.1.6:8080", 0); err != nil || out != "remote 10.244.1.5" {
 		t.Errorf("with the fabric: %q, %v; want the pod's own address 10.244.1.5", out, err)
 	}
 	// The views are in the fabric's own table: traffic the node forwards
 	// (a NodePort client's, here a host outside the pod CIDRs behind the
 	// node) reaches them; the node's own traffic never does, and its main
 	// table holds no route of the fabric.
-	if out, err := framework.Call(outside, "10.64.1.6:8080", 0); err != nil || out != "remote 192.168.50.2" {
+	if out, err := netlab.Call(outside, "10.64.1.6:8080", 0); err != nil || out != "remote 192.168.50.2" {
 		t.Errorf("forwarded from outside the pod CIDRs: %q, %v; want the caller's own address 192.168.50.2", out, err)
 	}
-	if out, err := framework.Call(node, "10.64.1.6:8080", 0); err == nil {
+	if out, err := netlab.Call(node, "10.64.1.6:8080", 0); err == nil {
 		t.Errorf("the node's own connection reached a view: %q", out)
 	}
 	if main, err := exec.Command("ip", "-n", node, "route", "show", "table", "main", "proto", "0x6f").CombinedOutput(); err != nil || len(main) != 0 {
@@ -112,11 +113,11 @@ func TestTheFabricRoutesViewsKeepsPodSourcesAndLeavesNothing(t *testing.T) {
 	// With strict reverse-path filtering, answers to pods still pass: the
 	// source rule gives the reverse-path lookup the fabric's table.
 	l.Sysctl(node, "net.ipv4.conf.all.rp_filter", "1")
-	if out, err := framework.Call(pod, "10.64.1.6:8080", 0); err != nil || out != "remote 10.244.1.5" {
+	if out, err := netlab.Call(pod, "10.64.1.6:8080", 0); err != nil || out != "remote 10.244.1.5" {
 		t.Errorf("with strict rp_filter: %q, %v; want the pod's own address 10.244.1.5", out, err)
 	}
 	// A view that went is routed no more; removal leaves nothing.
-	if err := framework.InNetNS(node, func() error {
+	if err := netlab.InNetNS(node, func() error {
 		if err := Apply(Plan{LocalPodCIDRs: p.LocalPodCIDRs}); err != nil {
 			return err
 		}

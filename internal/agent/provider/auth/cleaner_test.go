@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // Expired tokens go by themselves, an hour after they expired; valid ones,
@@ -31,7 +32,7 @@ func TestExpiredTokensAreRemovedAnHourAfterTheyExpire(t *testing.T) {
 	broken := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "not-a-token", Namespace: e.namespace, Labels: map[string]string{peering.TokenIDLabel: "x"}}}
 	mustCreate(t, e.admin, broken)
 
-	p, err := NewPeering(framework.NewClient(t, e.authSAConfig(t)), PeeringOptions{Namespace: e.namespace, APIServerURL: "https://x", CredentialExpiration: DefaultCredentialExpiration})
+	p, err := NewPeering(envtest.NewClient(t, e.authSAConfig(t)), PeeringOptions{Namespace: e.namespace, APIServerURL: "https://x", CredentialExpiration: DefaultCredentialExpiration})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/go-logr/logr/funcr"
@@ -459,12 +461,12 @@ type limitedServer struct {
 
 func startLimitedServer(t *testing.T) *limitedServer {
 	t.Helper()
-	cfg := framework.APIServer(t)
+	cfg := envtest.APIServer(t)
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := framework.NewNamespace(t, c, "limit")
+	ns := envtest.NewNamespace(t, c, "limit")
 	s := &limitedServer{clock: newFakeClock(), entered: make(chan struct{}), release: make(chan struct{})}
 	counting := interceptor.NewClient(c, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,7 +27,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/pki"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // runningServer is an auth Server started in-process by startServer.
@@ -34,8 +36,8 @@ type runningServer struct {
 }
 
 func TestAuthServerCreatesTheCAOnceAndASecondInstanceReusesIt(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	ns := framework.NewNamespace(t, c, "auth")
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	ns := envtest.NewNamespace(t, c, "auth")
 
 	first := startServer(t, c, ns)
 	secret := getCASecret(t, c, ns)
@@ -69,8 +71,8 @@ func TestAuthServerCreatesTheCAOnceAndASecondInstanceReusesIt(t *testing.T) {
 }
 
 func TestAuthServerAnswersUnknownPathsWithAJSONNotFound(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	ns := framework.NewNamespace(t, c, "auth")
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	ns := envtest.NewNamespace(t, c, "auth")
 	s := startServer(t, c, ns)
 	client := clientTrusting(t, getCASecret(t, c, ns).Data[offloadv1alpha1.AuthCACertKey], "")
 
@@ -90,8 +92,8 @@ func TestAuthServerAnswersUnknownPathsWithAJSONNotFound(t *testing.T) {
 }
 
 func TestAuthServerRefusesClientsThatDoNotTrustItsCA(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	ns := framework.NewNamespace(t, c, "auth")
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	ns := envtest.NewNamespace(t, c, "auth")
 	s := startServer(t, c, ns)
 	caPEM := getCASecret(t, c, ns).Data[offloadv1alpha1.AuthCACertKey]
 
@@ -110,8 +112,8 @@ func TestAuthServerRefusesClientsThatDoNotTrustItsCA(t *testing.T) {
 }
 
 func TestReplicasRacingToCreateTheCAEndUpWithTheSameOne(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	ns := framework.NewNamespace(t, c, "auth")
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	ns := envtest.NewNamespace(t, c, "auth")
 	const replicas = 5
 	var (
 		wg      sync.WaitGroup
@@ -150,8 +152,8 @@ func TestReplicasRacingToCreateTheCAEndUpWithTheSameOne(t *testing.T) {
 }
 
 func TestAnInvalidCASecretIsReportedAndLeftAlone(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	ns := framework.NewNamespace(t, c, "auth")
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	ns := envtest.NewNamespace(t, c, "auth")
 	bad := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.AuthCASecret, Namespace: ns},
 		Type:       CASecretType,
@@ -207,7 +209,7 @@ func startServerWith(t *testing.T, c client.Client, namespace string, setup func
 	t.Helper()
 	ports := make([]int, 2)
 	for i := range ports {
-		p, err := framework.FreePort()
+		p, err := netlab.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}

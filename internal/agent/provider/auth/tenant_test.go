@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/tenant"
 
 	"github.com/go-logr/logr/funcr"
@@ -69,23 +72,23 @@ func newPeeringEnv(t *testing.T) *peeringEnv {
 // newPeeringEnvWith is newPeeringEnv with the auth service's flood limits.
 func newPeeringEnvWith(t *testing.T, l limits) *peeringEnv {
 	t.Helper()
-	cfg := framework.APIServer(t)
-	admin := framework.NewClient(t, cfg)
+	cfg := envtest.APIServer(t)
+	admin := envtest.NewClient(t, cfg)
 	installClusterObjects(t, admin)
-	ns := framework.NewNamespace(t, admin, "auth")
+	ns := envtest.NewNamespace(t, admin, "auth")
 	e := &peeringEnv{cfg: cfg, admin: admin, namespace: ns, clusterID: string(uuid.NewUUID()), logs: &syncBuffer{}}
 	mustCreate(t, admin, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.IdentityConfigMap, Namespace: ns},
 		Data:       map[string]string{"clusterID": e.clusterID, "clusterName": "provider"},
 	})
-	authClient := framework.NewClient(t, e.authSAConfig(t))
+	authClient := envtest.NewClient(t, e.authSAConfig(t))
 	// The tenant controller of the controller-manager tears Tenants down.
 	// It also gives them their token's policy.
-	framework.StartManager(t, cfg, (&tenant.Reconciler{Client: admin, Namespace: ns}).SetupWithManager)
+	envtest.StartManager(t, cfg, (&tenant.Reconciler{Client: admin, Namespace: ns}).SetupWithManager)
 
 	ports := make([]int, 2)
 	for i := range ports {
-		p, err := framework.FreePort()
+		p, err := netlab.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +156,7 @@ var clusterObjects sync.Once
 // offload-tenant ClusterRoles once per test process.
 func installClusterObjects(t *testing.T, c client.Client) {
 	t.Helper()
-	framework.InstallCRDs(t, c)
+	envtest.InstallCRDs(t, c)
 	clusterObjects.Do(func() {
 		// The rules of charts/offload/templates/rbac-auth.yaml.
 		mustCreate(t, c, &rbacv1.ClusterRole{

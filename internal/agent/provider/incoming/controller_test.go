@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,10 +19,9 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/summary"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
+func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }
 
 // reconcile runs the incoming controller on name, then the summary
 // controller, which writes the ForeignCluster's status from the Tenant.
@@ -71,8 +72,8 @@ func newTenant(t *testing.T, c client.Client, name, id string) *offloadv1alpha1.
 }
 
 func TestATenantIsRecordedAsAnIncomingPeeringAndForgottenWithIt(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
 	r := &Reconciler{Client: c}
 	name := "consumer-" + rand.String(5)
 	const id = "11111111-2222-4333-8444-555555555555"
@@ -99,8 +100,8 @@ func TestATenantIsRecordedAsAnIncomingPeeringAndForgottenWithIt(t *testing.T) {
 }
 
 func TestAConsumerThatIsAlsoAProviderKeepsItsForeignCluster(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
 	r := &Reconciler{Client: c}
 	name := "both-" + rand.String(5)
 	const id = "11111111-2222-4333-8444-666666666666"
@@ -134,8 +135,8 @@ func TestAConsumerThatIsAlsoAProviderKeepsItsForeignCluster(t *testing.T) {
 }
 
 func TestAForeignClusterOfAnotherClusterIsLeftAlone(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
 	r := &Reconciler{Client: c}
 	name := "clash-" + rand.String(5)
 	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -156,8 +157,8 @@ func TestAForeignClusterOfAnotherClusterIsLeftAlone(t *testing.T) {
 }
 
 func TestAPeerThatNeverConsumedThisClusterGetsNoIncomingCondition(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
 	r := &Reconciler{Client: c}
 	name := "provider-" + rand.String(5)
 	fc := &offloadv1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -177,8 +178,8 @@ func TestAPeerThatNeverConsumedThisClusterGetsNoIncomingCondition(t *testing.T) 
 }
 
 func TestAConsumerWhoseForeignClusterWasDeletedIsRecordedAgain(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
 	r := &Reconciler{Client: c}
 	name := "again-" + rand.String(5)
 	const id = "11111111-2222-4333-8444-888888888888"

@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,10 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
+func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }
 
 const installNamespace = "offload-system"
 
@@ -36,9 +37,9 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, c)
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: RemoteWorkloadsRole}, Rules: RemoteWorkloadsRules()}
 	if err := c.Create(context.Background(), role); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)

@@ -3,15 +3,16 @@ package remotenamespace
 import (
 	"testing"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 func TestBothControllersRegisterWithAManager(t *testing.T) {
-	mgr, err := ctrl.NewManager(framework.APIServer(t), ctrl.Options{Scheme: scheme.Scheme,
+	mgr, err := ctrl.NewManager(envtest.APIServer(t), ctrl.Options{Scheme: scheme.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		t.Fatal(err)

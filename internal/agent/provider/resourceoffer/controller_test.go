@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -250,10 +253,10 @@ const testClusterID = "0b7f2c9e-1a2b-4c3d-8e9f-0123456789ab"
 // namespace holding the cluster identity.
 func newEnv(t *testing.T) (*rest.Config, client.Client, string) {
 	t.Helper()
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
-	agentNS := framework.NewNamespace(t, c, "ro")
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, c)
+	agentNS := envtest.NewNamespace(t, c, "ro")
 	createIdentity(t, c, agentNS)
 	return cfg, c, agentNS
 }
@@ -267,7 +270,7 @@ func startManager(t *testing.T, cfg *rest.Config, namespace string) {
 // startManagerWith is startManager with the Reconciler's client wrapped.
 func startManagerWith(t *testing.T, cfg *rest.Config, namespace string, wrap func(client.Client) client.Client) {
 	t.Helper()
-	port, err := framework.FreePort()
+	port, err := netlab.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +355,7 @@ func setNodeReady(t *testing.T, c client.Client, name string, ready bool) {
 // when the test ends (envtest has no garbage collector for its offer).
 func createTenant(t *testing.T, c client.Client) *offloadv1alpha1.Tenant {
 	t.Helper()
-	ns := framework.NewNamespace(t, c, "ro")
+	ns := envtest.NewNamespace(t, c, "ro")
 	tenant := &offloadv1alpha1.Tenant{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer-" + rand.String(6)},
 		Spec:       offloadv1alpha1.TenantSpec{ClusterID: "1c2d3e4f-0000-4000-8000-000000000001", ClusterName: "consumer", TenantNamespace: ns},

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +24,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.RunWithAPIServer(m)) }
+func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }
 
 const waitTimeout = 30 * time.Second
 
@@ -73,10 +75,10 @@ func gone(ctx context.Context, c client.Client, o client.Object) bool {
 }
 
 func TestDeletingATenantRevokesItsCredentialsAndDeletesItsNamespace(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
-	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, c)
+	envtest.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		return (&tenant.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 	})
 	ctx := t.Context()
@@ -126,10 +128,10 @@ func TestDeletingATenantRevokesItsCredentialsAndDeletesItsNamespace(t *testing.T
 }
 
 func TestAConsumerGoneForGoodIsRemovedAfterItsCredentialsExpireAndTheGracePeriod(t *testing.T) {
-	cfg := framework.APIServer(t)
-	c := framework.NewClient(t, cfg)
-	framework.InstallCRDs(t, c)
-	framework.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	envtest.InstallCRDs(t, c)
+	envtest.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		return (&tenant.Reconciler{Client: mgr.GetClient(), AbandonedAfter: time.Hour}).SetupWithManager(mgr)
 	})
 	ctx := t.Context()

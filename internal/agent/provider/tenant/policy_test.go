@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -11,7 +13,6 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/tenant"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // A Tenant gets the policy of the peering token that peered it, and only
@@ -19,9 +20,9 @@ import (
 // whoever writes the Tenant's token annotation (the auth service) cannot
 // give it another token's policy.
 func TestATenantGetsThePolicyOfTheTokenThatPeeredIt(t *testing.T) {
-	c := framework.NewClient(t, framework.APIServer(t))
-	framework.InstallCRDs(t, c)
-	ns := framework.NewNamespace(t, c, "install")
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
+	ns := envtest.NewNamespace(t, c, "install")
 	ctx := t.Context()
 	granted := offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodeSelector: map[string]string{"pool": "a"}}
 
