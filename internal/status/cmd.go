@@ -268,7 +268,7 @@ func (o *Options) check(ctx context.Context) (*Report, error) {
 	return &r, r.Err()
 }
 
-// reachable returns an error when the API server cannot be reached at all,
+// Reachable returns an error when the API server cannot be reached at all,
 // so that the report does not repeat a connection error in every check.
 func Reachable(ctx context.Context, kube kubernetes.Interface) error {
 	_, err := kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})

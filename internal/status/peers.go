@@ -95,7 +95,7 @@ func (e *errNoForeignClusterCRD) Error() string {
 
 func (e *errNoForeignClusterCRD) Unwrap() error { return e.err }
 
-// missingCRD reports whether err means that the CRD of what was read does
+// MissingCRD reports whether err means that the CRD of what was read does
 // not exist: the REST mapper does not know the kind, or the API server no
 // longer serves it.
 func MissingCRD(err error) bool { return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) }

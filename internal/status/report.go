@@ -101,14 +101,17 @@ type Check struct {
 	Message string `json:"message"`
 }
 
+// OK is a passed check called name, its message formatted as fmt.Sprintf does.
 func OK(name, format string, args ...any) Check {
 	return Check{Name: name, Status: StatusOK, Message: fmt.Sprintf(format, args...)}
 }
 
+// Warn is a check called name that deserves attention but works.
 func Warn(name, format string, args ...any) Check {
 	return Check{Name: name, Status: StatusWarning, Message: fmt.Sprintf(format, args...)}
 }
 
+// Fail is a failed check called name: its message says what to do.
 func Fail(name, format string, args ...any) Check {
 	return Check{Name: name, Status: StatusFailed, Message: fmt.Sprintf(format, args...)}
 }

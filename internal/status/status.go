@@ -63,7 +63,7 @@ func Collect(ctx context.Context, env *Env, checkers []Checker) Report {
 	return Assemble(reportType, env.Namespace, sections)
 }
 
-// assemble builds a report of kind from its sections, each a function
+// Assemble builds a report of kind from its sections, each a function
 // that runs its checks and returns the section's name and the section, in
 // order; it fills in each section's Name and Status, and the report's
 // Healthy.
@@ -184,7 +184,7 @@ func notInstalled(env *Env) Check {
 	return Fail("release", "kubectl-offload is not installed in namespace %s: run kubectl offload install", env.Namespace)
 }
 
-// releaseOrCheck returns the installed release, or the failed check that
+// ReleaseOrCheck returns the installed release, or the failed check that
 // stands in for the section when the release is missing or unreadable.
 func ReleaseOrCheck(env *Env) (*helmclient.Release, *Check) {
 	rel, err := env.Release()

@@ -47,7 +47,7 @@ type VirtualNode struct {
 	Created metav1.Time `json:"created"`
 }
 
-// readVirtualNodes returns the virtual nodes, sorted by name.
+// ReadVirtualNodes returns the virtual nodes, sorted by name.
 func ReadVirtualNodes(ctx context.Context, env *Env) ([]corev1.Node, error) {
 	list, err := env.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelType + "=" + offloadv1alpha1.TypeVirtualNode})
 	if err != nil {
