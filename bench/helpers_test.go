@@ -11,10 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +18,9 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 const (

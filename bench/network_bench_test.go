@@ -20,10 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -34,6 +30,9 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/nftexpr"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 // P6, the network fabric's speed. In one run on this host, each over TCP

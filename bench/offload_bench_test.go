@@ -16,9 +16,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -28,6 +25,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 )
 
 // benchImage is never pulled: every benchmark pod runs on a kwok fake node.

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 // modeResults are the results of one CPU mode.

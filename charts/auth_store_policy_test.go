@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +16,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // In its own namespace, the auth service's identity reads no Secret but the

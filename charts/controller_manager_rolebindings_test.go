@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 const rbPolicyName = "offload-controller-manager-rolebindings"

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +15,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/network"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // TestTheControllerManagerMakesOnlyGatewayDeployments checks, on a real API

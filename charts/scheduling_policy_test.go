@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -23,6 +21,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/webhook"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // The scheduling policies are cluster-wide: the tests of this file set

@@ -26,17 +26,15 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 func main() {

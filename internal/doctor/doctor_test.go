@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/release"
 	appsv1 "k8s.io/api/apps/v1"
@@ -37,6 +35,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/status"
 	"github.com/kubectl-offload/kubectl-offload/internal/status/statustest"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // releaseHelm returns Helm's in-memory storage holding the offload release

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -18,6 +16,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,6 +18,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // installNS is the install namespace the test factory reports.

@@ -3,9 +3,10 @@ package version
 import (
 	"io"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 var reportType = metav1.TypeMeta{APIVersion: "offload.io/v1alpha1", Kind: "VersionReport"}

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 func TestAgentRunsAsPodsOnARealNode(t *testing.T) {

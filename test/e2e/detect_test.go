@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 // localServiceCIDR is the service range kwokctl gives local clusters.

@@ -5,12 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 // The chapter of this file runs in

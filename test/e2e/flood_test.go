@@ -10,9 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
 )
 
 // The chapter of this file runs in

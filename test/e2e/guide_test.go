@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 // runMarker precedes, on a line of its own, each command block of a guide

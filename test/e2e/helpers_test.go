@@ -19,11 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	"github.com/google/nftables"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -49,6 +44,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 // The helpers the e2e tests share: what more than one file uses is here.

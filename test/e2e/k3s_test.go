@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,6 +25,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 	"github.com/kubectl-offload/kubectl-offload/test/framework/servicelb"
 )
 

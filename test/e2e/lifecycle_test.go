@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +19,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 // credentialLifetime is the shortest lifetime a ServiceAccount token can

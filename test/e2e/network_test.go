@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,6 +18,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T) {

@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {

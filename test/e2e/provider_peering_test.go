@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +25,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 // pinnedClient trusts only a server whose chain holds the CA with hash pin,

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -22,6 +20,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 // The chapters of this file run in

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 func getJSON(t *testing.T, url string, v any) {

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 func TestStatusBeforeInstallFailsTheNamespaceSection(t *testing.T) {

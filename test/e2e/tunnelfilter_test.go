@@ -6,12 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 // The chapter of this file runs in

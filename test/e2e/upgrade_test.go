@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -37,6 +34,8 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/peer"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 )
 
 // oldReleaseCommit is the release the upgrade starts from: 788970f, the

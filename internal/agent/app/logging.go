@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/buildinfo"
 )
 
 // Environment variables the chart sets on every agent container.

@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +23,8 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
 )
 
 func TestHelpListsTheFlagsTheChartPasses(t *testing.T) {

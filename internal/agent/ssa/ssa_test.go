@@ -4,14 +4,13 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/ssa"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // Each writer's apply replaces what it wrote before and keeps the

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/waitfor"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }

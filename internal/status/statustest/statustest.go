@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	"github.com/spf13/cobra"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -30,6 +28,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/exit"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // The install namespace and the plugin's version in the tests.

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/install"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 // The envtest API server of a test process, started on first use, so that

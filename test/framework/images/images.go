@@ -24,13 +24,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 // The references of the standard test images TestImages builds.

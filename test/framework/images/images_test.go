@@ -13,10 +13,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 func TestImagesAreBuiltFromStaticBinaries(t *testing.T) {

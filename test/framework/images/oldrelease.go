@@ -11,10 +11,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/google/go-containerregistry/pkg/name"
+
 	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
-	"github.com/google/go-containerregistry/pkg/name"
 )
 
 // OldAgentImageTag is the tag OldRelease gives the agent image of an

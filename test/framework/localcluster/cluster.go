@@ -22,17 +22,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
 // ClusterOptions describe one local cluster.

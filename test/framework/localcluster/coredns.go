@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
 )
 
 // The cluster DNS of every local cluster with a real node: CoreDNS, built

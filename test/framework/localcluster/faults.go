@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/nftexpr"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 )
 
 // faultsTable is the host's nftables table of injected faults; removing it

@@ -12,11 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 )
 
 // Flavour is the Kubernetes distribution a local cluster imitates: what

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/nftexpr"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 )
 
 // The host's nftables objects that isolate local clusters. The table is

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+
 	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-
-	"github.com/google/nftables"
 )
 
 // echoServer listens on every address of namespace ns and answers "ok".

@@ -7,9 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,6 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
 )
 
 // metrics-server, built from the Go module proxy (hack/tools.sh), serves

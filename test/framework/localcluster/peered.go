@@ -12,12 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // InstallNamespace is where the fixture installs kubectl-offload.

@@ -14,12 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
-
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 )
 
 // RealNodeLabel marks the real node (kubelet + containerd) of a cluster.

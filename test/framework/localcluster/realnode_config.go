@@ -8,13 +8,13 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 )
 
 // writeConfig writes the configuration of containerd, CNI, the kubelet and

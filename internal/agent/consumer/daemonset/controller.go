@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"gomodules.xyz/jsonpatch/v2"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"

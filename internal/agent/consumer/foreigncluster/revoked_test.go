@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -15,6 +13,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // pointCredentialsAt rewrites the kubeconfig Secret of peer name so that its

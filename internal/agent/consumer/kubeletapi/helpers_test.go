@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -30,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // waitTimeout bounds each wait of these tests.

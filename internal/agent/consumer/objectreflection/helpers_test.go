@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +17,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // waitTimeout bounds each wait of these tests.

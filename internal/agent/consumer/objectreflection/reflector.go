@@ -30,12 +30,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
-
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
 )
 
 // DefaultResync is the default interval at which the Reflector asks

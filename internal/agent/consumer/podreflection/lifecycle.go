@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
-
-	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/daemonset"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"

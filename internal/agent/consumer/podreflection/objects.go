@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
-
-	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/objectreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"

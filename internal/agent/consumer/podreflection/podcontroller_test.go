@@ -4,13 +4,12 @@ import (
 	"context"
 	"testing"
 
+	"github.com/virtual-kubelet/virtual-kubelet/node"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/record"
-
-	"github.com/virtual-kubelet/virtual-kubelet/node"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )

@@ -5,10 +5,11 @@ import (
 	"maps"
 	"slices"
 
-	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // Node-placement rules.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,8 +24,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/virtual-kubelet/virtual-kubelet/node"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/objectreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/podreflection"

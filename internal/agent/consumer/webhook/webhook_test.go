@@ -7,9 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -24,6 +21,8 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
 )
 
 // offloadedNamespace creates a namespace labelled offloaded whose

@@ -10,14 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/nftexpr"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
 )
 
 // The addresses of the lab. Both clusters use 10.244.0.0/16: the consumer

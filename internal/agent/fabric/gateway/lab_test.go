@@ -16,9 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -26,6 +23,8 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/nftexpr"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
 )
 
 // The lab: two emulated clusters in network namespaces, each a node with

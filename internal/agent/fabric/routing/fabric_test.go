@@ -9,14 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-
 	"github.com/google/nftables"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/nftexpr"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
 )
 
 func gatewayPod(tunnel, node, ip string, age time.Duration) corev1.Pod {

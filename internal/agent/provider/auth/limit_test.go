@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/go-logr/logr/funcr"
@@ -33,6 +31,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/internal/scheme"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // liftedLimits are limits no test reaches: the tests of the peering

@@ -12,11 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
-
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/tenant"
-
 	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -34,8 +29,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/tenant"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/netlab"
 )
 
 // testCredentialExpiration is the credential lifetime of the test servers.

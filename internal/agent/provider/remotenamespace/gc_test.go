@@ -4,11 +4,12 @@ import (
 	"context"
 	"testing"
 
-	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 func TestTheTwinNamespacesOfAConsumerWithoutTenantAreDeleted(t *testing.T) {

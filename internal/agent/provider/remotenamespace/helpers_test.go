@@ -5,8 +5,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(envtest.RunWithAPIServer(m)) }

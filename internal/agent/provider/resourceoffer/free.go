@@ -6,13 +6,14 @@ package resourceoffer
 import (
 	"slices"
 
-	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 // offered are the resources a ResourceOffer lends; ephemeral storage only

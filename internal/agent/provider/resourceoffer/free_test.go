@@ -3,10 +3,11 @@ package resourceoffer
 import (
 	"testing"
 
-	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
 func node(name, cpu, mem, pods string, readyNode bool, labels map[string]string) corev1.Node {

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,6 +11,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/tenant"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 // A Tenant gets the policy of the peering token that peered it, and only
