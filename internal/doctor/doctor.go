@@ -49,9 +49,9 @@ type checker interface {
 	Check(ctx context.Context, d *Env) status.Section
 }
 
-// checkers returns the checkers of `kubectl offload doctor`, in the
+// defaultCheckers returns the checkers of `kubectl offload doctor`, in the
 // order their sections are shown.
-func checkers() []checker {
+func defaultCheckers() []checker {
 	return []checker{
 		apiServerURLChecker{},
 		authEndpointChecker{},
@@ -95,7 +95,7 @@ func NewOptions(streams genericiooptions.IOStreams) *Options {
 		Output:       output.Table,
 		Timeout:      time.Minute,
 		ProbeTimeout: 5 * time.Second,
-		checkers:     checkers(),
+		checkers:     defaultCheckers(),
 		cliVersion:   buildinfo.Version,
 	}
 }

@@ -270,7 +270,7 @@ func TestDoctor(t *testing.T) {
 
 	t.Run("a sound install has warnings only, shown as a table", func(t *testing.T) {
 		d := doctorEnv(t, a, sound)
-		r := collect(context.Background(), d, checkers())
+		r := collect(context.Background(), d, defaultCheckers())
 		if !r.Healthy || r.Kind != "DoctorReport" {
 			t.Errorf("healthy = %t, kind %s; want true, DoctorReport: %+v", r.Healthy, r.Kind, r.Sections)
 		}
@@ -294,7 +294,7 @@ func TestDoctor(t *testing.T) {
 		broken["apiServer"] = map[string]any{"url": "https://127.0.0.1:6443"}
 		broken["network"] = map[string]any{"enabled": true, "podCIDR": "10.96.0.0/16", "serviceCIDR": "10.96.0.0/12"}
 		var b bytes.Buffer
-		r := collect(context.Background(), doctorEnv(t, a, broken), checkers())
+		r := collect(context.Background(), doctorEnv(t, a, broken), defaultCheckers())
 		if err := status.Print(&b, output.Table, withoutPorts(r)); err != nil {
 			t.Fatal(err)
 		}
