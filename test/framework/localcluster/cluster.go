@@ -234,7 +234,7 @@ func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 }
 
 func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion, kubeBin string) (*Cluster, error) {
-	p, err := netlab.Ports.Take(7)
+	p, err := netlab.FreePorts(7)
 	if err != nil {
 		return nil, err
 	}

@@ -15,10 +15,14 @@ type portAllocator struct {
 	used map[int]bool
 }
 
-var Ports = &portAllocator{used: map[int]bool{}}
+var ports = &portAllocator{used: map[int]bool{}}
 
-// Take returns n distinct free ports on 127.0.0.1.
-func (a *portAllocator) Take(n int) ([]int, error) {
+// FreePorts returns n distinct free loopback TCP ports that this process
+// has not handed out before.
+func FreePorts(n int) ([]int, error) { return ports.take(n) }
+
+// take returns n distinct free ports on 127.0.0.1.
+func (a *portAllocator) take(n int) ([]int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []int
@@ -46,7 +50,7 @@ func (a *portAllocator) Take(n int) ([]int, error) {
 
 // FreePort returns a free loopback TCP port that this process has not handed out before.
 func FreePort() (int, error) {
-	p, err := Ports.Take(1)
+	p, err := FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
