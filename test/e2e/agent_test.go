@@ -27,7 +27,7 @@ func TestAgentRunsAsPodsOnARealNode(t *testing.T) {
 	// The chapters, each a subtest that reports on its own.
 	t.Run("the agent runs as pods on the real node", func(t *testing.T) {
 		for _, component := range []string{"controller-manager", "auth"} {
-			pods := waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component="+component, 1)
+			pods := waitPodsReady(ctx, t, c, localcluster.InstallNamespace, "app.kubernetes.io/component="+component, 1)
 			if pods[0].Spec.NodeName != c.Node.Name {
 				t.Errorf("%s runs on %s, want the real node %s", component, pods[0].Spec.NodeName, c.Node.Name)
 			}
@@ -49,12 +49,12 @@ func TestAgentRunsAsPodsOnARealNode(t *testing.T) {
 
 	// A killed agent pod is recreated and becomes ready again.
 	t.Run("a killed agent pod is replaced", func(t *testing.T) {
-		old := waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)[0]
-		if err := c.Kube.CoreV1().Pods(installNS).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		old := waitPodsReady(ctx, t, c, localcluster.InstallNamespace, "app.kubernetes.io/component=auth", 1)[0]
+		if err := c.Kube.CoreV1().Pods(localcluster.InstallNamespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=auth"})
+			pods, err := c.Kube.CoreV1().Pods(localcluster.InstallNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=auth"})
 			if err != nil {
 				return false, nil
 			}
@@ -90,8 +90,8 @@ func TestAuthServiceAnswersAnotherClusterThroughItsNodePort(t *testing.T) {
 	defer cancel()
 
 	installAgent(t, provider)
-	authPod := waitPodsReady(ctx, t, provider, installNS, "app.kubernetes.io/component=auth", 1)[0]
-	svc, err := provider.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
+	authPod := waitPodsReady(ctx, t, provider, localcluster.InstallNamespace, "app.kubernetes.io/component=auth", 1)[0]
+	svc, err := provider.Kube.CoreV1().Services(localcluster.InstallNamespace).Get(ctx, "offload-auth", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

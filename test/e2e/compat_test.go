@@ -164,7 +164,7 @@ func TestCompatibility(t *testing.T) {
 
 	check("service across the fabric", func(t *testing.T) {
 		var tunnel offloadv1alpha1.Tunnel
-		if err := cc.Get(ctx, client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}, &tunnel); err != nil {
+		if err := cc.Get(ctx, client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}, &tunnel); err != nil {
 			t.Fatal(err)
 		}
 		addrs := reflection.AddressesOf(&tunnel)
@@ -216,13 +216,13 @@ func TestCompatibility(t *testing.T) {
 	// kube-controller-manager itself still writes core v1 Endpoints.)
 	check("no deprecated API", func(t *testing.T) {
 		for _, c := range clusters {
-			pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
+			pods, err := c.Kube.CoreV1().Pods(localcluster.InstallNamespace).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range pods.Items {
 				for _, ctr := range p.Spec.Containers {
-					logs, err := c.Kube.CoreV1().Pods(installNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: ctr.Name}).DoRaw(ctx)
+					logs, err := c.Kube.CoreV1().Pods(localcluster.InstallNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: ctr.Name}).DoRaw(ctx)
 					if err != nil {
 						t.Fatalf("reading the logs of %s/%s on %s: %v", p.Name, ctr.Name, c.Name, err)
 					}
@@ -257,8 +257,8 @@ func TestCompatibility(t *testing.T) {
 					t.Errorf("after uninstall --purge on %s, %s still exists", c.Name, o)
 				}
 			}
-			if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				t.Errorf("namespace %s is left on %s (err=%v)", installNS, c.Name, err)
+			if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, localcluster.InstallNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("namespace %s is left on %s (err=%v)", localcluster.InstallNamespace, c.Name, err)
 			}
 		}
 	})

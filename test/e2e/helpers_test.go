@@ -115,8 +115,6 @@ func jsonBool(t *testing.T, doc, field string) bool {
 
 // Clients, install and the cluster identity.
 
-const installNS = "offload-system"
-
 func ctrlClient(t *testing.T, c *localcluster.Cluster) client.Client {
 	t.Helper()
 	cl, err := client.New(c.Config, client.Options{Scheme: scheme.Scheme})
@@ -128,7 +126,7 @@ func ctrlClient(t *testing.T, c *localcluster.Cluster) client.Client {
 
 func identity(ctx context.Context, t *testing.T, c *localcluster.Cluster) map[string]string {
 	t.Helper()
-	cm, err := c.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, "offload-cluster-identity", metav1.GetOptions{})
+	cm, err := c.Kube.CoreV1().ConfigMaps(localcluster.InstallNamespace).Get(ctx, "offload-cluster-identity", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("identity ConfigMap: %v", err)
 	}
@@ -147,7 +145,7 @@ func waitCASecret(ctx context.Context, t *testing.T, c *localcluster.Cluster) []
 	t.Helper()
 	var cert []byte
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		s, err := c.Kube.CoreV1().Secrets(installNS).Get(ctx, offloadv1alpha1.AuthCASecret, metav1.GetOptions{})
+		s, err := c.Kube.CoreV1().Secrets(localcluster.InstallNamespace).Get(ctx, offloadv1alpha1.AuthCASecret, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -539,9 +537,9 @@ func scaleDeployment(ctx context.Context, t *testing.T, c *localcluster.Cluster,
 // until that many are Ready.
 func scaleAgent(ctx context.Context, t *testing.T, c *localcluster.Cluster, replicas int32) {
 	t.Helper()
-	scaleDeployment(ctx, t, c, installNS, offloadv1alpha1.ControllerManager, replicas)
+	scaleDeployment(ctx, t, c, localcluster.InstallNamespace, offloadv1alpha1.ControllerManager, replicas)
 	waitFor(ctx, t, 2*time.Minute, fmt.Sprintf("%d controller-manager pods", replicas), func(ctx context.Context) (bool, string) {
-		pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
+		pods, err := c.Kube.CoreV1().Pods(localcluster.InstallNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller-manager"})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -563,7 +561,7 @@ func scaleAgent(ctx context.Context, t *testing.T, c *localcluster.Cluster, repl
 // agent's pods (controller-manager, auth, gateways) in c, by pod/container.
 func agentRestarts(ctx context.Context, t *testing.T, c *localcluster.Cluster) map[string]int32 {
 	t.Helper()
-	pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
+	pods, err := c.Kube.CoreV1().Pods(localcluster.InstallNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -888,7 +886,7 @@ type heldCredentials struct {
 
 func readHeldCredentials(ctx context.Context, t *testing.T, consumer *localcluster.Cluster, name string) heldCredentials {
 	t.Helper()
-	s, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.PeerKubeconfigSecretName(name), metav1.GetOptions{})
+	s, err := consumer.Kube.CoreV1().Secrets(localcluster.InstallNamespace).Get(ctx, peering.PeerKubeconfigSecretName(name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("reading the kubeconfig Secret of %s: %v", name, err)
 	}
@@ -998,12 +996,12 @@ func expectPeeringPartsGone(ctx context.Context, t *testing.T, consumer *localcl
 	for _, o := range []client.Object{
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName(peer), Namespace: installNS}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName(peer), Namespace: installNS}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerKubeconfigSecretName(peer), Namespace: localcluster.InstallNamespace}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peering.PeerTokenSecretName(peer), Namespace: localcluster.InstallNamespace}},
 		&offloadv1alpha1.PeeringCredentials{ObjectMeta: metav1.ObjectMeta{Name: peer}},
 		&offloadv1alpha1.VirtualNode{ObjectMeta: metav1.ObjectMeta{Name: peer}},
-		&offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Name: tunnel, Namespace: installNS}},
-		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.GatewayName(tunnel), Namespace: installNS}},
+		&offloadv1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Name: tunnel, Namespace: localcluster.InstallNamespace}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.GatewayName(tunnel), Namespace: localcluster.InstallNamespace}},
 	} {
 		var err error
 		_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -1265,8 +1263,8 @@ type gatewayReport struct {
 // gatewayStatus reads the /status of tunnel's gateway through a port-forward.
 func gatewayStatus(ctx context.Context, t *testing.T, c *localcluster.Cluster, tunnel string) gatewayReport {
 	t.Helper()
-	pod := waitPodsReady(ctx, t, c, installNS, offloadv1alpha1.LabelTunnel+"="+tunnel, 1)[0]
-	addr := portForward(t, c, installNS, "pod/"+pod.Name, 8083)
+	pod := waitPodsReady(ctx, t, c, localcluster.InstallNamespace, offloadv1alpha1.LabelTunnel+"="+tunnel, 1)[0]
+	addr := portForward(t, c, localcluster.InstallNamespace, "pod/"+pod.Name, 8083)
 	body, err := httpGet("http://" + addr + "/status")
 	if err != nil {
 		t.Fatalf("reading the gateway's status: %v", err)
@@ -1285,26 +1283,26 @@ func expectNoNetworkLeft(ctx context.Context, t *testing.T, c *localcluster.Clus
 	waitFor(ctx, t, 2*time.Minute, "no network left on "+c.Name, func(ctx context.Context) (bool, string) {
 		var left []string
 		var tunnels offloadv1alpha1.TunnelList
-		if err := ctrlClient(t, c).List(ctx, &tunnels, client.InNamespace(installNS)); err != nil {
+		if err := ctrlClient(t, c).List(ctx, &tunnels, client.InNamespace(localcluster.InstallNamespace)); err != nil {
 			return false, err.Error()
 		}
 		for _, tn := range tunnels.Items {
 			left = append(left, "Tunnel "+tn.Name)
 		}
 		sel := metav1.ListOptions{LabelSelector: offloadv1alpha1.LabelComponent + "=" + offloadv1alpha1.ComponentGateway}
-		if l, err := c.Kube.AppsV1().Deployments(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+		if l, err := c.Kube.AppsV1().Deployments(localcluster.InstallNamespace).List(ctx, sel); err == nil && len(l.Items) > 0 {
 			left = append(left, "gateway Deployment "+l.Items[0].Name)
 		}
-		if l, err := c.Kube.CoreV1().Services(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+		if l, err := c.Kube.CoreV1().Services(localcluster.InstallNamespace).List(ctx, sel); err == nil && len(l.Items) > 0 {
 			left = append(left, "gateway Service "+l.Items[0].Name)
 		}
-		if l, err := c.Kube.CoreV1().Secrets(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+		if l, err := c.Kube.CoreV1().Secrets(localcluster.InstallNamespace).List(ctx, sel); err == nil && len(l.Items) > 0 {
 			left = append(left, "gateway Secret "+l.Items[0].Name)
 		}
-		if l, err := c.Kube.CoreV1().ServiceAccounts(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+		if l, err := c.Kube.CoreV1().ServiceAccounts(localcluster.InstallNamespace).List(ctx, sel); err == nil && len(l.Items) > 0 {
 			left = append(left, "gateway ServiceAccount "+l.Items[0].Name)
 		}
-		if l, err := c.Kube.RbacV1().Roles(installNS).List(ctx, sel); err == nil && len(l.Items) > 0 {
+		if l, err := c.Kube.RbacV1().Roles(localcluster.InstallNamespace).List(ctx, sel); err == nil && len(l.Items) > 0 {
 			left = append(left, "gateway Role "+l.Items[0].Name)
 		}
 		for _, n := range c.RealNodes() {

@@ -27,7 +27,7 @@ var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4
 // releaseRevisions lists the Helm release records of the offload release.
 func releaseRevisions(ctx context.Context, t *testing.T, c *localcluster.Cluster) []string {
 	t.Helper()
-	list, err := c.Kube.CoreV1().Secrets(installNS).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=offload"})
+	list, err := c.Kube.CoreV1().Secrets(localcluster.InstallNamespace).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=offload"})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -79,8 +79,8 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 				t.Errorf("dry-run manifest has %d %s, want %d (kinds: %v)", kinds[kind], kind, want, kinds)
 			}
 		}
-		if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("--dry-run created namespace %s (err=%v)", installNS, err)
+		if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, localcluster.InstallNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("--dry-run created namespace %s (err=%v)", localcluster.InstallNamespace, err)
 		}
 	})
 	// The chapters below look for the manifest's objects.
@@ -117,7 +117,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 			}
 		}
 		for _, name := range []string{"offload-controller-manager", "offload-auth"} {
-			d, err := c.Kube.AppsV1().Deployments(installNS).Get(ctx, name, metav1.GetOptions{})
+			d, err := c.Kube.AppsV1().Deployments(localcluster.InstallNamespace).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +161,7 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 	t.Run("install --set and upgrade change the release", func(t *testing.T) {
 		installAgent(t, c, "--set", "sharingPercentage=30")
 		mustOffload(t, c, append(append([]string{"upgrade"}, localcluster.AgentValues()...), "--set", "sharingPercentage=30", "--set", "auth.service.type=ClusterIP")...)
-		svc, err := c.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
+		svc, err := c.Kube.CoreV1().Services(localcluster.InstallNamespace).Get(ctx, "offload-auth", metav1.GetOptions{})
 		if err != nil || svc.Spec.Type != corev1.ServiceTypeClusterIP {
 			t.Errorf("upgrade --set auth.service.type=ClusterIP: service %v, err %v", svc.Spec.Type, err)
 		}
@@ -226,8 +226,8 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 				t.Errorf("after uninstall --purge, %s still exists", o)
 			}
 		}
-		if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("namespace %s still exists after --purge (err=%v)", installNS, err)
+		if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, localcluster.InstallNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("namespace %s still exists after --purge (err=%v)", localcluster.InstallNamespace, err)
 		}
 		if revs := releaseRevisions(ctx, t, c); len(revs) != 0 {
 			t.Errorf("release records left after --purge: %v", revs)
@@ -247,7 +247,7 @@ func checkRBAC(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 			{"update", "", "pods", "status", "", true},
 			{"update", "offload.io", "foreignclusters", "status", "", true},
 			{"create", "coordination.k8s.io", "leases", "", "kube-node-lease", true},
-			{"get", "", "secrets", "", installNS, true},
+			{"get", "", "secrets", "", localcluster.InstallNamespace, true},
 			{"get", "", "secrets", "", "default", false},
 			{"list", "", "secrets", "", "", false},
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
@@ -263,34 +263,34 @@ func checkRBAC(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 			// Only EndpointSlice kubernetes, by name, in default.
 			{"list", "discovery.k8s.io", "endpointslices", "", "default", false},
 			// Gateway Deployments, never deleted by it (they go with their Tunnel).
-			{"create", "apps", "deployments", "", installNS, true},
-			{"delete", "apps", "deployments", "", installNS, false},
+			{"create", "apps", "deployments", "", localcluster.InstallNamespace, true},
+			{"delete", "apps", "deployments", "", localcluster.InstallNamespace, false},
 		},
 		"offload-auth": {
 			{"create", "offload.io", "tenants", "", "", true},
 			{"create", "", "serviceaccounts", "token", "offload-tenant-x", true},
 			{"create", "rbac.authorization.k8s.io", "rolebindings", "", "offload-tenant-x", true},
 			// Of its namespace's Secrets only its CA, by name (below).
-			{"get", "", "secrets", "", installNS, false},
-			{"list", "", "secrets", "", installNS, false},
+			{"get", "", "secrets", "", localcluster.InstallNamespace, false},
+			{"list", "", "secrets", "", localcluster.InstallNamespace, false},
 			// Peering tokens are ConfigMaps, made by the admin.
-			{"update", "", "configmaps", "", installNS, true},
-			{"create", "", "configmaps", "", installNS, false},
+			{"update", "", "configmaps", "", localcluster.InstallNamespace, true},
+			{"create", "", "configmaps", "", localcluster.InstallNamespace, false},
 			{"get", "", "secrets", "", "default", false},
 			{"list", "", "secrets", "", "", false},
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
 			{"create", "", "pods", "", "default", false},
 			{"delete", "", "nodes", "", "", false},
 			// Cluster ID claims, in its namespace only.
-			{"create", "coordination.k8s.io", "leases", "", installNS, true},
+			{"create", "coordination.k8s.io", "leases", "", localcluster.InstallNamespace, true},
 			{"create", "coordination.k8s.io", "leases", "", "default", false},
 		},
 	}
 	for sa, accesses := range cases {
 		for _, a := range accesses {
 			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:   "system:serviceaccount:" + installNS + ":" + sa,
-				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + installNS, "system:authenticated"},
+				User:   "system:serviceaccount:" + localcluster.InstallNamespace + ":" + sa,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + localcluster.InstallNamespace, "system:authenticated"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
 					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace,
 				},
@@ -312,21 +312,21 @@ func checkRBAC(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	// (this cluster's peer kubeconfigs, its gateways' keys).
 	for name, want := range map[string]bool{offloadv1alpha1.AuthCASecret: true, "offload-peer-provider-kubeconfig": false, "offload-gateway-provider": false} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:               "system:serviceaccount:" + installNS + ":offload-auth",
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: installNS, Name: name},
+			User:               "system:serviceaccount:" + localcluster.InstallNamespace + ":offload-auth",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: localcluster.InstallNamespace, Name: name},
 		}}
 		got, err := c.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got.Status.Allowed != want {
-			t.Errorf("offload-auth: get secret %s/%s: allowed=%t, want %t", installNS, name, got.Status.Allowed, want)
+			t.Errorf("offload-auth: get secret %s/%s: allowed=%t, want %t", localcluster.InstallNamespace, name, got.Status.Allowed, want)
 		}
 	}
 	// The auth service can bind only the tenant role.
 	for role, want := range map[string]bool{"offload-tenant": true, "cluster-admin": false, "admin": false} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:               "system:serviceaccount:" + installNS + ":offload-auth",
+			User:               "system:serviceaccount:" + localcluster.InstallNamespace + ":offload-auth",
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: role},
 		}}
 		got, err := c.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
@@ -378,8 +378,8 @@ func TestInstallRejectsBadInputAndChangesNothing(t *testing.T) {
 			if !strings.Contains(errOut, tc.want) || strings.Count(errOut, "Error:") != 1 {
 				t.Errorf("stderr = %q, want one Error line containing %q", errOut, tc.want)
 			}
-			if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				t.Errorf("namespace %s exists after a rejected install (err=%v)", installNS, err)
+			if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, localcluster.InstallNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("namespace %s exists after a rejected install (err=%v)", localcluster.InstallNamespace, err)
 			}
 			crds := &apiextensionsv1.CustomResourceDefinitionList{}
 			if err := ctrlClient(t, c).List(ctx, crds); err != nil {
@@ -400,8 +400,8 @@ func TestInstallRejectsBadInputAndChangesNothing(t *testing.T) {
 func checkNamespacePolicy(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
 	cfg := rest.CopyConfig(c.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + installNS + ":offload-controller-manager",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + installNS, "system:authenticated"}}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + localcluster.InstallNamespace + ":offload-controller-manager",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + localcluster.InstallNamespace, "system:authenticated"}}
 	sa, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -255,8 +255,8 @@ func installWithDetection(ctx context.Context, t *testing.T, extra map[*localclu
 	}
 	wg.Wait()
 	for c := range extra {
-		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
-		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
+		waitPodsReady(ctx, t, c, localcluster.InstallNamespace, "app.kubernetes.io/component=auth", 1)
+		waitPodsReady(ctx, t, c, localcluster.InstallNamespace, "app.kubernetes.io/component=controller-manager", 1)
 		waitCASecret(ctx, t, c)
 		r, code := offloadDoctor(t, c)
 		if code != 0 || !r.Healthy || len(r.failures()) > 0 {
@@ -296,7 +296,7 @@ func expectSeedFlow(ctx context.Context, t *testing.T, consumer, provider *local
 		t.Errorf("the consumer reaches the provider at %s, want %s, what install detected there", fc.Status.APIServerURL, provider.PeerAPIServerURL())
 	}
 	var tunnel offloadv1alpha1.Tunnel
-	if err := cc.Get(ctx, client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider.Name)}, &tunnel); err != nil {
+	if err := cc.Get(ctx, client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider.Name)}, &tunnel); err != nil {
 		t.Fatal(err)
 	}
 	// A k3s provider publishes its gateway through ServiceLB, at the LB

@@ -145,7 +145,7 @@ func TestPeeringSurvivesAnOutageRotatesCredentialsAndUnpeersCleanly(t *testing.T
 		}
 		// The address the auth service refused the flood from is the one it
 		// saw the consumer's refresh come from (both logged).
-		if logs, err := kubectl(t, provider, "-n", installNS, "logs", "deployment/"+offloadv1alpha1.Auth, "--tail=-1"); err != nil {
+		if logs, err := kubectl(t, provider, "-n", localcluster.InstallNamespace, "logs", "deployment/"+offloadv1alpha1.Auth, "--tail=-1"); err != nil {
 			t.Errorf("reading the auth service's logs: %v", err)
 		} else if refreshed, refused := logSources(logs, "Refreshed credentials"), logSources(logs, "Refusing requests from a source"); len(refreshed) == 0 ||
 			!slices.Contains(refused, refreshed[len(refreshed)-1]) {
@@ -291,7 +291,7 @@ func expectOneWriterPerStatus(ctx context.Context, t *testing.T, consumer, provi
 		name string
 	}{{consumer, offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, peer)}, {provider, offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, consumer.Name)}} {
 		var tunnel offloadv1alpha1.Tunnel
-		if err := ctrlClient(t, side.c).Get(ctx, client.ObjectKey{Namespace: installNS, Name: side.name}, &tunnel); err != nil {
+		if err := ctrlClient(t, side.c).Get(ctx, client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: side.name}, &tunnel); err != nil {
 			t.Errorf("reading Tunnel %s on %s: %v", side.name, side.c.Name, err)
 			continue
 		}
@@ -339,7 +339,7 @@ func expectNoSecretInLogs(t *testing.T, clusters []*localcluster.Cluster, secret
 	lines := 0
 	for _, c := range clusters {
 		for _, d := range []string{offloadv1alpha1.ControllerManager, offloadv1alpha1.Auth} {
-			logs, err := kubectl(t, c, "-n", installNS, "logs", "deployment/"+d, "--all-containers", "--tail=-1")
+			logs, err := kubectl(t, c, "-n", localcluster.InstallNamespace, "logs", "deployment/"+d, "--all-containers", "--tail=-1")
 			if err != nil {
 				t.Fatalf("reading the logs of %s on %s: %v", d, c.Name, err)
 			}

@@ -61,7 +61,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 			return len(why) == 0, strings.Join(why, "; ")
 		})
 		t.Logf("network Established on both sides %s after peer out-of-band started", time.Since(start).Round(time.Millisecond))
-		if err := cc.Get(ctx, client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}, &tunnel); err != nil {
+		if err := cc.Get(ctx, client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}, &tunnel); err != nil {
 			t.Fatal(err)
 		}
 		wantImpl = "userspace"
@@ -81,7 +81,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	// A namespace with a Service over one local and one offloaded replica,
 	// and a client pod on each consumer node: the one without the gateway
 	// and the gateway's. The chapters below all use them.
-	gateway := waitPodsReady(ctx, t, consumer, installNS, offloadv1alpha1.LabelTunnel+"="+tunnel.Name, 1)[0]
+	gateway := waitPodsReady(ctx, t, consumer, localcluster.InstallNamespace, offloadv1alpha1.LabelTunnel+"="+tunnel.Name, 1)[0]
 	otherNode := consumer.Node.Name
 	if otherNode == gateway.Spec.NodeName {
 		otherNode = consumer.ExtraNodes[0].Name
@@ -176,7 +176,7 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	// A provider pod outside the consumer's twin namespaces stays out of
 	// reach (the auth pod's health port).
 	t.Run("the provider's other pods are out of reach", func(t *testing.T) {
-		auth := waitPodsReady(ctx, t, provider, installNS, "app.kubernetes.io/component=auth", 1)[0]
+		auth := waitPodsReady(ctx, t, provider, localcluster.InstallNamespace, "app.kubernetes.io/component=auth", 1)[0]
 		if out, err := execIn(t, consumer, "net", clientPod.Name, "get", "http://"+addrs.ConsumerIP(auth.Status.PodIP)+":8081/healthz"); err == nil {
 			t.Errorf("a consumer pod reached the provider's auth pod through the tunnel: %q", out)
 		}
@@ -238,9 +238,9 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 			c      *localcluster.Cluster
 			tunnel string
 		}{{consumer, tunnel.Name}, {provider, offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer")}} {
-			pods := waitPodsReady(ctx, t, side.c, installNS, offloadv1alpha1.LabelTunnel+"="+side.tunnel, 1)
+			pods := waitPodsReady(ctx, t, side.c, localcluster.InstallNamespace, offloadv1alpha1.LabelTunnel+"="+side.tunnel, 1)
 			start := time.Now()
-			if err := side.c.Kube.CoreV1().Pods(installNS).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}); err != nil {
+			if err := side.c.Kube.CoreV1().Pods(localcluster.InstallNamespace).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(ctx, t, 2*time.Minute, "traffic after the "+side.c.Name+" gateway pod was deleted", func(ctx context.Context) (bool, string) {

@@ -80,7 +80,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	// its view of the provider's pods, once the tunnel is up.
 	waitFor(ctx, t, 2*time.Minute, "the consumer seeing the offloaded pods' IPs in its view", func(ctx context.Context) (bool, string) {
 		var tunnel offloadv1alpha1.Tunnel
-		if err := cc.Get(ctx, client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}, &tunnel); err != nil {
+		if err := cc.Get(ctx, client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}, &tunnel); err != nil {
 			return false, err.Error()
 		}
 		if len(tunnel.Spec.Mappings) == 0 {

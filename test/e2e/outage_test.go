@@ -46,7 +46,7 @@ func frozenOutage(t *testing.T) time.Duration {
 // was renewed after since: its leader serves.
 func leaderRenewedAfter(ctx context.Context, c *localcluster.Cluster, since time.Time) (bool, string) {
 	var lease coordinationv1.Lease
-	l, err := c.Kube.CoordinationV1().Leases(installNS).Get(ctx, offloadv1alpha1.ControllerManager, metav1.GetOptions{})
+	l, err := c.Kube.CoordinationV1().Leases(localcluster.InstallNamespace).Get(ctx, offloadv1alpha1.ControllerManager, metav1.GetOptions{})
 	if err != nil {
 		return false, err.Error()
 	}
@@ -111,7 +111,7 @@ func expectAgentsRideOutFrozenAPIServers(ctx context.Context, t *testing.T, cons
 // since before, how its last run ended and the end of its log.
 func logLastTermination(ctx context.Context, t *testing.T, c *localcluster.Cluster, before map[string]int32) {
 	t.Helper()
-	pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
+	pods, err := c.Kube.CoreV1().Pods(localcluster.InstallNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Log(err)
 		return
@@ -125,11 +125,11 @@ func logLastTermination(ctx context.Context, t *testing.T, c *localcluster.Clust
 				t.Logf("%s/%s last ended %s: exit code %d, reason %s %s", p.Name, s.Name, term.FinishedAt.Format(time.RFC3339), term.ExitCode, term.Reason, term.Message)
 			}
 			tail := int64(40)
-			raw, err := c.Kube.CoreV1().Pods(installNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name, Previous: true, TailLines: &tail}).DoRaw(ctx)
+			raw, err := c.Kube.CoreV1().Pods(localcluster.InstallNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name, Previous: true, TailLines: &tail}).DoRaw(ctx)
 			t.Logf("%s/%s previous log (err %v):\n%s", p.Name, s.Name, err, raw)
 		}
 	}
-	evs, err := c.Kube.CoreV1().Events(installNS).List(ctx, metav1.ListOptions{})
+	evs, err := c.Kube.CoreV1().Events(localcluster.InstallNamespace).List(ctx, metav1.ListOptions{})
 	if err == nil {
 		for _, e := range evs.Items {
 			if e.Type == corev1.EventTypeWarning {

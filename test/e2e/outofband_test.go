@@ -90,10 +90,10 @@ func TestPeerOutOfBandAuthenticatesTheConsumerAndRefusesBadInput(t *testing.T) {
 		if !meta.IsStatusConditionTrue(fc.Status.Conditions, offloadv1alpha1.ConditionAuthenticated) {
 			t.Errorf("ForeignCluster %s is not Authenticated: %+v", a.Name, fc.Status)
 		}
-		if _, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.PeerKubeconfigSecretName(a.Name), metav1.GetOptions{}); err != nil {
+		if _, err := consumer.Kube.CoreV1().Secrets(localcluster.InstallNamespace).Get(ctx, peering.PeerKubeconfigSecretName(a.Name), metav1.GetOptions{}); err != nil {
 			t.Errorf("no kubeconfig Secret for the peer: %v", err)
 		}
-		if _, err := consumer.Kube.CoreV1().Secrets(installNS).Get(ctx, peering.PeerTokenSecretName(a.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := consumer.Kube.CoreV1().Secrets(localcluster.InstallNamespace).Get(ctx, peering.PeerTokenSecretName(a.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("the spent token Secret is still on the consumer (err=%v)", err)
 		}
 		var tenant offloadv1alpha1.Tenant

@@ -35,13 +35,13 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 	})
 
 	installAgent(t, c)
-	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
+	waitPodsReady(ctx, t, c, localcluster.InstallNamespace, "app.kubernetes.io/component=auth", 1)
 	caCert := waitCASecret(ctx, t, c)
 	wantHash, err := peering.CACertHash(caCert)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := c.Kube.CoreV1().Services(installNS).Get(ctx, "offload-auth", metav1.GetOptions{})
+	svc, err := c.Kube.CoreV1().Services(localcluster.InstallNamespace).Get(ctx, "offload-auth", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestPeerGenerateCreatesATokenAndPrintsTheConsumerCommand(t *testing.T) {
 	// Revoking deletes the token's ConfigMap; revoking again is an error unless told otherwise.
 	t.Run("revoking deletes the token", func(t *testing.T) {
 		mustOffload(t, c, "peer", "tokens", "revoke", tok.ID)
-		if _, err := c.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, peering.TokenConfigMapName(tok.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := c.Kube.CoreV1().ConfigMaps(localcluster.InstallNamespace).Get(ctx, peering.TokenConfigMapName(tok.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("the revoked token's ConfigMap is still there: %v", err)
 		}
 		if _, errOut, err := offload(t, c, "peer", "tokens", "revoke", tok.ID); err == nil {
@@ -162,7 +162,7 @@ func shellPeerArgs(t *testing.T, line string) peer.PeerCommandArgs {
 
 func readToken(ctx context.Context, t *testing.T, c *localcluster.Cluster, id string) peering.StoredToken {
 	t.Helper()
-	s, err := c.Kube.CoreV1().ConfigMaps(installNS).Get(ctx, peering.TokenConfigMapName(id), metav1.GetOptions{})
+	s, err := c.Kube.CoreV1().ConfigMaps(localcluster.InstallNamespace).Get(ctx, peering.TokenConfigMapName(id), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("token ConfigMap for %s: %v", id, err)
 	}
@@ -176,12 +176,12 @@ func readToken(ctx context.Context, t *testing.T, c *localcluster.Cluster, id st
 // expectTokens checks the number of peering tokens in the install namespace.
 func expectTokens(ctx context.Context, t *testing.T, c *localcluster.Cluster, want int) {
 	t.Helper()
-	list, err := c.Kube.CoreV1().ConfigMaps(installNS).List(ctx, metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
+	list, err := c.Kube.CoreV1().ConfigMaps(localcluster.InstallNamespace).List(ctx, metav1.ListOptions{LabelSelector: peering.TokenIDLabel})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := len(list.Items); got != want {
-		t.Errorf("%d peering tokens in %s, want %d", got, installNS, want)
+		t.Errorf("%d peering tokens in %s, want %d", got, localcluster.InstallNamespace, want)
 	}
 }
 

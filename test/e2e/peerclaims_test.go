@@ -115,7 +115,7 @@ func expectNothingMoved(ctx context.Context, t *testing.T, c *localcluster.Clust
 func expectAProviderCannotSteerTheConsumersRoutes(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster) {
 	t.Helper()
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
-	clientKey := client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider.Name)}
+	clientKey := client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, provider.Name)}
 	before := readSteerable(ctx, t, consumer, clientKey)
 	h := readHeldCredentials(ctx, t, consumer, provider.Name)
 	npKey := client.ObjectKey{Namespace: h.namespace, Name: offloadv1alpha1.NetworkPeeringName}
@@ -191,7 +191,7 @@ func expectAConsumerCannotSteerTheProvidersRoutes(ctx context.Context, t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverKey := client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, consumer.Name)}
+	serverKey := client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, consumer.Name)}
 	before := readSteerable(ctx, t, provider, serverKey)
 	apiHost := apiServerHost(provider)
 	var np offloadv1alpha1.NetworkPeering

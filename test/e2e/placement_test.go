@@ -85,7 +85,7 @@ func (s *shownIPs) outside(views []reflection.Mapping) []string {
 func expectNoBorrowedAddress(ctx context.Context, t *testing.T, consumer *localcluster.Cluster, shown *shownIPs) {
 	t.Helper()
 	var tunnel offloadv1alpha1.Tunnel
-	key := client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}
+	key := client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, "provider")}
 	if err := ctrlClient(t, consumer).Get(ctx, key, &tunnel); err != nil {
 		t.Fatal(err)
 	}

@@ -87,8 +87,8 @@ func TestAProviderGrantsScopedCredentialsPublishesAnOfferAndRevokesOnUnpeer(t *t
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	installAgent(t, c, "--api-server-url", c.PeerAPIServerURL())
-	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
-	waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
+	waitPodsReady(ctx, t, c, localcluster.InstallNamespace, "app.kubernetes.io/component=auth", 1)
+	waitPodsReady(ctx, t, c, localcluster.InstallNamespace, "app.kubernetes.io/component=controller-manager", 1)
 	waitCASecret(ctx, t, c)
 
 	var cmd peer.PeerCommand

@@ -172,7 +172,7 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 	pc := ctrlClient(t, provider)
 	waitFor(ctx, t, time.Minute, "the twin namespace's NetworkPolicy to let in the consumer's pods only", func(ctx context.Context) (bool, string) {
 		var tunnel offloadv1alpha1.Tunnel
-		if err := pc.Get(ctx, client.ObjectKey{Namespace: installNS, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer")}, &tunnel); err != nil {
+		if err := pc.Get(ctx, client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, "consumer")}, &tunnel); err != nil {
 			return false, "the provider's Tunnel of the consumer: " + err.Error()
 		}
 		var views []string

@@ -270,8 +270,8 @@ func (s *upgradeScene) installAndPeer(ctx context.Context, t *testing.T, old *im
 		t.Fatal(err)
 	}
 	for _, c := range s.clusters() {
-		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=auth", 1)
-		waitPodsReady(ctx, t, c, installNS, "app.kubernetes.io/component=controller-manager", 1)
+		waitPodsReady(ctx, t, c, localcluster.InstallNamespace, "app.kubernetes.io/component=auth", 1)
+		waitPodsReady(ctx, t, c, localcluster.InstallNamespace, "app.kubernetes.io/component=controller-manager", 1)
 	}
 	waitCASecret(ctx, t, s.provider)
 
@@ -354,7 +354,7 @@ func (s *upgradeScene) state(ctx context.Context, t *testing.T) sceneState {
 	}
 	for c, name := range s.tunnels() {
 		var tn offloadv1alpha1.Tunnel
-		if err := ctrlClient(t, c).Get(ctx, client.ObjectKey{Namespace: installNS, Name: name}, &tn); err != nil {
+		if err := ctrlClient(t, c).Get(ctx, client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: name}, &tn); err != nil {
 			t.Fatalf("reading Tunnel %s on %s: %v", name, c.Name, err)
 		}
 		st.tunnels[c.Name+"/"+name] = fmt.Sprintf("uid %s, key %s, peer's key %s, views %v, peer's views %v",
@@ -459,7 +459,7 @@ func (s *upgradeScene) expectPeeringUp(ctx context.Context, t *testing.T) {
 		}
 		for c, name := range s.tunnels() {
 			var tn offloadv1alpha1.Tunnel
-			if err := ctrlClient(t, c).Get(ctx, client.ObjectKey{Namespace: installNS, Name: name}, &tn); err != nil || !tn.Status.Connected {
+			if err := ctrlClient(t, c).Get(ctx, client.ObjectKey{Namespace: localcluster.InstallNamespace, Name: name}, &tn); err != nil || !tn.Status.Connected {
 				return false, fmt.Sprintf("Tunnel %s on %s: connected %t, %v", name, c.Name, tn.Status.Connected, err)
 			}
 		}
@@ -474,7 +474,7 @@ func (s *upgradeScene) expectPeeringUp(ctx context.Context, t *testing.T) {
 func expectAgentImage(ctx context.Context, t *testing.T, c *localcluster.Cluster, tag string) {
 	t.Helper()
 	waitFor(ctx, t, 3*time.Minute, fmt.Sprintf("every agent pod of %s Ready on image %s:%s", c.Name, agentImageRepository, tag), func(ctx context.Context) (bool, string) {
-		pods, err := c.Kube.CoreV1().Pods(installNS).List(ctx, metav1.ListOptions{})
+		pods, err := c.Kube.CoreV1().Pods(localcluster.InstallNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -517,7 +517,7 @@ func expectCredentialsRenewed(ctx context.Context, t *testing.T, consumer *local
 	// Due when issued + 2/3 (expiry - issued) <= now: with issued = now -
 	// 2 (expiry - now), now; a minute earlier leaves a margin.
 	issued := time.Now().Add(-2*time.Until(before.expiry) - time.Minute)
-	secrets := consumer.Kube.CoreV1().Secrets(installNS)
+	secrets := consumer.Kube.CoreV1().Secrets(localcluster.InstallNamespace)
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		s, err := secrets.Get(ctx, peering.PeerKubeconfigSecretName(peerName), metav1.GetOptions{})
 		if err != nil {
@@ -859,8 +859,8 @@ func (s *upgradeScene) uninstall(ctx context.Context, t *testing.T, objects []ob
 				t.Errorf("after uninstall --purge on %s, %s is left", c.Name, o)
 			}
 		}
-		if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, installNS, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("namespace %s is left on %s (err=%v)", installNS, c.Name, err)
+		if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, localcluster.InstallNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("namespace %s is left on %s (err=%v)", localcluster.InstallNamespace, c.Name, err)
 		}
 	}
 }

@@ -31,9 +31,10 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
-// The install namespace and the plugin's version in the tests.
+// The install namespace (the CLI's default) and the plugin's version in
+// the tests.
 const (
-	Namespace = "offload-system"
+	Namespace = factory.DefaultNamespace
 	Version   = "v1.2.3"
 )
 

@@ -19,7 +19,9 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// InstallNamespace is where the fixture installs kubectl-offload.
+// InstallNamespace is where the fixture installs kubectl-offload: the
+// CLI's default, factory.DefaultNamespace (a test holds them equal; the
+// harness does not link the CLI's factory).
 const InstallNamespace = "offload-system"
 
 // AgentValues are the install flags that run the agent from the test image

@@ -3,6 +3,8 @@ package localcluster
 import (
 	"strings"
 	"testing"
+
+	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 )
 
 func TestThePrintedPeerCommandIsReadBack(t *testing.T) {
@@ -18,5 +20,11 @@ func TestThePrintedPeerCommandIsReadBack(t *testing.T) {
 	_, err = parsePeerCommand("Error: no --auth-token secret.token here")
 	if err == nil || strings.Contains(err.Error(), "secret.token") {
 		t.Errorf("not a command: %v; want an error that does not show the token", err)
+	}
+}
+
+func TestTheFixtureInstallsWhereTheCLIDoesByDefault(t *testing.T) {
+	if InstallNamespace != factory.DefaultNamespace {
+		t.Errorf("the fixture installs in %q, the CLI by default in %q", InstallNamespace, factory.DefaultNamespace)
 	}
 }
