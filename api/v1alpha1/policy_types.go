@@ -85,6 +85,22 @@ type ConsumerPolicy struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// ExtendedResources are the extended resources of the provider's nodes
+	// (vendor-domain/name, such as nvidia.com/gpu) that the consumer's pods
+	// may use. The ResourceOffer lends the same share of each as of cpu,
+	// and the twin namespaces' quotas cap them at it; the devices not
+	// listed here the offer lists at 0 and the quotas hold at 0. Empty
+	// means none is lent.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	ExtendedResources []corev1.ResourceName `json:"extendedResources,omitempty"`
+}
+
+// Lends reports whether the policy lets the consumer's pods use resource
+// r: every resource but the devices (Device) the policy does not list.
+func (p ConsumerPolicy) Lends(r corev1.ResourceName) bool {
+	return !Device(r) || slices.Contains(p.ExtendedResources, r)
 }
 
 // Level returns the policy's Pod Security level, baseline when unset.
@@ -99,6 +115,7 @@ func (p ConsumerPolicy) Level() PodSecurityLevel {
 func (p ConsumerPolicy) Equal(q ConsumerPolicy) bool {
 	return p.Level() == q.Level() && p.NodePlacement == q.NodePlacement && p.SameNameNamespaces == q.SameNameNamespaces &&
 		maps.Equal(p.NodeSelector, q.NodeSelector) &&
+		slices.Equal(SortedResourceNames(p.ExtendedResources), SortedResourceNames(q.ExtendedResources)) &&
 		slices.EqualFunc(p.Tolerations, q.Tolerations, func(a, b corev1.Toleration) bool {
 			return a.MatchToleration(&b) && ptr.Equal(a.TolerationSeconds, b.TolerationSeconds)
 		})

@@ -66,6 +66,9 @@ const generateExample = `  # Print the command to run on the consumer
   # are tainted dedicated=tenants:NoSchedule for everyone else
   kubectl offload peer generate --node-selector pool=tenants --toleration dedicated=tenants:NoSchedule
 
+  # Lend a share of this cluster's GPUs too (none is lent unless named)
+  kubectl offload peer generate --extended-resource nvidia.com/gpu
+
   # Let consumer edge-1, already peered here, peer again (and no one else)
   kubectl offload peer generate --consumer edge-1`
 
@@ -181,6 +184,7 @@ func newCmdGenerate(use string, f factory.Factory, streams genericiooptions.IOSt
 	cmd.Flags().BoolVar(&o.AllowNodePlacement, "allow-node-placement", o.AllowNodePlacement, "Let the consumer's pods choose this cluster's nodes: set a nodeName, select any node label, tolerate any taint.")
 	cmd.Flags().StringSliceVar(&o.NodeSelector, "node-selector", o.NodeSelector, "A KEY=VALUE label the nodes that run the consumer's pods must have; repeat it or separate pairs with commas.")
 	cmd.Flags().StringArrayVar(&o.Tolerations, "toleration", o.Tolerations, "A taint of this cluster's nodes the consumer's pods tolerate, as KEY[=VALUE][:EFFECT] (no VALUE: any value; no EFFECT: every effect); repeatable.")
+	cmd.Flags().StringSliceVar(&o.ExtendedResources, "extended-resource", o.ExtendedResources, "An extended resource of this cluster's nodes, such as nvidia.com/gpu, that the consumer's pods may use: the offer lends the same share of it as of cpu. Repeat it or separate names with commas; resources not named are not lent.")
 	cmd.Flags().StringVar(&o.Consumer, "consumer", o.Consumer, "Bind the token to the consumer cluster of this name: no other consumer may peer with it, and that consumer may peer again while it is peered here (kubectl get tenants).")
 	cmd.Flags().BoolVar(&o.AllowSameNameNamespaces, "allow-same-name-namespaces", o.AllowSameNameNamespaces, "Let the consumer's twin namespaces have the names of its own namespaces, except the names this cluster reserves.")
 	output.AddFlag(cmd.Flags(), &o.Output, o.Output)

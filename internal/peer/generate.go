@@ -81,6 +81,9 @@ type GenerateOptions struct {
 	// Tolerations are KEY[=VALUE][:EFFECT]: the taints of this cluster's
 	// nodes the consumers' pods tolerate.
 	Tolerations []string
+	// ExtendedResources are the extended resources of this cluster's
+	// nodes, such as nvidia.com/gpu, that the consumer's pods may use.
+	ExtendedResources []string
 	// Consumer, when set, binds the token to that consumer name.
 	Consumer string
 	// AuthURL overrides the auth URL derived from the install.
@@ -132,6 +135,9 @@ func (o *GenerateOptions) Validate() error {
 	}
 	if _, err := o.tolerations(); err != nil {
 		return err
+	}
+	if _, err := peering.ParseExtendedResources(o.ExtendedResources); err != nil {
+		return fmt.Errorf("invalid --extended-resource: %w", err)
 	}
 	if o.Consumer != "" {
 		if err := peering.ValidateConsumerName(o.Consumer); err != nil {
@@ -196,8 +202,9 @@ func (o *GenerateOptions) policy() offloadv1alpha1.ConsumerPolicy {
 	level, _ := offloadv1alpha1.ParsePodSecurityLevel(o.PodSecurity)
 	selector, _ := offloadv1alpha1.ParseNodeSelector(o.NodeSelector)
 	tolerations, _ := o.tolerations()
+	extended, _ := peering.ParseExtendedResources(o.ExtendedResources)
 	return offloadv1alpha1.ConsumerPolicy{PodSecurity: level, NodePlacement: o.AllowNodePlacement, SameNameNamespaces: o.AllowSameNameNamespaces,
-		NodeSelector: selector, Tolerations: tolerations}
+		NodeSelector: selector, Tolerations: tolerations, ExtendedResources: extended}
 }
 
 // tolerations parses --toleration.
@@ -219,7 +226,7 @@ func (o *GenerateOptions) tolerations() ([]corev1.Toleration, error) {
 // maxTolerations is the Tenant CRD's limit on a policy's tolerations.
 const maxTolerations = 16
 
-// policyNote says in two sentences what a consumer and its pods may do
+// policyNote says in three sentences what a consumer and its pods may do
 // under p.
 func policyNote(p offloadv1alpha1.ConsumerPolicy) string {
 	placement := "only by operating system and architecture (--allow-node-placement lifts that)"
@@ -237,8 +244,12 @@ func policyNote(p offloadv1alpha1.ConsumerPolicy) string {
 	if len(p.Tolerations) > 0 {
 		nodes += ", tolerating " + offloadv1alpha1.TolerationsString(p.Tolerations)
 	}
-	return fmt.Sprintf("Consumer pods run here on %s (--node-selector, --toleration) under Pod Security %s (--pod-security) and pick nodes %s. Consumer namespaces offloaded here %s.",
-		nodes, p.Level(), placement, naming)
+	devices := "no extended resource of this cluster's nodes, such as GPUs (--extended-resource lends them)"
+	if len(p.ExtendedResources) > 0 {
+		devices = "a share of " + peering.ExtendedResourcesString(p.ExtendedResources) + " (--extended-resource), and of no other extended resource"
+	}
+	return fmt.Sprintf("Consumer pods run here on %s (--node-selector, --toleration) under Pod Security %s (--pod-security) and pick nodes %s. They may use %s. Consumer namespaces offloaded here %s.",
+		nodes, p.Level(), placement, devices, naming)
 }
 
 // providerArgs reads this cluster's identity, auth CA and auth URL.

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"strings"
 	"testing"
@@ -157,6 +158,7 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 		podSecurity string
 		placement   bool
 		sameName    bool
+		extended    []string
 		output      output.Format
 		wantPolicy  offloadv1alpha1.ConsumerPolicy
 		wantNote    []string
@@ -187,6 +189,16 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 			wantNote:   []string{"Pod Security privileged"}, wantWarning: true,
 		},
 		{
+			name: "lent extended resources are stored and shown", podSecurity: "baseline", extended: []string{"nvidia.com/gpu", "example.com/fpga", "nvidia.com/gpu"}, output: output.Table,
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, ExtendedResources: []corev1.ResourceName{"example.com/fpga", "nvidia.com/gpu"}},
+			wantNote:   []string{"may use a share of example.com/fpga,nvidia.com/gpu (--extended-resource)"},
+		},
+		{
+			name: "no extended resource is lent by default", podSecurity: "baseline", output: output.Table,
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline},
+			wantNote:   []string{"may use no extended resource of this cluster's nodes"},
+		},
+		{
 			name: "privileged is warned about with -o json too", podSecurity: "privileged", output: output.JSON,
 			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged}, wantWarning: true,
 		},
@@ -197,6 +209,7 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 			kube := fake.NewClientset(identityCM(), caSecret(certPEM))
 			o, out, errOut := newGenerate(kube)
 			o.PodSecurity, o.AllowNodePlacement, o.AllowSameNameNamespaces, o.Output = tt.podSecurity, tt.placement, tt.sameName, tt.output
+			o.ExtendedResources = tt.extended
 			if err := o.Validate(); err != nil {
 				t.Fatal(err)
 			}
@@ -253,6 +266,16 @@ func TestGenerateValidatesItsFlags(t *testing.T) {
 		}, ok: true},
 		{name: "an unknown pod security is refused", modify: func(o *GenerateOptions) { o.PodSecurity = "root" }},
 		{name: "a pod security in capitals is refused", modify: func(o *GenerateOptions) { o.PodSecurity = "Baseline" }},
+		{name: "extended resources are valid", modify: func(o *GenerateOptions) { o.ExtendedResources = []string{"nvidia.com/gpu", "example.com/fpga"} }, ok: true},
+		{name: "cpu is not an extended resource", modify: func(o *GenerateOptions) { o.ExtendedResources = []string{"cpu"} }},
+		{name: "a kubernetes.io resource is not an extended resource", modify: func(o *GenerateOptions) { o.ExtendedResources = []string{"kubernetes.io/batch-cpu"} }},
+		{name: "huge pages are not lent", modify: func(o *GenerateOptions) { o.ExtendedResources = []string{"hugepages-1Gi"} }},
+		{name: "a malformed extended resource is refused", modify: func(o *GenerateOptions) { o.ExtendedResources = []string{"nvidia.com/"} }},
+		{name: "seventeen extended resources are too many", modify: func(o *GenerateOptions) {
+			for i := range 17 {
+				o.ExtendedResources = append(o.ExtendedResources, fmt.Sprintf("example.com/d%d", i))
+			}
+		}},
 		{name: "a consumer name is valid", modify: func(o *GenerateOptions) { o.Consumer = "edge-1" }, ok: true},
 		{name: "a consumer name that is no DNS label is refused", modify: func(o *GenerateOptions) { o.Consumer = "Edge_1" }},
 		{name: "a consumer name too long for its tenant namespace is refused", modify: func(o *GenerateOptions) { o.Consumer = strings.Repeat("a", 60) }},

@@ -110,6 +110,9 @@ const (
 	// and TolerationsString; absent means none.
 	NodeSelectorKey = "node-selector"
 	TolerationsKey  = "tolerations"
+	// ExtendedResourcesKey holds the policy's ExtendedResources,
+	// comma-separated and sorted; absent means none.
+	ExtendedResourcesKey = "extended-resources"
 	// ConsumerKey binds the token to one consumer name: only that consumer
 	// may peer with it, and it is the provider admin's consent for that
 	// consumer to peer again while its tenant exists. Absent means any
@@ -171,6 +174,9 @@ func NewTokenConfigMap(namespace string, tok Token, o TokenOptions) *corev1.Conf
 	}
 	if len(o.Policy.Tolerations) > 0 {
 		c.Data[TolerationsKey] = offloadv1alpha1.TolerationsString(o.Policy.Tolerations)
+	}
+	if len(o.Policy.ExtendedResources) > 0 {
+		c.Data[ExtendedResourcesKey] = ExtendedResourcesString(o.Policy.ExtendedResources)
 	}
 	if o.Consumer != "" {
 		c.Data[ConsumerKey] = o.Consumer
@@ -253,7 +259,42 @@ func ReadTokenConfigMap(c *corev1.ConfigMap) (StoredToken, error) {
 		}
 		t.Policy.Tolerations = append(t.Policy.Tolerations, tol)
 	}
+	if t.Policy.ExtendedResources, err = ParseExtendedResources(splitList(d[ExtendedResourcesKey])); err != nil {
+		return StoredToken{}, invalid(ExtendedResourcesKey, err)
+	}
 	return t, nil
+}
+
+// MaxExtendedResources is the Tenant CRD's limit on the extended
+// resources a policy lends.
+const MaxExtendedResources = 16
+
+// ParseExtendedResources checks names, extended resources such as
+// nvidia.com/gpu, and returns them sorted without duplicates; nil for none.
+func ParseExtendedResources(names []string) ([]corev1.ResourceName, error) {
+	var out []corev1.ResourceName
+	for _, n := range names {
+		r := corev1.ResourceName(strings.TrimSpace(n))
+		if err := offloadv1alpha1.ValidateExtendedResource(r); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	out = offloadv1alpha1.SortedResourceNames(out)
+	if len(out) > MaxExtendedResources {
+		return nil, fmt.Errorf("%d extended resources, at most %d are allowed", len(out), MaxExtendedResources)
+	}
+	return out, nil
+}
+
+// ExtendedResourcesString writes names comma-separated and sorted.
+func ExtendedResourcesString(names []corev1.ResourceName) string {
+	sorted := offloadv1alpha1.SortedResourceNames(names)
+	parts := make([]string, len(sorted))
+	for i, r := range sorted {
+		parts[i] = string(r)
+	}
+	return strings.Join(parts, ",")
 }
 
 // ValidateConsumerName checks a consumer cluster name: a DNS-1123 label

@@ -198,6 +198,11 @@ func TestReadTokenConfigMapReadsThePolicy(t *testing.T) {
 		{name: "a node selector without a value is an error naming the token", secret: with(map[string]string{NodeSelectorKey: "pool"}), wantErr: true},
 		{name: "a toleration with an unknown effect is an error naming the token", secret: with(map[string]string{TolerationsKey: "a:Sometimes"}), wantErr: true},
 		{name: "a toleration without a key is an error naming the token", secret: with(map[string]string{TolerationsKey: "=x:NoSchedule"}), wantErr: true},
+		{name: "extended resources are read", secret: with(map[string]string{ExtendedResourcesKey: "nvidia.com/gpu,example.com/fpga"}),
+			want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, ExtendedResources: []corev1.ResourceName{"example.com/fpga", "nvidia.com/gpu"}}},
+		{name: "cpu is no extended resource: an error naming the token", secret: with(map[string]string{ExtendedResourcesKey: "cpu"}), wantErr: true},
+		{name: "huge pages are never lent: an error naming the token", secret: with(map[string]string{ExtendedResourcesKey: "hugepages-2Mi"}), wantErr: true},
+		{name: "a malformed resource name is an error naming the token", secret: with(map[string]string{ExtendedResourcesKey: "nvidia.com/g pu"}), wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -80,8 +81,18 @@ func peerWorld() []statustest.Peer {
 		"the provider did not remove the tenant: its auth service is unreachable; kubectl offload unpeer provider-f --force skips it"))
 	return []statustest.Peer{
 		{
-			FC:   statustest.ForeignCluster("provider-a", idReady, true, consumerOf(at(23*time.Hour))),
-			Node: statustest.VirtualNode("provider-a", corev1.ConditionTrue),
+			// The provider lends its GPUs, not its FPGAs.
+			FC: func() *offloadv1alpha1.ForeignCluster {
+				st := consumerOf(at(23 * time.Hour))
+				st.ProviderPolicy = &offloadv1alpha1.ConsumerPolicy{ExtendedResources: []corev1.ResourceName{"nvidia.com/gpu"}}
+				return statustest.ForeignCluster("provider-a", idReady, true, st)
+			}(),
+			Node: func() *corev1.Node {
+				n := statustest.VirtualNode("provider-a", corev1.ConditionTrue)
+				n.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("2")
+				n.Status.Allocatable["example.com/fpga"] = resource.MustParse("0")
+				return n
+			}(),
 		},
 		{
 			FC: statustest.ForeignCluster("provider-b", idAuthFail, true, offloadv1alpha1.ForeignClusterStatus{

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,11 +189,13 @@ func (p *peer) detail(env *Env) Section {
 		field("allocatableCPU", "Allocatable CPU", quantity(alloc, corev1.ResourceCPU))
 		field("allocatableMemory", "Allocatable memory", quantity(alloc, corev1.ResourceMemory))
 		field("allocatablePods", "Allocatable pods", quantity(alloc, corev1.ResourcePods))
+		field("allocatableExtendedResources", "Allocatable devices", cmp.Or(devicesText(alloc), "none"))
 	}
 	if pol := st.ProviderPolicy; pol != nil {
 		field("podSecurity", "Pod Security there", string(pol.Level()))
 		field("nodePlacement", "Node placement there", placementText(*pol))
 		field("nodes", "Nodes there", nodesText(*pol))
+		field("extendedResources", "Extended resources there", lentText(*pol))
 	}
 	field("credentialExpiry", "Credential expiry", timeText(st.CredentialExpiry, func(t time.Time) string { return expiryText(now, t) }))
 	field("lastSeen", "Last seen", timeText(st.LastSeen, func(t time.Time) string { return ageText(now, t) }))
@@ -203,6 +206,7 @@ func (p *peer) detail(env *Env) Section {
 		field("tenantPodSecurity", "Tenant Pod Security", string(p.tenant.Spec.Policy.Level()))
 		field("tenantNodePlacement", "Tenant node placement", placementText(p.tenant.Spec.Policy))
 		field("tenantNodes", "Tenant nodes", nodesText(p.tenant.Spec.Policy))
+		field("tenantExtendedResources", "Tenant extended resources", lentText(p.tenant.Spec.Policy))
 	}
 
 	s.Checks = append(s.Checks, p.conditionChecks()...)
@@ -314,6 +318,20 @@ func quantity(l corev1.ResourceList, r corev1.ResourceName) string {
 		return strconv.FormatInt(q.Value(), 10)
 	}
 	return q.String()
+}
+
+// devicesText lists the devices of l (offloadv1alpha1.Device), such as
+// GPUs, as NAME=QUANTITY sorted by name: those a provider does not lend
+// are at 0. It is "" when l has none.
+func devicesText(l corev1.ResourceList) string {
+	var out []string
+	for r, q := range l {
+		if offloadv1alpha1.Device(r) {
+			out = append(out, string(r)+"="+q.String())
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 // PeerNames returns the names of the ForeignClusters that start with

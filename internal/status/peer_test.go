@@ -94,17 +94,19 @@ func TestStatusPeer(t *testing.T) {
 			t.Errorf("section %s %q %s, want peer \"Peer provider-a\" ok", s.Name, s.Title, s.Status)
 		}
 		want := map[string]string{
-			"clusterID":         idReady,
-			"clusterName":       "provider-a",
-			"role":              "Consumer",
-			"auth":              "Established",
-			"virtualNode":       "offload-provider-a",
-			"virtualNodeStatus": "Ready",
-			"allocatableCPU":    "4",
-			"allocatableMemory": "8Gi",
-			"allocatablePods":   "110",
-			"credentialExpiry":  "2030-01-03T11:00:00Z (expires in 23h)",
-			"lastSeen":          "2030-01-02T11:55:00Z (5m ago)",
+			"clusterID":                    idReady,
+			"clusterName":                  "provider-a",
+			"role":                         "Consumer",
+			"auth":                         "Established",
+			"virtualNode":                  "offload-provider-a",
+			"virtualNodeStatus":            "Ready",
+			"allocatableCPU":               "4",
+			"allocatableMemory":            "8Gi",
+			"allocatablePods":              "110",
+			"allocatableExtendedResources": "example.com/fpga=0, nvidia.com/gpu=2",
+			"extendedResources":            "nvidia.com/gpu",
+			"credentialExpiry":             "2030-01-03T11:00:00Z (expires in 23h)",
+			"lastSeen":                     "2030-01-02T11:55:00Z (5m ago)",
 		}
 		got := fieldValues(s)
 		for k, v := range want {
@@ -116,8 +118,8 @@ func TestStatusPeer(t *testing.T) {
 		for _, c := range s.Checks {
 			names = append(names, c.Name)
 		}
-		if got := strings.Join(names, ","); got != "condition/Authenticated,condition/OutgoingPeering,condition/VirtualNodeReady,credentials" {
-			t.Errorf("checks = %s, want one per condition and the credentials", got)
+		if got := strings.Join(names, ","); got != "condition/Authenticated,condition/OutgoingPeering,condition/VirtualNodeReady,credentials,policy" {
+			t.Errorf("checks = %s, want one per condition, the credentials and the peer's policy", got)
 		}
 	})
 

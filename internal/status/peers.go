@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -377,6 +378,18 @@ func nodesText(p offloadv1alpha1.ConsumerPolicy) string {
 	return out
 }
 
+// lentText names the extended resources p lends, or says none is.
+func lentText(p offloadv1alpha1.ConsumerPolicy) string {
+	if len(p.ExtendedResources) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(p.ExtendedResources))
+	for _, r := range offloadv1alpha1.SortedResourceNames(p.ExtendedResources) {
+		names = append(names, string(r))
+	}
+	return strings.Join(names, ", ")
+}
+
 // policyChecks say what each side lets the other's pods do: the policy the
 // peer applies to this cluster's pods (policy), known once the virtual node
 // read the peer's offer, and the one this cluster applies to the peer's
@@ -384,13 +397,20 @@ func nodesText(p offloadv1alpha1.ConsumerPolicy) string {
 func (p *peer) policyChecks() []Check {
 	var out []Check
 	if pol := p.fc.Status.ProviderPolicy; pol != nil && p.outgoing() {
-		out = append(out, OK("policy", "peer %s runs this cluster's pods on %s at Pod Security %s; node placement %s",
-			p.fc.Name, nodesText(*pol), pol.Level(), placementText(*pol)))
+		c := OK("policy", "peer %s runs this cluster's pods on %s at Pod Security %s; node placement %s",
+			p.fc.Name, nodesText(*pol), pol.Level(), placementText(*pol))
+		if len(pol.ExtendedResources) > 0 {
+			c.Message += "; it lends " + lentText(*pol)
+		}
+		out = append(out, c)
 	}
 	if p.tenant != nil {
 		pol := p.tenant.Spec.Policy
 		c := OK("tenantPolicy", "this cluster runs the pods of consumer %s on %s at Pod Security %s; node placement %s",
 			p.fc.Name, nodesText(pol), pol.Level(), placementText(pol))
+		if len(pol.ExtendedResources) > 0 {
+			c.Message += "; this cluster lends it " + lentText(pol)
+		}
 		if pol.Level() == offloadv1alpha1.PodSecurityPrivileged {
 			c.Message += ": its pods may run privileged, as root on this cluster's nodes"
 		}

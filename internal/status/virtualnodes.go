@@ -40,6 +40,9 @@ type VirtualNode struct {
 	CPU    string `json:"cpu"`
 	Memory string `json:"memory"`
 	Pods   string `json:"pods"`
+	// ExtendedResources are the node's allocatable devices, such as GPUs,
+	// as NAME=QUANTITY; those the provider does not lend are at 0.
+	ExtendedResources string `json:"extendedResources,omitempty"`
 	// RunningPods counts the pods on the node in phase Running, out of TotalPods.
 	RunningPods int `json:"runningPods"`
 	TotalPods   int `json:"totalPods"`
@@ -115,14 +118,15 @@ func (virtualNodesChecker) Check(ctx context.Context, env *Env) Section {
 func newVirtualNode(node *corev1.Node, peers map[string]string) VirtualNode {
 	id := node.Labels[offloadv1alpha1.LabelRemoteClusterID]
 	vn := VirtualNode{
-		Name:      node.Name,
-		Peer:      peers[id],
-		ClusterID: id,
-		Ready:     nodeUnknown,
-		CPU:       quantity(node.Status.Allocatable, corev1.ResourceCPU),
-		Memory:    quantity(node.Status.Allocatable, corev1.ResourceMemory),
-		Pods:      quantity(node.Status.Allocatable, corev1.ResourcePods),
-		Created:   node.CreationTimestamp,
+		Name:              node.Name,
+		Peer:              peers[id],
+		ClusterID:         id,
+		Ready:             nodeUnknown,
+		CPU:               quantity(node.Status.Allocatable, corev1.ResourceCPU),
+		Memory:            quantity(node.Status.Allocatable, corev1.ResourceMemory),
+		Pods:              quantity(node.Status.Allocatable, corev1.ResourcePods),
+		ExtendedResources: devicesText(node.Status.Allocatable),
+		Created:           node.CreationTimestamp,
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type != corev1.NodeReady {

@@ -15,9 +15,18 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
 
-// budgeted are the quota resources an offer is a budget of, for the whole
-// tenant: every twin namespace of a consumer shares one offer.
-var budgeted = []corev1.ResourceName{corev1.ResourceRequestsCPU, corev1.ResourceRequestsMemory, corev1.ResourcePods, corev1.ResourceRequestsEphemeralStorage}
+// budgeted reports whether name is a quota resource an offer is a budget
+// of, for the whole tenant: every twin namespace of a consumer shares one
+// offer. These are the requests of cpu, memory, ephemeral storage and
+// devices (GPUs), and the number of pods.
+func budgeted(name corev1.ResourceName) bool {
+	switch name {
+	case corev1.ResourceRequestsCPU, corev1.ResourceRequestsMemory, corev1.ResourcePods, corev1.ResourceRequestsEphemeralStorage:
+		return true
+	}
+	r, ok := strings.CutPrefix(string(name), corev1.DefaultResourceRequestsPrefix)
+	return ok && offloadv1alpha1.Device(corev1.ResourceName(r))
+}
 
 // BudgetFor returns the hard limits of one twin namespace's quota so that
 // the tenant's twin namespaces together stay within the offer: the offer,
@@ -26,9 +35,8 @@ var budgeted = []corev1.ResourceName{corev1.ResourceRequestsCPU, corev1.Resource
 // the quotas follow every change of use.
 func BudgetFor(offered corev1.ResourceList, usedElsewhere corev1.ResourceList) corev1.ResourceList {
 	hard := QuotaFor(offered)
-	for _, name := range budgeted {
-		q, ok := hard[name]
-		if !ok {
+	for name, q := range hard {
+		if !budgeted(name) {
 			continue
 		}
 		if used, ok := usedElsewhere[name]; ok {
@@ -67,8 +75,8 @@ func (r *Reconciler) usedElsewhere(ctx context.Context, rn *offloadv1alpha1.Remo
 		if !strings.HasPrefix(q.Annotations[AnnotationRemoteNamespace], rn.Namespace+"/") {
 			continue
 		}
-		for _, name := range budgeted {
-			if used, ok := q.Status.Used[name]; ok {
+		for name, used := range q.Status.Used {
+			if budgeted(name) {
 				total := sum[name]
 				total.Add(used)
 				sum[name] = total

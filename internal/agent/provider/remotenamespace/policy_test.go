@@ -168,6 +168,16 @@ func TestTheOfferIsOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
 	}
 }
 
+func TestLentDevicesAreOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
+	offered := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("3"), "example.com/fpga": resource.MustParse("0")}
+	got := BudgetFor(offered, corev1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse("2"), "requests.example.com/fpga": resource.MustParse("1")})
+	for name, want := range map[corev1.ResourceName]string{"requests.nvidia.com/gpu": "1", "requests.example.com/fpga": "0", corev1.ResourceRequestsCPU: "4"} {
+		if q, ok := got[name]; !ok || q.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("budget %s = %s (set %v), want %s", name, q.String(), ok, want)
+		}
+	}
+}
+
 func TestBudgetForNeverGoesBelowZero(t *testing.T) {
 	got := BudgetFor(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
 		corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("3")})

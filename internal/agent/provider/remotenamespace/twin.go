@@ -322,8 +322,10 @@ var ObjectLimits = corev1.ResourceList{
 
 // QuotaFor returns the hard limits of a twin namespace's ResourceQuota for
 // the resources of an offer: the sum of the pods' cpu, memory and
-// ephemeral storage requests, and their number, the extended resources the
-// offer lists at 0 (none is lent: a pod that asks for one is refused), and
+// ephemeral storage requests, and their number, the requests of the
+// devices the offer lists (offloadv1alpha1.Device): what the policy lends
+// at the offer's share, the others at 0, so that a pod that asks for one
+// is refused, and
 // ObjectLimits, with room for one more Secret per offered pod: each
 // offloaded pod that uses a service-account token has a token Secret of its
 // own, so a Secret cap alone would cap the pods.
@@ -342,7 +344,7 @@ func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
 		}
 	}
 	for r, q := range offered {
-		if offloadv1alpha1.NotLent(r) {
+		if offloadv1alpha1.Device(r) {
 			hard[corev1.ResourceName(corev1.DefaultResourceRequestsPrefix+string(r))] = q.DeepCopy()
 		}
 	}

@@ -1,6 +1,7 @@
 // Package resourceoffer runs on the provider: it publishes, in each tenant
 // namespace, the ResourceOffer that tells a consumer how much it may use, a
-// share of this cluster's free allocatable cpu, memory and pods.
+// share of this cluster's free allocatable cpu, memory and pods, and of
+// the extended resources the tenant's policy lends.
 package resourceoffer
 
 import (
@@ -22,7 +23,8 @@ var offered = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, c
 
 // Free returns the allocatable cpu, memory, pods and ephemeral storage of
 // the schedulable, Ready, non-virtual nodes that serve the tenant's pods
-// (Serves), with their extended resources at 0 (offloadv1alpha1.NotLent), minus what the
+// (Serves), and of the devices the policy lends (ConsumerPolicy.Lends),
+// with the other devices at 0 (offloadv1alpha1.Device), minus what the
 // pods bound to them request, but the pods of the consumer whose
 // cluster ID is tenant ("" for none): what a tenant is offered does not
 // shrink as it uses it, or a consumer's virtual node would have less room
@@ -50,9 +52,15 @@ func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string, policy offloadv
 			}
 			total[corev1.ResourceEphemeralStorage].Add(q)
 		}
-		for r := range n.Status.Allocatable {
-			if offloadv1alpha1.NotLent(r) {
+		for r, q := range n.Status.Allocatable {
+			if !offloadv1alpha1.Device(r) {
+				continue
+			}
+			if total[r] == nil {
 				total[r] = resource.NewQuantity(0, resource.DecimalSI)
+			}
+			if policy.Lends(r) {
+				total[r].Add(q)
 			}
 		}
 	}

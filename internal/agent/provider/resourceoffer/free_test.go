@@ -185,14 +185,41 @@ func TestFreeLendsEphemeralStorageWhereNodesReportItAndNoDevices(t *testing.T) {
 	}
 }
 
-func TestOnlyDevicesAndHugePagesAreNotLent(t *testing.T) {
+func TestOnlyExtendedResourcesAndHugePagesAreDevices(t *testing.T) {
 	for r, want := range map[corev1.ResourceName]bool{
 		"nvidia.com/gpu": true, "example.com/dongle": true, "hugepages-1Gi": true,
 		corev1.ResourceCPU: false, corev1.ResourceEphemeralStorage: false, "kubernetes.io/batch-cpu": false,
 		"scheduling.kubernetes.io/x": false, "requests.nvidia.com/gpu": false,
 	} {
-		if got := offloadv1alpha1.NotLent(r); got != want {
-			t.Errorf("NotLent(%s) = %v, want %v", r, got, want)
+		if got := offloadv1alpha1.Device(r); got != want {
+			t.Errorf("Device(%s) = %v, want %v", r, got, want)
 		}
+	}
+}
+
+func TestFreeLendsTheDevicesThePolicyNames(t *testing.T) {
+	gpus := node("gpus", "8", "32Gi", "10", true, nil)
+	gpus.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("4")
+	gpus.Status.Allocatable["example.com/fpga"] = resource.MustParse("2")
+	more := node("more", "8", "32Gi", "10", true, nil)
+	more.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("2")
+	// The provider's own pod takes a GPU; the tenant's does not shrink its offer.
+	own := pod("gpus", "1", "1Gi", corev1.PodRunning)
+	own.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = resource.MustParse("1")
+	tenants := pod("more", "1", "1Gi", corev1.PodRunning)
+	tenants.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = resource.MustParse("2")
+	tenants.Labels = map[string]string{offloadv1alpha1.LabelOriginClusterID: "consumer"}
+	policy := offloadv1alpha1.ConsumerPolicy{ExtendedResources: []corev1.ResourceName{"nvidia.com/gpu"}}
+
+	got := Share(Free([]corev1.Node{gpus, more}, []corev1.Pod{own, tenants}, "consumer", policy), 50)
+	for r, want := range map[corev1.ResourceName]string{"nvidia.com/gpu": "2", "example.com/fpga": "0"} {
+		if q, ok := got[r]; !ok || q.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("half the free %s = %v (listed %v), want %s", r, q.String(), ok, want)
+		}
+	}
+	// A node the policy does not serve lends none of its GPUs.
+	policy.NodeSelector = map[string]string{"pool": "tenants"}
+	if q := Free([]corev1.Node{gpus, more}, nil, "consumer", policy)["nvidia.com/gpu"]; q.Sign() != 0 {
+		t.Errorf("GPUs of nodes the policy does not select: %s, want 0", q.String())
 	}
 }
