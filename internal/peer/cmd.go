@@ -34,7 +34,10 @@ never gives away the names it reserves), and which of this cluster's nodes
 run the consumer's pods: those with the labels of --node-selector, tolerating
 the taints of --toleration. The consumer's pods always carry that selector and
 those tolerations, node placement or not, and the resources offered to the
-consumer are counted on those nodes only. The policy is kept in the
+consumer are counted on those nodes only. No extended resource of this
+cluster's nodes, such as a GPU, is lent unless --extended-resource names it:
+the offer then lends the same share of it as of cpu, and the consumer's
+namespaces here may request no more. The policy is kept in the
 consumer's Tenant (kubectl get tenants), where you can change it later with
 kubectl edit tenant NAME.
 

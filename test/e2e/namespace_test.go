@@ -32,11 +32,12 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 	t.Cleanup(func() { expectHostRestored(t, before) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// The provider lets this consumer keep its namespaces' names.
+	// The provider lets this consumer keep its namespaces' names, and lends
+	// it GPUs.
 	pair := peeredClustersWith(ctx, t,
 		localcluster.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true},
 		localcluster.ClusterOptions{Name: "provider", FakeNodes: 2, RealNode: true},
-		[]string{"--allow-same-name-namespaces"})
+		[]string{"--allow-same-name-namespaces", "--extended-resource", string(lentGPU)})
 	consumer, provider := pair.Consumer, pair.Provider
 	cc, pc := ctrlClient(t, consumer), ctrlClient(t, provider)
 
@@ -114,6 +115,11 @@ func TestANamespaceSpansItsProviderAndUnoffloadRemovesTheTwin(t *testing.T) {
 	t.Run("the scheduling mutation", func(t *testing.T) {
 		expectSchedulingWebhook(ctx, t, consumer, "demo")
 		expectSchedulingMutation(ctx, t, consumer)
+	})
+
+	// The GPUs the provider lends: offered, in the quota, placed.
+	t.Run("lent GPUs are offered, budgeted and placed", func(t *testing.T) {
+		expectLentDevices(ctx, t, consumer, provider, "demo", twin)
 	})
 
 	// EnforceSameName refuses a name taken on the provider, and leaves that namespace alone.

@@ -41,6 +41,9 @@ type Capacity struct {
 	CPU    string
 	Memory string
 	Pods   string
+	// Extended are extended resources, such as fake GPUs (nvidia.com/gpu),
+	// by name: kwok's nodes report them, and the scheduler counts them.
+	Extended map[corev1.ResourceName]string
 }
 
 // DefaultCapacity is a realistic worker node.
@@ -62,6 +65,13 @@ func (c Capacity) withDefaults() Capacity {
 func (c Capacity) resources() (corev1.ResourceList, error) {
 	out := corev1.ResourceList{}
 	for name, v := range map[corev1.ResourceName]string{corev1.ResourceCPU: c.CPU, corev1.ResourceMemory: c.Memory, corev1.ResourcePods: c.Pods} {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, fmt.Errorf("node capacity %s=%q: %w", name, v, err)
+		}
+		out[name] = q
+	}
+	for name, v := range c.Extended {
 		q, err := resource.ParseQuantity(v)
 		if err != nil {
 			return nil, fmt.Errorf("node capacity %s=%q: %w", name, v, err)
