@@ -256,6 +256,8 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	})
 	t.Run("remote failures shown", func(t *testing.T) { expectRemoteFailuresShown(ctx, t, consumer, provider) })
 	t.Run("spec updates", func(t *testing.T) { expectSpecUpdatesReachTheRemotePod(ctx, t, consumer, provider, twin) })
+	t.Run("kubectl debug", func(t *testing.T) { expectKubectlDebug(ctx, t, consumer, provider, "work", twin) })
+	t.Run("in-place resize", func(t *testing.T) { expectInPlaceResize(ctx, t, consumer, provider, "work", twin) })
 	t.Run("strategies", func(t *testing.T) { expectStrategies(ctx, t, consumer, cc) })
 	t.Run("the provider chooses its nodes", func(t *testing.T) {
 		expectTheProviderChoosesItsNodes(ctx, t, consumer, provider, twin, consumerID)

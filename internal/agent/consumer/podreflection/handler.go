@@ -125,6 +125,9 @@ type Handler struct {
 	// eventsSince is when Start ran: remote events from before are not
 	// recorded again.
 	eventsSince time.Time
+	// refusals are what the provider refused of each consumer pod, by UID:
+	// ephemeral containers and resizes (kubelet.go).
+	refusals map[types.UID]*refusals
 }
 
 var (
@@ -187,6 +190,7 @@ func (h *Handler) origin(twin string) reflection.Origin {
 		TwinNamespace:     twin,
 		VirtualNodeLabels: h.opts.VirtualNodeLabels,
 		HostIP:            h.opts.NodeIP,
+		Addresses:         h.addresses(),
 	}
 	if h.opts.Policy != nil {
 		if pol := h.opts.Policy(); pol != nil {

@@ -221,8 +221,10 @@ func (h *Handler) statusPod(ctx context.Context, ti *twinInformer, remote *corev
 	// keeps the stored spec whatever the request says. The metadata is
 	// shared with the informer's copy, which nobody writes to: the
 	// PodController copies what it is notified.
-	return &corev1.Pod{TypeMeta: local.TypeMeta, ObjectMeta: local.ObjectMeta,
+	p := &corev1.Pod{TypeMeta: local.TypeMeta, ObjectMeta: local.ObjectMeta,
 		Status: reflection.ConsumerStatus(remote, local, h.opts.NodeIP, h.addresses())}
+	h.withRefusals(p, local, false)
+	return p
 }
 
 // consumerView is remote as the consumer sees it, for GetPod and GetPods
@@ -236,5 +238,7 @@ func (h *Handler) consumerView(ctx context.Context, ti *twinInformer, remote *co
 	if local != nil {
 		o = h.podOrigin(ti.twin, local)
 	}
-	return reflection.ConsumerView(remote, local, o, ti.consumer, h.opts.VirtualNodeName, h.opts.NodeIP, h.addresses())
+	view := reflection.ConsumerView(remote, local, o, ti.consumer, h.opts.VirtualNodeName, h.opts.NodeIP, h.addresses())
+	h.withRefusals(view, local, true)
+	return view
 }

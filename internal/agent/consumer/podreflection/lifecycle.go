@@ -65,10 +65,13 @@ func (h *Handler) createPod(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	pods := h.opts.Provider.CoreV1().Pods(ti.twin)
-	_, err = pods.Create(ctx, remote, metav1.CreateOptions{})
+	created, err := pods.Create(ctx, remote, metav1.CreateOptions{})
 	if err == nil {
 		h.opts.Logger.Info("Reflected pod", "pod", klog.KObj(pod), "twinNamespace", ti.twin)
-		return nil
+		// A pod debugged before it reached the provider (or before its
+		// remote pod was lost) gets its ephemeral containers now.
+		_, _, err := h.addEphemeralContainers(ctx, created, pod, o)
+		return err
 	}
 	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 		return h.refused(pod, err)
@@ -148,20 +151,26 @@ func (h *Handler) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // update writes the changes of local onto remote, if there are any, and
-// reports whether there were.
+// reports whether there were: those a pod update carries, then the
+// ephemeral containers and the resize a kubelet would carry out
+// (kubelet.go).
 func (h *Handler) update(ctx context.Context, remote, local *corev1.Pod, o reflection.Origin) (bool, error) {
 	updated, changed, err := reflection.UpdateRemote(remote, local, o)
 	if err != nil {
 		return false, asInvalidInput(err)
 	}
-	if !changed {
-		return false, nil
+	if changed {
+		if remote, err = h.opts.Provider.CoreV1().Pods(o.TwinNamespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+			return false, fmt.Errorf("updating the remote pod of %s in %q: %w", klog.KObj(local), o.TwinNamespace, err)
+		}
+		h.opts.Logger.Info("Updated reflected pod", "pod", klog.KObj(local), "twinNamespace", o.TwinNamespace)
 	}
-	if _, err := h.opts.Provider.CoreV1().Pods(o.TwinNamespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		return false, fmt.Errorf("updating the remote pod of %s in %q: %w", klog.KObj(local), o.TwinNamespace, err)
+	remote, added, err := h.addEphemeralContainers(ctx, remote, local, o)
+	if err != nil {
+		return changed, err
 	}
-	h.opts.Logger.Info("Updated reflected pod", "pod", klog.KObj(local), "twinNamespace", o.TwinNamespace)
-	return true, nil
+	_, resized, err := h.resize(ctx, remote, local)
+	return changed || added || resized, err
 }
 
 // DeletePod deletes the remote pod of pod with pod's grace period. A remote
@@ -186,6 +195,7 @@ func (h *Handler) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if uid, ours := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ours || uid != pod.UID {
 		return nil
 	}
+	h.forgetRefusals(pod.UID)
 	return h.deleteRemote(ctx, remote, pod.DeletionGracePeriodSeconds)
 }
 

@@ -14,12 +14,13 @@ import (
 // slimRemotePod is the transform of the twin namespaces' pod informers: a
 // remote pod with only the fields the handler reads from the cache. The
 // status and the metadata stay whole (the consumer's status and view are
-// made of them); of the spec stay what a pod update can change and the
-// consumer's view compares (container names and images, the deadline, the
-// tolerations), the node, and whether it mounts the pod's token Secret,
-// which deleting the pod deletes with it (kept as one Secret volume,
-// whatever the volume's kind). Volumes, environment, probes and
-// resources, most of a pod's size, go.
+// made of them); of the spec stay what a pod update, an ephemeral
+// container or a resize can change and the consumer's view compares
+// (container names, images and cpu and memory, the names of the ephemeral
+// containers, the deadline, the tolerations), the node, and whether it
+// mounts the pod's token Secret, which deleting the pod deletes with it
+// (kept as one Secret volume, whatever the volume's kind). Volumes,
+// environment, probes and other resources, most of a pod's size, go.
 //
 // The cache never writes a pod back: UpdatePod and CreatePod read the
 // remote pod they update from the API server.
@@ -33,11 +34,14 @@ func slimRemotePod(obj any) (any, error) {
 		ObjectMeta: reflection.SlimMeta(&p.ObjectMeta),
 		Spec: corev1.PodSpec{
 			NodeName: p.Spec.NodeName, ActiveDeadlineSeconds: p.Spec.ActiveDeadlineSeconds, Tolerations: p.Spec.Tolerations,
-			Containers: namesAndImages(p.Spec.Containers), InitContainers: namesAndImages(p.Spec.InitContainers),
+			Containers: slimContainers(p.Spec.Containers), InitContainers: slimContainers(p.Spec.InitContainers),
 		},
 		Status: p.Status,
 	}
 	out.Annotations = p.Annotations
+	for _, e := range p.Spec.EphemeralContainers {
+		out.Spec.EphemeralContainers = append(out.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: e.Name}})
+	}
 	token := reflection.TokenSecretName(p.Name)
 	for _, v := range p.Spec.Volumes {
 		if mountsSecret(v, token) {
@@ -49,14 +53,30 @@ func slimRemotePod(obj any) (any, error) {
 	return out, nil
 }
 
-// namesAndImages keeps the names and images of cs.
-func namesAndImages(cs []corev1.Container) []corev1.Container {
+// slimContainers keeps the names, images, and cpu and memory requests and
+// limits of cs.
+func slimContainers(cs []corev1.Container) []corev1.Container {
 	if len(cs) == 0 {
 		return nil
 	}
 	out := make([]corev1.Container, len(cs))
 	for i, c := range cs {
-		out[i] = corev1.Container{Name: c.Name, Image: c.Image}
+		out[i] = corev1.Container{Name: c.Name, Image: c.Image,
+			Resources: corev1.ResourceRequirements{Requests: cpuAndMemory(c.Resources.Requests), Limits: cpuAndMemory(c.Resources.Limits)}}
+	}
+	return out
+}
+
+// cpuAndMemory keeps the cpu and memory of l, nil when it has neither.
+func cpuAndMemory(l corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if q, ok := l[r]; ok {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[r] = q
+		}
 	}
 	return out
 }

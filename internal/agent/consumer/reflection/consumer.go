@@ -65,7 +65,8 @@ func ConsumerStatus(remote, local *corev1.Pod, hostIP string, addrs *Addresses) 
 // when local is nil, a pod built from remote with the consumer's namespace,
 // the origin pod UID and nodeName) with the mutable fields remote has
 // (container images, labels, reflected annotations, activeDeadlineSeconds,
-// the tolerations reflection with origin o sends) and the status remote
+// the tolerations reflection with origin o sends, the ephemeral
+// containers, the resources while a resize has not reached remote) and the status remote
 // implies (ConsumerStatus). The virtual-kubelet
 // PodController compares it with the consumer pod to decide whether to
 // update the remote pod, so it differs exactly when the remote pod lags, or
@@ -87,6 +88,16 @@ func ConsumerView(remote, local *corev1.Pod, o Origin, namespace, nodeName, host
 	out.Annotations = consumerAnnotations(remote.Annotations)
 	updateImages(out.Spec.InitContainers, remote.Spec.InitContainers)
 	updateImages(out.Spec.Containers, remote.Spec.Containers)
+	// The ephemeral containers the remote pod has, and, until a resize
+	// reached the remote pod, its resources: either difference makes the
+	// PodController call UpdatePod, which adds or resizes them.
+	out.Spec.EphemeralContainers = slices.DeleteFunc(out.Spec.EphemeralContainers, func(e corev1.EphemeralContainer) bool {
+		return !hasEphemeralContainer(remote, e.Name)
+	})
+	if resizeLags(remote, local) {
+		updateResources(out.Spec.InitContainers, remote.Spec.InitContainers)
+		updateResources(out.Spec.Containers, remote.Spec.Containers)
+	}
 	// The remote pod's deadline, none included: a deadline set on the
 	// consumer pod only must show as a difference, or it never reaches the
 	// remote pod.

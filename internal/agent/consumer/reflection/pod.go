@@ -17,7 +17,10 @@ import (
 // o.TwinNamespace, labelled with the origin cluster ID and the local pod's UID.
 //
 // The spec is a deep copy of local's, minus what cannot apply on the provider:
-//   - nodeName, schedulingGates and ephemeral containers;
+//   - nodeName and schedulingGates;
+//   - ephemeral containers, which the API server refuses on create:
+//     AddEphemeralContainers adds them, translated as containers are,
+//     through the pods/ephemeralcontainers subresource;
 //   - node selectors, node affinity, pod affinity and topology spread
 //     constraints about virtual nodes (see the affinity rules in affinity.go);
 //   - tolerations of offload.io/ and virtual-kubelet taints, and of
@@ -57,6 +60,22 @@ import (
 //
 // RemotePod never modifies local, and its output depends only on its inputs.
 func RemotePod(local *corev1.Pod, o Origin) (*corev1.Pod, error) {
+	spec, err := remoteSpec(local, o)
+	if err != nil {
+		return nil, err
+	}
+	spec.EphemeralContainers = nil
+	remote := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: remotePodMeta(local, o),
+		Spec:       *spec,
+	}
+	return remote, nil
+}
+
+// remoteSpec is the spec of local's remote pod, ephemeral containers
+// included, or why local cannot be offloaded.
+func remoteSpec(local *corev1.Pod, o Origin) (*corev1.PodSpec, error) {
 	if reasons := notOffloadable(local); len(reasons) > 0 {
 		return nil, &NotOffloadableError{Reasons: reasons}
 	}
@@ -64,12 +83,7 @@ func RemotePod(local *corev1.Pod, o Origin) (*corev1.Pod, error) {
 	if err := translateSpec(spec, local, o); err != nil {
 		return nil, err
 	}
-	remote := &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: remotePodMeta(local, o),
-		Spec:       *spec,
-	}
-	return remote, nil
+	return spec, nil
 }
 
 // remotePodMeta is the metadata of the remote pod of local. Owner references
@@ -151,7 +165,6 @@ func notOffloadable(pod *corev1.Pod) []string {
 func translateSpec(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error {
 	spec.NodeName = ""
 	spec.SchedulingGates = nil
-	spec.EphemeralContainers = nil
 	spec.SchedulerName = ""
 	spec.PriorityClassName = ""
 	spec.Priority = nil
@@ -174,7 +187,57 @@ func translateSpec(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error {
 	translateServiceAccountVolumes(spec, o.ServiceAccountTokenSecret)
 	translateDownwardEnv(spec, local, o)
 	forEachContainer(spec, dropNetRaw)
+	forEachContainer(spec, func(c *corev1.Container) { translateHandlerHosts(c, o.Addresses) })
 	return nil
+}
+
+// translateHandlerHosts rewrites the hosts of c's probes and lifecycle
+// hooks that are pod addresses as the consumer sees them (an offloaded
+// pod's view, a consumer pod) to the addresses the provider's kubelet
+// reaches them at (addrs.ProviderIP). Without a host, a probe or hook
+// targets the pod's own address, which is right on any node; other hosts
+// stay as they are.
+func translateHandlerHosts(c *corev1.Container, addrs *Addresses) {
+	if addrs == nil {
+		return
+	}
+	var handlers []*corev1.ProbeHandler
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		if p != nil {
+			handlers = append(handlers, &p.ProbeHandler)
+		}
+	}
+	var hooks []*corev1.LifecycleHandler
+	if l := c.Lifecycle; l != nil {
+		hooks = append(hooks, l.PostStart, l.PreStop)
+	}
+	translate := func(host *string) {
+		if *host == "" {
+			return
+		}
+		if to, ok := addrs.ProviderIP(*host); ok && to != "" {
+			*host = to
+		}
+	}
+	for _, h := range handlers {
+		if h.HTTPGet != nil {
+			translate(&h.HTTPGet.Host)
+		}
+		if h.TCPSocket != nil {
+			translate(&h.TCPSocket.Host)
+		}
+	}
+	for _, h := range hooks {
+		if h == nil {
+			continue
+		}
+		if h.HTTPGet != nil {
+			translate(&h.HTTPGet.Host)
+		}
+		if h.TCPSocket != nil {
+			translate(&h.TCPSocket.Host)
+		}
+	}
 }
 
 // dropNetRaw drops the NET_RAW capability of c, which a provider's
@@ -198,12 +261,16 @@ func dropNetRaw(c *corev1.Container) {
 	c.SecurityContext.Capabilities.Drop = append(c.SecurityContext.Capabilities.Drop, "NET_RAW")
 }
 
-// forEachContainer calls f on every init and app container of spec.
+// forEachContainer calls f on every init, app and ephemeral container of
+// spec.
 func forEachContainer(spec *corev1.PodSpec, f func(*corev1.Container)) {
 	for i := range spec.InitContainers {
 		f(&spec.InitContainers[i])
 	}
 	for i := range spec.Containers {
 		f(&spec.Containers[i])
+	}
+	for i := range spec.EphemeralContainers {
+		f((*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon))
 	}
 }

@@ -2,6 +2,7 @@ package reflection
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,21 +19,30 @@ var remoteConditions = []corev1.PodConditionType{
 	corev1.ContainersReady,
 	corev1.PodReady,
 	corev1.DisruptionTarget,
+	corev1.PodResizePending,
+	corev1.PodResizeInProgress,
 }
+
+// transientConditions are the remote-owned conditions a kubelet removes
+// once what they say is over: a resize done. LocalStatus drops them when
+// remote no longer has them.
+var transientConditions = []corev1.PodConditionType{corev1.PodResizePending, corev1.PodResizeInProgress}
 
 // LocalStatus is the status to publish on local, the consumer pod that
 // remote reflects.
 //
 // From remote it takes the phase, reason and message, the conditions the
 // provider's scheduler and kubelet own (PodScheduled, PodReadyToStartContainers,
-// Initialized, ContainersReady, Ready, and DisruptionTarget so a consumer Job's
-// pod failure policy sees provider evictions), container and init container
-// statuses (states, restarts, image IDs), the pod IPs and the start time.
+// Initialized, ContainersReady, Ready, DisruptionTarget so a consumer Job's
+// pod failure policy sees provider evictions, and PodResizePending and
+// PodResizeInProgress, dropped once remote drops them), container, init
+// container and ephemeral container statuses (states, restarts, image IDs,
+// the resources allocated to them), the pod IPs and the start time.
 // Pod IPs are copied as the provider reports them; remapping them is the
 // network fabric's business.
 //
 // Everything else stays local's: other conditions (those of local's readiness
-// gates, set by consumer controllers), ephemeral container statuses, QoS class
+// gates, set by consumer controllers), QoS class
 // (immutable once set), resource claim statuses and the nominated node.
 // Ready is True only when remote is Ready and every readiness gate of local is
 // True, as a kubelet would compute it.
@@ -57,6 +67,7 @@ func LocalStatus(remote, local *corev1.Pod, hostIP string) corev1.PodStatus {
 	st.StartTime = rs.StartTime
 	st.InitContainerStatuses = rs.InitContainerStatuses
 	st.ContainerStatuses = rs.ContainerStatuses
+	st.EphemeralContainerStatuses = rs.EphemeralContainerStatuses
 	if st.QOSClass == "" {
 		st.QOSClass = rs.QOSClass
 	}
@@ -79,7 +90,7 @@ func cleanStatusText(st *corev1.PodStatus) {
 		c := &st.Conditions[i]
 		c.Reason, c.Message = peering.CleanText(c.Reason), peering.CleanText(c.Message)
 	}
-	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses} {
 		for i := range list {
 			for _, s := range []*corev1.ContainerState{&list[i].State, &list[i].LastTerminationState} {
 				if w := s.Waiting; w != nil {
@@ -121,6 +132,9 @@ func mergeConditions(local, remote []corev1.PodCondition, gen func(int64, int64)
 	var out []corev1.PodCondition
 	used := map[corev1.PodConditionType]bool{}
 	for _, c := range local {
+		if _, ok := fromRemote[c.Type]; !ok && slices.Contains(transientConditions, c.Type) {
+			continue
+		}
 		if rc, ok := fromRemote[c.Type]; ok {
 			rc.ObservedGeneration = gen(rc.ObservedGeneration, c.ObservedGeneration)
 			out = append(out, rc)

@@ -15,7 +15,8 @@ const RoleBindingName = "offload-consumer"
 
 // RemoteWorkloadsRules returns the rules of RemoteWorkloadsRole: what the
 // consumer's agent needs to reflect pods and the objects they use into a
-// twin namespace, to proxy logs, exec, attach and port-forward, and to read
+// twin namespace, to proxy logs, exec, attach and port-forward, to add
+// ephemeral containers and resize pods as a kubelet would, and to read
 // what its pods use for the virtual node's resource metrics. The
 // chart's ClusterRole must hold the same rules.
 func RemoteWorkloadsRules() []rbacv1.PolicyRule {
@@ -25,6 +26,7 @@ func RemoteWorkloadsRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/ephemeralcontainers", "pods/resize"}, Verbs: []string{"get", "update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "services", "serviceaccounts"}, Verbs: all},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}},
