@@ -58,7 +58,7 @@ debian_statics() {
 
 debian_statics
 go build -o "${WORK}/bin/conformance" ./hack/conformance
-IMAGES="$("${WORK}/bin/conformance" images -dir "${WORK}/images" -agnhost "${BIN}/agnhost" -nonewprivs "${BIN}/nonewprivs" \
+IMAGES="$("${WORK}/bin/conformance" images -dir "${WORK}/images" -e2e "${BIN}/e2e.test" -agnhost "${BIN}/agnhost" -nonewprivs "${BIN}/nonewprivs" \
   -busybox "${WORK}/debs/root/bin/busybox" -bash "${WORK}/debs/root/bin/bash-static")"
 
 KUBECTL="${BIN}/kubectl"
@@ -84,7 +84,10 @@ while read -r name kubeconfig _; do
 done <<<"${clusters}"
 CONSUMER="${KUBECONFIGS[consumer]}"
 # The consumer's own node takes no new pod: a test pod that escaped the
-# virtual node would stay Pending and fail its test.
+# virtual node would stay Pending and fail its test. Not before the
+# network is up: the consumer's gateway runs there, and an offloaded pod
+# shows no address until the tunnel is up.
+"${KUBECTL}" --kubeconfig "${CONSUMER}" wait foreignclusters --all --for=condition=NetworkReady --timeout=3m >/dev/null
 "${KUBECTL}" --kubeconfig "${CONSUMER}" cordon -l offload.io/test-node=real >/dev/null
 log "clusters up, installed and peered in $(( $(date +%s) - start ))s"
 

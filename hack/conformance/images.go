@@ -11,19 +11,61 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/test/framework/images"
 )
 
-// The references of the images the pods of the selected tests run, as
-// k8s.io/kubernetes/test/utils/image/manifest.go at v1.35.4 names them
-// (the e2e suite's default registries). The real nodes import them under
+// suiteRefs are the references of the images the pods of the selected
+// tests run, as the pinned e2e.test names them (e2e.test --list-images,
+// from k8s.io/kubernetes/test/utils/image/manifest.go, with the suite's
+// default registries): read from the binary, so that a new Kubernetes
+// version brings its own tags. The real nodes import the images under
 // these names, and the tests' pods use pull policy IfNotPresent, so no
 // registry is ever asked.
-var (
-	busyboxRefs = []string{"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"}
-	// agnhost 2.55 is the suite's "previous" agnhost (AgnhostPrev); the
-	// same binary serves both.
-	agnhostRefs = []string{"registry.k8s.io/e2e-test-images/agnhost:2.59", "registry.k8s.io/e2e-test-images/agnhost:2.55"}
-	pauseRef    = "registry.k8s.io/pause:3.10.1"
-	nnpRef      = "registry.k8s.io/e2e-test-images/nonewprivs:1.3"
+type suiteRefs struct {
+	// Busybox, Agnhost and Nonewprivs hold every tag the suite names (the
+	// suite's "previous" agnhost, AgnhostPrev, included): one image
+	// serves them all.
+	Busybox, Agnhost, Nonewprivs []string
+	// Pause is the suite's pause image.
+	Pause []string
+}
+
+// e2eRegistry and pauseRepository are where the suite's images come from.
+const (
+	e2eRegistry     = "registry.k8s.io/e2e-test-images/"
+	pauseRepository = "registry.k8s.io/pause:"
 )
+
+// readSuiteRefs runs e2eTest --list-images and picks the references of
+// the images buildImages makes.
+func readSuiteRefs(ctx context.Context, e2eTest string) (suiteRefs, error) {
+	out, err := exec.CommandContext(ctx, e2eTest, "--list-images").Output()
+	if err != nil {
+		return suiteRefs{}, fmt.Errorf("listing the images of %s: %w", e2eTest, err)
+	}
+	return parseSuiteRefs(string(out))
+}
+
+// parseSuiteRefs picks, from the output of e2e.test --list-images, the
+// references of the images buildImages makes; it fails when one is missing.
+func parseSuiteRefs(list string) (suiteRefs, error) {
+	var r suiteRefs
+	for _, ref := range strings.Fields(list) {
+		switch {
+		case strings.HasPrefix(ref, e2eRegistry+"busybox:"):
+			r.Busybox = append(r.Busybox, ref)
+		case strings.HasPrefix(ref, e2eRegistry+"agnhost:"):
+			r.Agnhost = append(r.Agnhost, ref)
+		case strings.HasPrefix(ref, e2eRegistry+"nonewprivs:"):
+			r.Nonewprivs = append(r.Nonewprivs, ref)
+		case strings.HasPrefix(ref, pauseRepository):
+			r.Pause = append(r.Pause, ref)
+		}
+	}
+	for name, refs := range map[string][]string{"busybox": r.Busybox, "agnhost": r.Agnhost, "nonewprivs": r.Nonewprivs, "pause": r.Pause} {
+		if len(refs) == 0 {
+			return suiteRefs{}, fmt.Errorf("e2e.test --list-images names no %s image", name)
+		}
+	}
+	return r, nil
+}
 
 // imagePath is the images' PATH, as in the upstream busybox image: the
 // runtime sets none of its own.
@@ -54,13 +96,13 @@ type imageSources struct {
 // buildImages writes the archives of the busybox, agnhost, nonewprivs and
 // pause images into dir (kept when their content has not changed) and returns
 // their paths.
-func buildImages(ctx context.Context, src imageSources, dir string) ([]string, error) {
+func buildImages(ctx context.Context, src imageSources, refs suiteRefs, dir string) ([]string, error) {
 	base, err := busyboxRootfs(ctx, src)
 	if err != nil {
 		return nil, err
 	}
 	busybox, err := images.RootfsImageArchive(images.RootfsImage{
-		Refs: busyboxRefs, Entries: base, Cmd: []string{"sh"}, Env: []string{imagePath},
+		Refs: refs.Busybox, Entries: base, Cmd: []string{"sh"}, Env: []string{imagePath},
 	}, dir, "e2e-busybox")
 	if err != nil {
 		return nil, err
@@ -70,7 +112,7 @@ func buildImages(ctx context.Context, src imageSources, dir string) ([]string, e
 	// image runs "/agnhost pause" by default, has /agnhost-2 and /uploads,
 	// and defines a user and a group (test/images/agnhost/Dockerfile).
 	agnhost, err := images.RootfsImageArchive(images.RootfsImage{
-		Refs: agnhostRefs,
+		Refs: refs.Agnhost,
 		Entries: append(slices.Clip(base),
 			images.RootfsEntry{Path: "agnhost", Source: src.Agnhost},
 			images.RootfsEntry{Path: "agnhost-2", Link: "agnhost"},
@@ -88,7 +130,7 @@ func buildImages(ctx context.Context, src imageSources, dir string) ([]string, e
 	// As upstream: nnp is set-user-ID root, so that it runs as root unless
 	// the container forbids privilege escalation.
 	nnp, err := images.RootfsImageArchive(images.RootfsImage{
-		Refs:    []string{nnpRef},
+		Refs:    refs.Nonewprivs,
 		Entries: append(slices.Clip(base), images.RootfsEntry{Path: "usr/local/bin/nnp", Source: src.Nonewprivs, Mode: 0o4755}),
 		Cmd:     []string{"nnp"},
 		Env:     []string{imagePath},
@@ -101,7 +143,7 @@ func buildImages(ctx context.Context, src imageSources, dir string) ([]string, e
 		return nil, err
 	}
 	pause, err := images.RootfsImageArchive(images.RootfsImage{
-		Refs: []string{pauseRef}, Entries: []images.RootfsEntry{{Path: "pause", Source: pauseBin}}, Entrypoint: []string{"/pause"},
+		Refs: refs.Pause, Entries: []images.RootfsEntry{{Path: "pause", Source: pauseBin}}, Entrypoint: []string{"/pause"},
 	}, dir, "e2e-pause")
 	if err != nil {
 		return nil, err

@@ -6,7 +6,7 @@
 // prints passed, failed and skipped, each failure, and each exclusion with
 // its reason.
 //
-//	conformance images -busybox FILE -bash FILE -agnhost FILE -nonewprivs FILE -dir DIR
+//	conformance images -busybox FILE -bash FILE -agnhost FILE -nonewprivs FILE -e2e FILE -dir DIR
 //	conformance run -kubeconfig FILE -offload BIN -e2e BIN -results DIR [-shards N] [-focus REGEXP]
 package main
 
@@ -43,14 +43,19 @@ func run(ctx context.Context, args []string) error {
 		fs.StringVar(&src.Bash, "bash", "", "Debian's static bash binary.")
 		fs.StringVar(&src.Agnhost, "agnhost", "", "The static agnhost binary.")
 		fs.StringVar(&src.Nonewprivs, "nonewprivs", "", "The static nonewprivs binary (nnp).")
+		e2eTest := fs.String("e2e", "", "The e2e.test binary whose images to build (e2e.test --list-images names them).")
 		dir := fs.String("dir", "", "Directory of the image archives.")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		if src.Busybox == "" || src.Bash == "" || src.Agnhost == "" || src.Nonewprivs == "" || *dir == "" {
-			return errors.New("images needs -busybox, -bash, -agnhost, -nonewprivs and -dir")
+		if src.Busybox == "" || src.Bash == "" || src.Agnhost == "" || src.Nonewprivs == "" || *e2eTest == "" || *dir == "" {
+			return errors.New("images needs -busybox, -bash, -agnhost, -nonewprivs, -e2e and -dir")
 		}
-		archives, err := buildImages(ctx, src, *dir)
+		refs, err := readSuiteRefs(ctx, *e2eTest)
+		if err != nil {
+			return err
+		}
+		archives, err := buildImages(ctx, src, refs, *dir)
 		if err != nil {
 			return err
 		}

@@ -38,8 +38,8 @@ var exclusions = []exclusion{{
 		"the only node that takes pods here is the virtual node, which carries its offload.io/virtual-node NoExecute taint",
 }, {
 	pattern: regexp.MustCompile(`^\[sig-node\] Pod InPlace Resize Container `),
-	reason: "it picks an untainted schedulable node (e2enode.GetReadySchedulableNodes), which the virtual node is not; " +
-		"and the virtual node does not carry in-place resizes to the remote pod (the provider's pods/resize subresource)",
+	reason: "it picks an untainted schedulable node (e2enode.GetReadySchedulableNodes), which the virtual node is not " +
+		"(in-place resizes do reach the remote pod through the provider's pods/resize: e2e expectInPlaceResize)",
 }, {
 	pattern: regexp.MustCompile(`^\[sig-node\] KubeletManagedEtcHosts `),
 	reason: "it runs a hostNetwork pod with hostPath volumes, host namespaces and host paths that the provider's Pod Security " +

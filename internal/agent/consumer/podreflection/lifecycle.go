@@ -179,6 +179,7 @@ func (h *Handler) update(ctx context.Context, remote, local *corev1.Pod, o refle
 // terminal status; the PodController deletes the consumer pod once the
 // grace period is over.
 func (h *Handler) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	h.forgetRefusals(pod.UID)
 	twin, ok := h.opts.TwinNamespace(pod.Namespace)
 	if !ok || twin == "" {
 		// No twin namespace, so no remote pod: the namespace's
@@ -195,7 +196,6 @@ func (h *Handler) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if uid, ours := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ours || uid != pod.UID {
 		return nil
 	}
-	h.forgetRefusals(pod.UID)
 	return h.deleteRemote(ctx, remote, pod.DeletionGracePeriodSeconds)
 }
 
