@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -81,13 +82,13 @@ func TestAResizeReachesTheRemotePodWithTheQuantitiesTheConsumerSets(t *testing.T
 	if _, changed := reflection.ResizeRemote(remote, local); changed {
 		t.Fatal("a remote pod with the consumer's quantities and a default of the provider's needs a resize")
 	}
-	if v := reflection.ConsumerView(remote, local, origin(), "shop", vnName, "", nil); !equalResources(v.Spec.Containers[0].Resources, local.Spec.Containers[0].Resources) {
+	if v := reflection.ConsumerView(remote, local, origin(), "shop", vnName, "", nil); !apiequality.Semantic.DeepEqual(v.Spec.Containers[0].Resources, local.Spec.Containers[0].Resources) {
 		t.Errorf("the view asks for %+v, want the consumer pod's resources while nothing lags", v.Spec.Containers[0].Resources)
 	}
 
 	local.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("300m")
 	local.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("512Mi")
-	if v := reflection.ConsumerView(remote, local, origin(), "shop", vnName, "", nil); equalResources(v.Spec.Containers[0].Resources, local.Spec.Containers[0].Resources) {
+	if v := reflection.ConsumerView(remote, local, origin(), "shop", vnName, "", nil); apiequality.Semantic.DeepEqual(v.Spec.Containers[0].Resources, local.Spec.Containers[0].Resources) {
 		t.Error("the view asks for the consumer pod's resources before the resize reached the remote pod: the PodController would never resize it")
 	}
 	resized, changed := reflection.ResizeRemote(remote, local)
@@ -130,21 +131,6 @@ func hasCondition(st corev1.PodStatus, c corev1.PodConditionType) bool {
 		}
 	}
 	return false
-}
-
-func equalResources(a, b corev1.ResourceRequirements) bool {
-	same := func(x, y corev1.ResourceList) bool {
-		if len(x) != len(y) {
-			return false
-		}
-		for r, q := range x {
-			if o, ok := y[r]; !ok || o.Cmp(q) != 0 {
-				return false
-			}
-		}
-		return true
-	}
-	return same(a.Requests, b.Requests) && same(a.Limits, b.Limits)
 }
 
 func TestProbesAndHooksThatTargetPodAddressesReachThemOnTheProvider(t *testing.T) {
