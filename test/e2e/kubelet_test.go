@@ -24,27 +24,24 @@ import (
 // TestOffloadedPodsRunInTheProvidersTwinNamespace (offload_test.go), whose
 // provider runs every remote pod on its real node.
 
-// expectKubectlDebug debugs an offloaded pod of Deployment web in namespace
-// ns as a user would, kubectl debug with an image of its own: the
+// expectKubectlDebug debugs an offloaded pod in namespace ns as a user
+// would, kubectl debug with an image of its own: the
 // ephemeral container runs beside the pod's on the provider, its status
 // comes back, kubectl exec reaches it (and through it the app container,
 // on the pod's own address), and kubectl attach streams what it writes.
 func expectKubectlDebug(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, ns, twin string) {
 	t.Helper()
-	var pod corev1.Pod
-	waitFor(ctx, t, time.Minute, "a Running pod of web on the virtual node", func(ctx context.Context) (bool, string) {
-		list, err := consumer.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range onVirtualNode(list.Items) {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				pod = p
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%d pods", len(list.Items))
-	})
+	// A pod of its own: an ephemeral container stays for the pod's life,
+	// and the later chapters use the Deployment's pods.
+	p := harmlessPod("debugged", ns)
+	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
+	if _, err := consumer.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = consumer.Kube.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{})
+	}()
+	pod := waitPodsRunning(ctx, t, consumer, ns, "attack=debugged", 1)[0]
 	// Its own port: it shares the pod's network with the app on 8080.
 	// Restricted: the provider's Pod Security level (baseline) refuses
 	// kubectl debug's default profile, which adds SYS_PTRACE.
