@@ -92,10 +92,38 @@ func follow(have *corev1.ResourceList, want corev1.ResourceList) bool {
 var resizable = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
 
 // resizeLags reports whether remote's containers do not ask for the
-// resources local's ask for yet.
+// resources local's ask for yet: whether ResizeRemote would change
+// anything. ConsumerView asks for every pod the PodController lists, so it
+// reads remote without copying it.
 func resizeLags(remote, local *corev1.Pod) bool {
-	_, changed := ResizeRemote(remote, local)
-	return changed
+	for _, pair := range []struct{ have, want []corev1.Container }{
+		{remote.Spec.InitContainers, local.Spec.InitContainers},
+		{remote.Spec.Containers, local.Spec.Containers},
+	} {
+		for _, h := range pair.have {
+			for _, w := range pair.want {
+				if w.Name == h.Name && (lags(h.Resources.Requests, w.Resources.Requests) || lags(h.Resources.Limits, w.Resources.Limits)) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// lags reports whether have lacks, or differs in, a cpu or memory
+// quantity of want: what follow would set.
+func lags(have, want corev1.ResourceList) bool {
+	for _, r := range resizable {
+		q, ok := want[r]
+		if !ok {
+			continue
+		}
+		if cur, ok := have[r]; !ok || cur.Cmp(q) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // updateResources sets the resources of every container in have to those
