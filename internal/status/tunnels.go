@@ -39,6 +39,12 @@ const handshakeStale = 3 * time.Minute
 // peer before the wait counts as a failure rather than a warning.
 const tunnelPatience = 2 * time.Minute
 
+// tunnelReconnect is how long a tunnel that was up may stay down before
+// that counts as a failure rather than a warning: a gateway whose peer
+// misses a few liveness probes (a busy node) drops the session and
+// reconnects within seconds.
+const tunnelReconnect = 20 * time.Second
+
 // tunnelColumns are the columns of the tunnels table.
 var tunnelColumns = []string{"PEER", "ROLE", "ENDPOINT", "DEVICE", "PEER PODS", "MTU", "HANDSHAKE", "RX", "TX", "STATUS"}
 
@@ -232,6 +238,11 @@ func (e *tunnelEnd) diagnose(env *Env, now time.Time, rt *Tunnel) Check {
 	since := t.Status.LastHandshake != nil && t.Status.LastHandshake.After(ready.LastTransitionTime.Time) &&
 		now.Sub(t.Status.LastHandshake.Time) < handshakeStale
 	down := "down " + ageText(now, ready.LastTransitionTime.Time)
+	if d := now.Sub(ready.LastTransitionTime.Time); d >= 0 && d < tunnelReconnect {
+		rt.Hop = HopTunnel
+		return Warn("", "tunnel %s to %s: %s: the peer's gateway stopped answering the liveness probe, the tunnel went %s (%s); the gateways reconnect within seconds, so run kubectl offload status again if this stays",
+			t.Name, rt.Peer, HopTunnel, down, handshakeText(now, t.Status.LastHandshake))
+	}
 	switch {
 	case since:
 		return broken(HopTunnel, "the handshake with the peer's gateway works (%s) but it does not answer the liveness probe through the tunnel (%s): see its logs on the peer, and %s",

@@ -274,6 +274,28 @@ func TestStatusTunnels(t *testing.T) {
 		framework.Golden(t, "peer-tunnel-down.txt", out)
 	})
 
+	t.Run("a tunnel that went down seconds ago is a warning while the gateways reconnect", func(t *testing.T) {
+		// The tunnel's Ready went False at testNow-1h; look 5 s later, then 30 s later.
+		for _, tc := range []struct {
+			after time.Duration
+			want  Status
+		}{{5 * time.Second, StatusWarning}, {30 * time.Second, StatusFailed}} {
+			clock := func() time.Time { return testNow.Add(-time.Hour + tc.after) }
+			out, _ := runTunnels(t, a, clock, "peer", "provider-t4", "-o", "json")
+			var r Report
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatal(err)
+			}
+			c := findCheck(r.Sections[0], "tunnel/out-provider-t4")
+			if c == nil || c.Status != tc.want {
+				t.Errorf("%s after the tunnel went down: check = %+v, want %s", tc.after, c, tc.want)
+			}
+			if tc.want == StatusWarning && (c == nil || !strings.Contains(c.Message, "went down 5s ago") || !strings.Contains(c.Message, "reconnect")) {
+				t.Errorf("message = %+v, want the time it went down and that the gateways reconnect", c)
+			}
+		}
+	})
+
 	t.Run("status peer of a healthy tunnel passes, but the fabric missing on a node fails it", func(t *testing.T) {
 		out, err := runTunnels(t, a, testClock, "peer", "provider-t1", "-o", "json")
 		statustest.AssertResult(t, err, "1 check failed: peer provider-t1")
