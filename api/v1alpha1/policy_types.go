@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 )
 
@@ -95,6 +96,57 @@ type ConsumerPolicy struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=16
 	ExtendedResources []corev1.ResourceName `json:"extendedResources,omitempty"`
+	// Storage is the persistent storage lent to the consumer's pods: the
+	// claims they mount are claims of the consumer's agent in its twin
+	// namespaces, on this StorageClass and within this capacity. Nil, the
+	// default, lends none: the twin namespaces hold no claim.
+	// +optional
+	Storage *StoragePolicy `json:"storage,omitempty"`
+}
+
+// StoragePolicy is the storage a provider lends one consumer. The
+// provider's API server enforces it in the consumer's twin namespaces:
+// the ResourceQuotas share Capacity and Claims as one budget across them,
+// and the chart's ValidatingAdmissionPolicy (StoragePolicyName) holds
+// every claim there to StorageClassName, with no volumeName, selector or
+// data source, so that a claim never binds a volume it was not given.
+type StoragePolicy struct {
+	// StorageClassName is the provider's StorageClass of the consumer's claims.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName string `json:"storageClassName"`
+	// Capacity is the total storage the consumer's claims may request.
+	Capacity resource.Quantity `json:"capacity"`
+	// Claims is the most claims the consumer may hold; 0 means DefaultStorageClaims.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	Claims int32 `json:"claims,omitempty"`
+}
+
+// DefaultStorageClaims is how many claims a consumer may hold when its
+// StoragePolicy does not say.
+const DefaultStorageClaims = 100
+
+// MaxClaims is the number of claims the policy allows.
+func (s StoragePolicy) MaxClaims() int32 {
+	if s.Claims <= 0 {
+		return DefaultStorageClaims
+	}
+	return s.Claims
+}
+
+// StoragePolicyName is the chart's ValidatingAdmissionPolicy that holds
+// the claims of twin namespaces to the lent StorageClass
+// (AnnotationStorageClass).
+const StoragePolicyName = "offload-tenant-claims"
+
+// Equal reports whether s and t lend the same storage; nil lends none.
+func (s *StoragePolicy) Equal(t *StoragePolicy) bool {
+	if s == nil || t == nil {
+		return s == t
+	}
+	return s.StorageClassName == t.StorageClassName && s.Capacity.Cmp(t.Capacity) == 0 && s.MaxClaims() == t.MaxClaims()
 }
 
 // Lends reports whether the policy lets the consumer's pods use resource
@@ -116,6 +168,7 @@ func (p ConsumerPolicy) Equal(q ConsumerPolicy) bool {
 	return p.Level() == q.Level() && p.NodePlacement == q.NodePlacement && p.SameNameNamespaces == q.SameNameNamespaces &&
 		maps.Equal(p.NodeSelector, q.NodeSelector) &&
 		slices.Equal(SortedResourceNames(p.ExtendedResources), SortedResourceNames(q.ExtendedResources)) &&
+		p.Storage.Equal(q.Storage) &&
 		slices.EqualFunc(p.Tolerations, q.Tolerations, func(a, b corev1.Toleration) bool {
 			return a.MatchToleration(&b) && ptr.Equal(a.TolerationSeconds, b.TolerationSeconds)
 		})
@@ -153,6 +206,12 @@ const (
 	AnnotationNodeSelector = "offload.io/node-selector"
 	AnnotationTolerations  = "offload.io/tolerations"
 )
+
+// AnnotationStorageClass, on a consumer's twin namespaces, names the
+// StorageClass its claims must use (StoragePolicy); empty when the policy
+// lends no storage. Only the provider's remotenamespace controller sets
+// it; consumers cannot write namespaces.
+const AnnotationStorageClass = "offload.io/storage-class"
 
 // AnnotationPeeringToken names, on a Tenant, the peering token that last
 // peered it; the auth service writes it, and never the Tenant's policy.

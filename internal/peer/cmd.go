@@ -4,9 +4,12 @@
 package peer
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
 )
@@ -71,6 +74,9 @@ const generateExample = `  # Print the command to run on the consumer
 
   # Lend a share of this cluster's GPUs too (none is lent unless named)
   kubectl offload peer generate --extended-resource nvidia.com/gpu
+
+  # Lend 20Gi of StorageClass standard for the consumer's PersistentVolumeClaims
+  kubectl offload peer generate --storage 20Gi --storage-class standard
 
   # Let consumer edge-1, already peered here, peer again (and no one else)
   kubectl offload peer generate --consumer edge-1`
@@ -188,6 +194,9 @@ func newCmdGenerate(use string, f factory.Factory, streams genericiooptions.IOSt
 	cmd.Flags().StringSliceVar(&o.NodeSelector, "node-selector", o.NodeSelector, "A KEY=VALUE label the nodes that run the consumer's pods must have; repeat it or separate pairs with commas.")
 	cmd.Flags().StringArrayVar(&o.Tolerations, "toleration", o.Tolerations, "A taint of this cluster's nodes the consumer's pods tolerate, as KEY[=VALUE][:EFFECT] (no VALUE: any value; no EFFECT: every effect); repeatable.")
 	cmd.Flags().StringSliceVar(&o.ExtendedResources, "extended-resource", o.ExtendedResources, "An extended resource of this cluster's nodes, such as nvidia.com/gpu, that the consumer's pods may use: the offer lends the same share of it as of cpu. Repeat it or separate names with commas; resources not named are not lent.")
+	cmd.Flags().StringVar(&o.Storage, "storage", o.Storage, "Lend this much persistent storage, such as 10Gi, to the consumer's PersistentVolumeClaims, in all its namespaces together; none is lent unless set.")
+	cmd.Flags().StringVar(&o.StorageClass, "storage-class", o.StorageClass, "The StorageClass of this cluster the consumer's claims use (with --storage); default: this cluster's default class.")
+	cmd.Flags().IntVar(&o.StorageClaims, "storage-claims", o.StorageClaims, fmt.Sprintf("The most PersistentVolumeClaims the consumer may hold (with --storage); 0 means %d.", offloadv1alpha1.DefaultStorageClaims))
 	cmd.Flags().StringVar(&o.Consumer, "consumer", o.Consumer, "Bind the token to the consumer cluster of this name: no other consumer may peer with it, and that consumer may peer again while it is peered here (kubectl get tenants).")
 	cmd.Flags().BoolVar(&o.AllowSameNameNamespaces, "allow-same-name-namespaces", o.AllowSameNameNamespaces, "Let the consumer's twin namespaces have the names of its own namespaces, except the names this cluster reserves.")
 	output.AddFlag(cmd.Flags(), &o.Output, o.Output)

@@ -1,12 +1,15 @@
 package peer
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -84,6 +87,15 @@ type GenerateOptions struct {
 	// ExtendedResources are the extended resources of this cluster's
 	// nodes, such as nvidia.com/gpu, that the consumer's pods may use.
 	ExtendedResources []string
+	// Storage is the persistent storage lent to the consumer's claims, a
+	// quantity such as 10Gi; empty lends none.
+	Storage string
+	// StorageClass is this cluster's StorageClass of the consumer's
+	// claims; empty means the cluster's default class.
+	StorageClass string
+	// StorageClaims is the most claims the consumer may hold; 0 means
+	// offloadv1alpha1.DefaultStorageClaims.
+	StorageClaims int
 	// Consumer, when set, binds the token to that consumer name.
 	Consumer string
 	// AuthURL overrides the auth URL derived from the install.
@@ -139,6 +151,15 @@ func (o *GenerateOptions) Validate() error {
 	if _, err := peering.ParseExtendedResources(o.ExtendedResources); err != nil {
 		return fmt.Errorf("invalid --extended-resource: %w", err)
 	}
+	if o.Storage == "" && (o.StorageClass != "" || o.StorageClaims != 0) {
+		return errors.New("--storage-class and --storage-claims need --storage, the capacity to lend, such as --storage 10Gi")
+	}
+	if o.Storage != "" {
+		// The class is checked against the cluster in Run; any valid name here.
+		if _, err := peering.NewStoragePolicy(cmp.Or(o.StorageClass, "default"), o.Storage, o.StorageClaims); err != nil {
+			return fmt.Errorf("invalid --storage, --storage-class or --storage-claims: %w", err)
+		}
+	}
 	if o.Consumer != "" {
 		if err := peering.ValidateConsumerName(o.Consumer); err != nil {
 			return fmt.Errorf("invalid --consumer: the consumer's cluster name %w", err)
@@ -169,6 +190,9 @@ func (o *GenerateOptions) Run(ctx context.Context) error {
 	}
 	expires := o.now().Add(o.TTL).UTC().Truncate(time.Second)
 	policy := o.policy()
+	if policy.Storage, err = o.storage(ctx); err != nil {
+		return err
+	}
 	stored := peering.NewTokenConfigMap(o.namespace, tok, peering.TokenOptions{Expires: expires, Reusable: o.Reusable, Policy: policy, Consumer: o.Consumer})
 	if _, err := o.kube.CoreV1().ConfigMaps(o.namespace).Create(ctx, stored, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("storing the peering token in ConfigMap %s: %w", stored.Name, err)
@@ -206,6 +230,45 @@ func (o *GenerateOptions) policy() offloadv1alpha1.ConsumerPolicy {
 	return offloadv1alpha1.ConsumerPolicy{PodSecurity: level, NodePlacement: o.AllowNodePlacement, SameNameNamespaces: o.AllowSameNameNamespaces,
 		NodeSelector: selector, Tolerations: tolerations, ExtendedResources: extended}
 }
+
+// storage returns the storage the options lend, nil for none, on the
+// StorageClass they name or, when they name none, the cluster's default
+// class; the class must exist.
+func (o *GenerateOptions) storage(ctx context.Context) (*offloadv1alpha1.StoragePolicy, error) {
+	if o.Storage == "" {
+		return nil, nil
+	}
+	class := o.StorageClass
+	if class == "" {
+		list, err := o.kube.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing StorageClasses to find the default one for --storage: %w", err)
+		}
+		// As the API server's DefaultStorageClass admission does: the
+		// newest of the classes marked default.
+		var newest *storagev1.StorageClass
+		for i, sc := range list.Items {
+			if sc.Annotations[defaultStorageClassAnnotation] == "true" && (newest == nil || newest.CreationTimestamp.Before(&sc.CreationTimestamp)) {
+				newest = &list.Items[i]
+			}
+		}
+		if newest != nil {
+			class = newest.Name
+		}
+		if class == "" {
+			return nil, errors.New("--storage lends storage of this cluster's default StorageClass, and it has none: name the class to lend with --storage-class (kubectl get storageclasses lists them)")
+		}
+	} else if _, err := o.kube.StorageV1().StorageClasses().Get(ctx, class, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("--storage-class %s: this cluster has no such StorageClass (kubectl get storageclasses lists them)", class)
+		}
+		return nil, fmt.Errorf("reading StorageClass %s: %w", class, err)
+	}
+	return peering.NewStoragePolicy(class, o.Storage, o.StorageClaims)
+}
+
+// defaultStorageClassAnnotation marks a cluster's default StorageClass.
+const defaultStorageClassAnnotation = "storageclass.kubernetes.io/is-default-class"
 
 // tolerations parses --toleration.
 func (o *GenerateOptions) tolerations() ([]corev1.Toleration, error) {
@@ -248,8 +311,12 @@ func policyNote(p offloadv1alpha1.ConsumerPolicy) string {
 	if len(p.ExtendedResources) > 0 {
 		devices = "a share of " + peering.ExtendedResourcesString(p.ExtendedResources) + " (--extended-resource), and of no other extended resource"
 	}
-	return fmt.Sprintf("Consumer pods run here on %s (--node-selector, --toleration) under Pod Security %s (--pod-security) and pick nodes %s. They may use %s. Consumer namespaces offloaded here %s.",
-		nodes, p.Level(), placement, devices, naming)
+	storage := "no persistent storage (--storage lends it)"
+	if p.Storage != nil {
+		storage = peering.StorageString(p.Storage) + " for their claims (--storage, --storage-class, --storage-claims)"
+	}
+	return fmt.Sprintf("Consumer pods run here on %s (--node-selector, --toleration) under Pod Security %s (--pod-security) and pick nodes %s. They may use %s, and %s. Consumer namespaces offloaded here %s.",
+		nodes, p.Level(), placement, devices, storage, naming)
 }
 
 // providerArgs reads this cluster's identity, auth CA and auth URL.

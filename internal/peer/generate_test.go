@@ -19,6 +19,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -276,6 +278,14 @@ func TestGenerateValidatesItsFlags(t *testing.T) {
 				o.ExtendedResources = append(o.ExtendedResources, fmt.Sprintf("example.com/d%d", i))
 			}
 		}},
+		{name: "storage is valid", modify: func(o *GenerateOptions) { o.Storage, o.StorageClass, o.StorageClaims = "10Gi", "fast", 5 }, ok: true},
+		{name: "storage on the default class is valid", modify: func(o *GenerateOptions) { o.Storage = "1Gi" }, ok: true},
+		{name: "a storage class without storage is refused", modify: func(o *GenerateOptions) { o.StorageClass = "fast" }},
+		{name: "a claim count without storage is refused", modify: func(o *GenerateOptions) { o.StorageClaims = 3 }},
+		{name: "storage that is no quantity is refused", modify: func(o *GenerateOptions) { o.Storage = "ten gigs" }},
+		{name: "no storage at all is refused", modify: func(o *GenerateOptions) { o.Storage = "0" }},
+		{name: "a negative claim count is refused", modify: func(o *GenerateOptions) { o.Storage, o.StorageClaims = "1Gi", -1 }},
+		{name: "a malformed class is refused", modify: func(o *GenerateOptions) { o.Storage, o.StorageClass = "1Gi", "Fast_Disks" }},
 		{name: "a consumer name is valid", modify: func(o *GenerateOptions) { o.Consumer = "edge-1" }, ok: true},
 		{name: "a consumer name that is no DNS label is refused", modify: func(o *GenerateOptions) { o.Consumer = "Edge_1" }},
 		{name: "a consumer name too long for its tenant namespace is refused", modify: func(o *GenerateOptions) { o.Consumer = strings.Repeat("a", 60) }},
@@ -399,5 +409,62 @@ func TestGenerateBindsTheTokenToAConsumer(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "by consumer edge-1 only") {
 		t.Errorf("the note does not say whom the token is for: %q", errOut)
+	}
+}
+
+func TestGenerateLendsStorageOfTheClassItNames(t *testing.T) {
+	class := func(name string, created time.Time, isDefault bool) *storagev1.StorageClass {
+		sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)}, Provisioner: "example.com/disk"}
+		if isDefault {
+			sc.Annotations = map[string]string{defaultStorageClassAnnotation: "true"}
+		}
+		return sc
+	}
+	day := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	classes := []runtime.Object{class("old-default", day, true), class("new-default", day.Add(time.Hour), true), class("fast", day, false)}
+	tests := []struct {
+		name, storage, class string
+		claims               int
+		classes              []runtime.Object
+		want                 *offloadv1alpha1.StoragePolicy
+		wantErr              string
+	}{
+		{name: "the named class", storage: "10Gi", class: "fast", claims: 4, classes: classes,
+			want: &offloadv1alpha1.StoragePolicy{StorageClassName: "fast", Capacity: resource.MustParse("10Gi"), Claims: 4}},
+		{name: "the newest default class, as the API server picks it", storage: "1Gi", classes: classes,
+			want: &offloadv1alpha1.StoragePolicy{StorageClassName: "new-default", Capacity: resource.MustParse("1Gi"), Claims: offloadv1alpha1.DefaultStorageClaims}},
+		{name: "a class that does not exist", storage: "1Gi", class: "slow", classes: classes, wantErr: "--storage-class slow: this cluster has no such StorageClass"},
+		{name: "no default class", storage: "1Gi", classes: []runtime.Object{class("fast", day, false)}, wantErr: "name the class to lend with --storage-class"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			certPEM, _ := testCA(t)
+			kube := fake.NewClientset(append([]runtime.Object{identityCM(), caSecret(certPEM)}, tt.classes...)...)
+			o, out, errOut := newGenerate(kube)
+			o.Storage, o.StorageClass, o.StorageClaims = tt.storage, tt.class, tt.claims
+			if err := o.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			err := o.Run(context.Background())
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Run = %v, want an error saying %q", err, tt.wantErr)
+				}
+				if n := len(storedTokens(t, kube)); n != 0 || out.Len() != 0 {
+					t.Errorf("a refused generate left %d tokens and printed %q", n, out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored, err := onlyToken(t, kube)
+			if err != nil || !stored.Policy.Storage.Equal(tt.want) {
+				t.Errorf("the token lends %+v (%v), want %+v", stored.Policy.Storage, err, tt.want)
+			}
+			if note := peering.StorageString(tt.want); !strings.Contains(errOut.String(), note) {
+				t.Errorf("stderr %q does not say %q", errOut, note)
+			}
+		})
 	}
 }

@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"math/big"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -113,6 +115,12 @@ const (
 	// ExtendedResourcesKey holds the policy's ExtendedResources,
 	// comma-separated and sorted; absent means none.
 	ExtendedResourcesKey = "extended-resources"
+	// StorageClassKey, StorageKey and StorageClaimsKey hold the policy's
+	// Storage: the provider's StorageClass, the capacity lent and the most
+	// claims; absent means no storage is lent.
+	StorageClassKey  = "storage-class"
+	StorageKey       = "storage"
+	StorageClaimsKey = "storage-claims"
 	// ConsumerKey binds the token to one consumer name: only that consumer
 	// may peer with it, and it is the provider admin's consent for that
 	// consumer to peer again while its tenant exists. Absent means any
@@ -177,6 +185,11 @@ func NewTokenConfigMap(namespace string, tok Token, o TokenOptions) *corev1.Conf
 	}
 	if len(o.Policy.ExtendedResources) > 0 {
 		c.Data[ExtendedResourcesKey] = ExtendedResourcesString(o.Policy.ExtendedResources)
+	}
+	if st := o.Policy.Storage; st != nil {
+		c.Data[StorageClassKey] = st.StorageClassName
+		c.Data[StorageKey] = st.Capacity.String()
+		c.Data[StorageClaimsKey] = strconv.Itoa(int(st.MaxClaims()))
 	}
 	if o.Consumer != "" {
 		c.Data[ConsumerKey] = o.Consumer
@@ -262,7 +275,53 @@ func ReadTokenConfigMap(c *corev1.ConfigMap) (StoredToken, error) {
 	if t.Policy.ExtendedResources, err = ParseExtendedResources(splitList(d[ExtendedResourcesKey])); err != nil {
 		return StoredToken{}, invalid(ExtendedResourcesKey, err)
 	}
+	if d[StorageClassKey] != "" || d[StorageKey] != "" {
+		claims := 0
+		if v := d[StorageClaimsKey]; v != "" {
+			if claims, err = strconv.Atoi(v); err != nil {
+				return StoredToken{}, invalid(StorageClaimsKey, err)
+			}
+		}
+		if t.Policy.Storage, err = NewStoragePolicy(d[StorageClassKey], d[StorageKey], claims); err != nil {
+			return StoredToken{}, invalid(StorageKey, err)
+		}
+	}
 	return t, nil
+}
+
+// MaxStorageClaims is the Tenant CRD's limit on a policy's claims.
+const MaxStorageClaims = 10000
+
+// NewStoragePolicy checks and returns the storage a provider lends: its
+// StorageClass class, the capacity, a quantity such as 10Gi, and the most
+// claims (0 for offloadv1alpha1.DefaultStorageClaims).
+func NewStoragePolicy(class, capacity string, claims int) (*offloadv1alpha1.StoragePolicy, error) {
+	if class == "" {
+		return nil, errors.New("no StorageClass is named")
+	}
+	if errs := validation.IsDNS1123Subdomain(class); len(errs) > 0 {
+		return nil, fmt.Errorf("StorageClass name %q is invalid: %s", class, strings.Join(errs, "; "))
+	}
+	q, err := resource.ParseQuantity(capacity)
+	if err != nil {
+		return nil, fmt.Errorf("capacity %q is not a quantity such as 10Gi", capacity)
+	}
+	if q.Sign() <= 0 {
+		return nil, fmt.Errorf("capacity %s lends nothing: give a positive quantity such as 10Gi", capacity)
+	}
+	if claims < 0 || claims > MaxStorageClaims {
+		return nil, fmt.Errorf("%d claims, want 0 (for %d) to %d", claims, offloadv1alpha1.DefaultStorageClaims, MaxStorageClaims)
+	}
+	return &offloadv1alpha1.StoragePolicy{StorageClassName: class, Capacity: q, Claims: int32(claims)}, nil
+}
+
+// StorageString says what st lends, such as "10Gi of StorageClass
+// standard in at most 100 claims", or "no storage" for nil.
+func StorageString(st *offloadv1alpha1.StoragePolicy) string {
+	if st == nil {
+		return "no storage"
+	}
+	return fmt.Sprintf("%s of StorageClass %s in at most %d claims", st.Capacity.String(), st.StorageClassName, st.MaxClaims())
 }
 
 // MaxExtendedResources is the Tenant CRD's limit on the extended

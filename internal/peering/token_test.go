@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
@@ -101,6 +102,13 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 			name:       "a privileged token with node placement reads back both",
 			opts:       TokenOptions{Expires: expires, Policy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true}},
 			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true},
+		},
+		{
+			name: "a token lending storage reads it back",
+			opts: TokenOptions{Expires: expires, Policy: offloadv1alpha1.ConsumerPolicy{
+				Storage: &offloadv1alpha1.StoragePolicy{StorageClassName: "standard", Capacity: resource.MustParse("5Gi"), Claims: 3}}},
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline,
+				Storage: &offloadv1alpha1.StoragePolicy{StorageClassName: "standard", Capacity: resource.MustParse("5Gi"), Claims: 3}},
 		},
 		{
 			name:       "a token with same-name namespaces reads them back",
@@ -203,6 +211,17 @@ func TestReadTokenConfigMapReadsThePolicy(t *testing.T) {
 		{name: "cpu is no extended resource: an error naming the token", secret: with(map[string]string{ExtendedResourcesKey: "cpu"}), wantErr: true},
 		{name: "huge pages are never lent: an error naming the token", secret: with(map[string]string{ExtendedResourcesKey: "hugepages-2Mi"}), wantErr: true},
 		{name: "a malformed resource name is an error naming the token", secret: with(map[string]string{ExtendedResourcesKey: "nvidia.com/g pu"}), wantErr: true},
+		{name: "storage is read", secret: with(map[string]string{StorageClassKey: "fast", StorageKey: "10Gi", StorageClaimsKey: "7"}),
+			want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline,
+				Storage: &offloadv1alpha1.StoragePolicy{StorageClassName: "fast", Capacity: resource.MustParse("10Gi"), Claims: 7}}},
+		{name: "storage without a claim count allows the default", secret: with(map[string]string{StorageClassKey: "fast", StorageKey: "1Gi"}),
+			want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline,
+				Storage: &offloadv1alpha1.StoragePolicy{StorageClassName: "fast", Capacity: resource.MustParse("1Gi"), Claims: offloadv1alpha1.DefaultStorageClaims}}},
+		{name: "storage without a class is an error naming the token", secret: with(map[string]string{StorageKey: "1Gi"}), wantErr: true},
+		{name: "storage without a capacity is an error naming the token", secret: with(map[string]string{StorageClassKey: "fast"}), wantErr: true},
+		{name: "a zero capacity is an error naming the token", secret: with(map[string]string{StorageClassKey: "fast", StorageKey: "0"}), wantErr: true},
+		{name: "a malformed class is an error naming the token", secret: with(map[string]string{StorageClassKey: "Fast Disks", StorageKey: "1Gi"}), wantErr: true},
+		{name: "too many claims is an error naming the token", secret: with(map[string]string{StorageClassKey: "fast", StorageKey: "1Gi", StorageClaimsKey: "100000"}), wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -81,10 +81,11 @@ func peerWorld() []statustest.Peer {
 		"the provider did not remove the tenant: its auth service is unreachable; kubectl offload unpeer provider-f --force skips it"))
 	return []statustest.Peer{
 		{
-			// The provider lends its GPUs, not its FPGAs.
+			// The provider lends its GPUs, not its FPGAs, and 50Gi of storage.
 			FC: func() *offloadv1alpha1.ForeignCluster {
 				st := consumerOf(at(23 * time.Hour))
-				st.ProviderPolicy = &offloadv1alpha1.ConsumerPolicy{ExtendedResources: []corev1.ResourceName{"nvidia.com/gpu"}}
+				st.ProviderPolicy = &offloadv1alpha1.ConsumerPolicy{ExtendedResources: []corev1.ResourceName{"nvidia.com/gpu"},
+					Storage: &offloadv1alpha1.StoragePolicy{StorageClassName: "standard", Capacity: resource.MustParse("50Gi"), Claims: 20}}
 				return statustest.ForeignCluster("provider-a", idReady, true, st)
 			}(),
 			Node: func() *corev1.Node {

@@ -23,6 +23,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/factory"
 	"github.com/kubectl-offload/kubectl-offload/internal/cli/output"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // ErrPeerNotFound is wrapped by the error of `kubectl offload status peer`
@@ -196,6 +197,7 @@ func (p *peer) detail(env *Env) Section {
 		field("nodePlacement", "Node placement there", placementText(*pol))
 		field("nodes", "Nodes there", nodesText(*pol))
 		field("extendedResources", "Extended resources there", lentText(*pol))
+		field("storage", "Storage there", peering.StorageString(pol.Storage))
 	}
 	field("credentialExpiry", "Credential expiry", timeText(st.CredentialExpiry, func(t time.Time) string { return expiryText(now, t) }))
 	field("lastSeen", "Last seen", timeText(st.LastSeen, func(t time.Time) string { return ageText(now, t) }))
@@ -207,6 +209,7 @@ func (p *peer) detail(env *Env) Section {
 		field("tenantNodePlacement", "Tenant node placement", placementText(p.tenant.Spec.Policy))
 		field("tenantNodes", "Tenant nodes", nodesText(p.tenant.Spec.Policy))
 		field("tenantExtendedResources", "Tenant extended resources", lentText(p.tenant.Spec.Policy))
+		field("tenantStorage", "Tenant storage", peering.StorageString(p.tenant.Spec.Policy.Storage))
 	}
 
 	s.Checks = append(s.Checks, p.conditionChecks()...)

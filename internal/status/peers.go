@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
 // foreignClusterCRD is the CRD every peer is an object of.
@@ -390,6 +391,19 @@ func lentText(p offloadv1alpha1.ConsumerPolicy) string {
 	return strings.Join(names, ", ")
 }
 
+// lentList says what p lends besides cpu, memory and pods: its extended
+// resources and its storage; empty when nothing.
+func lentList(p offloadv1alpha1.ConsumerPolicy) string {
+	var lent []string
+	if len(p.ExtendedResources) > 0 {
+		lent = append(lent, lentText(p))
+	}
+	if p.Storage != nil {
+		lent = append(lent, peering.StorageString(p.Storage))
+	}
+	return strings.Join(lent, " and ")
+}
+
 // policyChecks say what each side lets the other's pods do: the policy the
 // peer applies to this cluster's pods (policy), known once the virtual node
 // read the peer's offer, and the one this cluster applies to the peer's
@@ -399,8 +413,8 @@ func (p *peer) policyChecks() []Check {
 	if pol := p.fc.Status.ProviderPolicy; pol != nil && p.outgoing() {
 		c := OK("policy", "peer %s runs this cluster's pods on %s at Pod Security %s; node placement %s",
 			p.fc.Name, nodesText(*pol), pol.Level(), placementText(*pol))
-		if len(pol.ExtendedResources) > 0 {
-			c.Message += "; it lends " + lentText(*pol)
+		if lent := lentList(*pol); lent != "" {
+			c.Message += "; it lends " + lent
 		}
 		out = append(out, c)
 	}
@@ -408,8 +422,8 @@ func (p *peer) policyChecks() []Check {
 		pol := p.tenant.Spec.Policy
 		c := OK("tenantPolicy", "this cluster runs the pods of consumer %s on %s at Pod Security %s; node placement %s",
 			p.fc.Name, nodesText(pol), pol.Level(), placementText(pol))
-		if len(pol.ExtendedResources) > 0 {
-			c.Message += "; this cluster lends it " + lentText(pol)
+		if lent := lentList(pol); lent != "" {
+			c.Message += "; this cluster lends it " + lent
 		}
 		if pol.Level() == offloadv1alpha1.PodSecurityPrivileged {
 			c.Message += ": its pods may run privileged, as root on this cluster's nodes"

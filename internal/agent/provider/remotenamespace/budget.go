@@ -17,11 +17,13 @@ import (
 
 // budgeted reports whether name is a quota resource an offer is a budget
 // of, for the whole tenant: every twin namespace of a consumer shares one
-// offer. These are the requests of cpu, memory, ephemeral storage and
-// devices (GPUs), and the number of pods.
+// offer and one StoragePolicy. These are the requests of cpu, memory,
+// ephemeral storage, devices (GPUs) and persistent storage, and the number
+// of pods and of claims.
 func budgeted(name corev1.ResourceName) bool {
 	switch name {
-	case corev1.ResourceRequestsCPU, corev1.ResourceRequestsMemory, corev1.ResourcePods, corev1.ResourceRequestsEphemeralStorage:
+	case corev1.ResourceRequestsCPU, corev1.ResourceRequestsMemory, corev1.ResourcePods, corev1.ResourceRequestsEphemeralStorage,
+		corev1.ResourceRequestsStorage, corev1.ResourcePersistentVolumeClaims:
 		return true
 	}
 	r, ok := strings.CutPrefix(string(name), corev1.DefaultResourceRequestsPrefix)
@@ -29,12 +31,13 @@ func budgeted(name corev1.ResourceName) bool {
 }
 
 // BudgetFor returns the hard limits of one twin namespace's quota so that
-// the tenant's twin namespaces together stay within the offer: the offer,
+// the tenant's twin namespaces together stay within the offer and the
+// storage lent: those,
 // less what the tenant's other twin namespaces use. Each namespace may use
 // all that is left, so one busy namespace is not held back by idle ones;
 // the quotas follow every change of use.
-func BudgetFor(offered corev1.ResourceList, usedElsewhere corev1.ResourceList) corev1.ResourceList {
-	hard := QuotaFor(offered)
+func BudgetFor(offered corev1.ResourceList, storage *offloadv1alpha1.StoragePolicy, usedElsewhere corev1.ResourceList) corev1.ResourceList {
+	hard := QuotaFor(offered, storage)
 	for name, q := range hard {
 		if !budgeted(name) {
 			continue

@@ -185,7 +185,7 @@ func (r *Reconciler) ensure(ctx context.Context, rn *offloadv1alpha1.RemoteNames
 		return outcome{phase: offloadv1alpha1.RemoteNamespacePending, reason: ReasonWaitingForOffer, retry: retryWait,
 			message: fmt.Sprintf("waiting for this cluster's ResourceOffer in namespace %s to size the quota of namespace %s", rn.Namespace, rn.Spec.TargetNamespace)}, nil
 	}
-	if err := r.ensureQuota(ctx, rn, offer); err != nil {
+	if err := r.ensureQuota(ctx, rn, offer, tenant.Spec.Policy.Storage); err != nil {
 		return outcome{}, err
 	}
 	if err := r.ensureLimitRange(ctx, rn, offer); err != nil {

@@ -149,7 +149,7 @@ func TestAnOfferChangeResizesTheQuota(t *testing.T) {
 	if err := e.c.Get(context.Background(), key(rn.Spec.TargetNamespace, QuotaName), &quota); err != nil {
 		t.Fatal(err)
 	}
-	if want := QuotaFor(offer.Spec.Resources); !sameResources(quota.Spec.Hard, want) {
+	if want := QuotaFor(offer.Spec.Resources, nil); !sameResources(quota.Spec.Hard, want) {
 		t.Errorf("quota %v after the offer changed, want %v", quota.Spec.Hard, want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,45 @@ func TestTwinNamespacesEnforceTheTenantsPolicyAndFollowItsChanges(t *testing.T) 
 	}
 	e.reconcile(rn)
 	wantLabels(offloadv1alpha1.PodSecurityRestricted, false)
+}
+
+func TestTwinNamespacesHoldTheStorageLentAndFollowItsChanges(t *testing.T) {
+	e := newEnv(t)
+	e.offer(e.tenant, "2", "4Gi", "20")
+	rn := e.ready(e.tenant)
+	target := rn.Spec.TargetNamespace
+	want := func(class, storage, claims string) {
+		t.Helper()
+		if got := e.namespace(target).Annotations[offloadv1alpha1.AnnotationStorageClass]; got != class {
+			t.Errorf("annotation %s = %q, want %q", offloadv1alpha1.AnnotationStorageClass, got, class)
+		}
+		var quota corev1.ResourceQuota
+		if err := e.c.Get(context.Background(), key(target, QuotaName), &quota); err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[corev1.ResourceName]string{corev1.ResourceRequestsStorage: storage, corev1.ResourcePersistentVolumeClaims: claims} {
+			if q, ok := quota.Spec.Hard[name]; !ok || q.Cmp(resource.MustParse(want)) != 0 {
+				t.Errorf("quota %s = %s (set %v), want %s", name, q.String(), ok, want)
+			}
+		}
+	}
+	want("", "0", "0")
+	setPolicy := func(st *offloadv1alpha1.StoragePolicy) {
+		t.Helper()
+		e.get(e.tenant)
+		patch := client.MergeFrom(e.tenant.DeepCopy())
+		e.tenant.Spec.Policy.Storage = st
+		if err := e.c.Patch(context.Background(), e.tenant, patch); err != nil {
+			t.Fatal(err)
+		}
+		e.reconcile(rn)
+	}
+	setPolicy(&offloadv1alpha1.StoragePolicy{StorageClassName: "standard", Capacity: resource.MustParse("20Gi"), Claims: 4})
+	want("standard", "20Gi", "4")
+	setPolicy(&offloadv1alpha1.StoragePolicy{StorageClassName: "fast", Capacity: resource.MustParse("1Gi")})
+	want("fast", "1Gi", strconv.Itoa(offloadv1alpha1.DefaultStorageClaims))
+	setPolicy(nil)
+	want("", "0", "0")
 }
 
 func TestTenantChangesRequeueTheirRemoteNamespaces(t *testing.T) {
@@ -170,7 +210,7 @@ func TestTheOfferIsOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
 
 func TestLentDevicesAreOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
 	offered := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("3"), "example.com/fpga": resource.MustParse("0")}
-	got := BudgetFor(offered, corev1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse("2"), "requests.example.com/fpga": resource.MustParse("1")})
+	got := BudgetFor(offered, nil, corev1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse("2"), "requests.example.com/fpga": resource.MustParse("1")})
 	for name, want := range map[corev1.ResourceName]string{"requests.nvidia.com/gpu": "1", "requests.example.com/fpga": "0", corev1.ResourceRequestsCPU: "4"} {
 		if q, ok := got[name]; !ok || q.Cmp(resource.MustParse(want)) != 0 {
 			t.Errorf("budget %s = %s (set %v), want %s", name, q.String(), ok, want)
@@ -178,8 +218,25 @@ func TestLentDevicesAreOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
 	}
 }
 
+func TestLentStorageIsOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
+	offered := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+	none := BudgetFor(offered, nil, nil)
+	for _, name := range []corev1.ResourceName{corev1.ResourceRequestsStorage, corev1.ResourcePersistentVolumeClaims} {
+		if q, ok := none[name]; !ok || q.Sign() != 0 {
+			t.Errorf("without storage lent, %s = %s (set %v), want 0", name, q.String(), ok)
+		}
+	}
+	lent := &offloadv1alpha1.StoragePolicy{StorageClassName: "standard", Capacity: resource.MustParse("10Gi"), Claims: 5}
+	got := BudgetFor(offered, lent, corev1.ResourceList{corev1.ResourceRequestsStorage: resource.MustParse("4Gi"), corev1.ResourcePersistentVolumeClaims: resource.MustParse("2")})
+	for name, want := range map[corev1.ResourceName]string{corev1.ResourceRequestsStorage: "6Gi", corev1.ResourcePersistentVolumeClaims: "3"} {
+		if q, ok := got[name]; !ok || q.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("budget %s = %s (set %v), want %s", name, q.String(), ok, want)
+		}
+	}
+}
+
 func TestBudgetForNeverGoesBelowZero(t *testing.T) {
-	got := BudgetFor(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+	got := BudgetFor(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}, nil,
 		corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("3")})
 	if q := got[corev1.ResourceRequestsCPU]; q.Sign() != 0 {
 		t.Errorf("budget %s, want 0 when the others use more than the offer", q.String())

@@ -16,7 +16,9 @@ const RoleBindingName = "offload-consumer"
 // RemoteWorkloadsRules returns the rules of RemoteWorkloadsRole: what the
 // consumer's agent needs to reflect pods and the objects they use into a
 // twin namespace, to proxy logs, exec, attach and port-forward, to add
-// ephemeral containers and resize pods as a kubelet would, and to read
+// ephemeral containers and resize pods as a kubelet would, to claim the
+// storage the provider lends (the quota and StoragePolicyName hold it to
+// that), and to read
 // what its pods use for the virtual node's resource metrics. The
 // chart's ClusterRole must hold the same rules.
 func RemoteWorkloadsRules() []rbacv1.PolicyRule {
@@ -28,6 +30,7 @@ func RemoteWorkloadsRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/ephemeralcontainers", "pods/resize"}, Verbs: []string{"get", "update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "services", "serviceaccounts"}, Verbs: all},
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"metrics.k8s.io"}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},

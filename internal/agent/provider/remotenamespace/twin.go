@@ -240,12 +240,18 @@ func PolicyLabels(policy offloadv1alpha1.ConsumerPolicy) map[string]string {
 
 // PolicyAnnotations are the annotations of a twin namespace that tell the
 // chart's ValidatingAdmissionPolicies which nodes the tenant's pods must
-// select and which taints they may tolerate. They are always set, empty
+// select, which taints they may tolerate and which StorageClass its claims
+// use. They are always set, empty
 // when the policy has none, so that a policy that drops them clears them.
 func PolicyAnnotations(policy offloadv1alpha1.ConsumerPolicy) map[string]string {
+	class := ""
+	if policy.Storage != nil {
+		class = policy.Storage.StorageClassName
+	}
 	return map[string]string{
 		offloadv1alpha1.AnnotationNodeSelector: offloadv1alpha1.NodeSelectorString(policy.NodeSelector),
 		offloadv1alpha1.AnnotationTolerations:  offloadv1alpha1.TolerationsString(policy.Tolerations),
+		offloadv1alpha1.AnnotationStorageClass: class,
 	}
 }
 
@@ -314,9 +320,11 @@ var ObjectLimits = corev1.ResourceList{
 	corev1.ResourceSecrets:               resource.MustParse("500"),
 	// The default ServiceAccount, the only one a tenant's pods may run as
 	// (offload-tenant-pod-runtime), and a few for the provider's add-ons.
-	"count/serviceaccounts":                             resource.MustParse("10"),
-	"count/endpointslices.discovery.k8s.io":             resource.MustParse("500"),
+	"count/serviceaccounts":                 resource.MustParse("10"),
+	"count/endpointslices.discovery.k8s.io": resource.MustParse("500"),
+	// No storage unless the policy lends some (QuotaFor).
 	corev1.ResourcePersistentVolumeClaims:               resource.MustParse("0"),
+	corev1.ResourceRequestsStorage:                      resource.MustParse("0"),
 	corev1.ResourceName("count/replicationcontrollers"): resource.MustParse("0"),
 }
 
@@ -325,14 +333,19 @@ var ObjectLimits = corev1.ResourceList{
 // ephemeral storage requests, and their number, the requests of the
 // devices the offer lists (offloadv1alpha1.Device): what the policy lends
 // at the offer's share, the others at 0, so that a pod that asks for one
-// is refused, and
+// is refused, the storage the policy lends (requests.storage and the
+// number of claims; none when storage is nil), and
 // ObjectLimits, with room for one more Secret per offered pod: each
 // offloaded pod that uses a service-account token has a token Secret of its
 // own, so a Secret cap alone would cap the pods.
 // Limits are not capped: a quota on limits would refuse every pod that
 // sets none.
-func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
+func QuotaFor(offered corev1.ResourceList, storage *offloadv1alpha1.StoragePolicy) corev1.ResourceList {
 	hard := ObjectLimits.DeepCopy()
+	if storage != nil {
+		hard[corev1.ResourceRequestsStorage] = storage.Capacity.DeepCopy()
+		hard[corev1.ResourcePersistentVolumeClaims] = *resource.NewQuantity(int64(storage.MaxClaims()), resource.DecimalSI)
+	}
 	for from, to := range map[corev1.ResourceName]corev1.ResourceName{
 		corev1.ResourceCPU:              corev1.ResourceRequestsCPU,
 		corev1.ResourceMemory:           corev1.ResourceRequestsMemory,
@@ -356,13 +369,13 @@ func QuotaFor(offered corev1.ResourceList) corev1.ResourceList {
 	return hard
 }
 
-func (r *Reconciler) ensureQuota(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, offer *offloadv1alpha1.ResourceOffer) error {
+func (r *Reconciler) ensureQuota(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, offer *offloadv1alpha1.ResourceOffer, storage *offloadv1alpha1.StoragePolicy) error {
 	elsewhere, err := r.usedElsewhere(ctx, rn)
 	if err != nil {
 		return err
 	}
 	want := &corev1.ResourceQuota{ObjectMeta: managedMeta(rn, QuotaName, rn.Spec.TargetNamespace),
-		Spec: corev1.ResourceQuotaSpec{Hard: BudgetFor(offer.Spec.Resources, elsewhere)}}
+		Spec: corev1.ResourceQuotaSpec{Hard: BudgetFor(offer.Spec.Resources, storage, elsewhere)}}
 	return ensureObject(ctx, r.Client, want, &corev1.ResourceQuota{}, func(have *corev1.ResourceQuota) bool {
 		if sameResources(have.Spec.Hard, want.Spec.Hard) && have.Spec.Scopes == nil && have.Spec.ScopeSelector == nil {
 			return false

@@ -44,7 +44,8 @@ func AdoptTokenPolicy(ctx context.Context, c client.Client, reader client.Reader
 	if why == "" {
 		log.Info("Gave the tenant its peering token's policy", "podSecurity", policy.Level(), "nodePlacement", policy.NodePlacement,
 			"sameNameNamespaces", policy.SameNameNamespaces, "nodeSelector", offloadv1alpha1.NodeSelectorString(policy.NodeSelector),
-			"tolerations", offloadv1alpha1.TolerationsString(policy.Tolerations), "extendedResources", peering.ExtendedResourcesString(policy.ExtendedResources))
+			"tolerations", offloadv1alpha1.TolerationsString(policy.Tolerations), "extendedResources", peering.ExtendedResourcesString(policy.ExtendedResources),
+			"storage", peering.StorageString(policy.Storage))
 	}
 	return true, nil
 }
