@@ -172,6 +172,32 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesTheirPodsAndTwinNamespaces
 	}
 	dryCreate := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	dry := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	volume := func(name string, source corev1.PersistentVolumeSource) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + id}, Spec: corev1.PersistentVolumeSpec{
+			Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: source, StorageClassName: offloadv1alpha1.StorageClassName}}
+	}
+	offloadVolume := volume("offload", corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: offloadv1alpha1.StorageDriver, VolumeHandle: "p/ns/data/uid"}})
+	hostVolume := volume("host", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}})
+	for _, pv := range []*corev1.PersistentVolume{offloadVolume, hostVolume} {
+		if _, err := admin.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	}
+	claim := func(name, class string) *corev1.PersistentVolumeClaim {
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: &class, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	theirClaim, ourClaim := claim("theirs", "standard"), claim("ours", offloadv1alpha1.StorageClassName)
+	annotate := []byte(`{"metadata":{"annotations":{"volume.kubernetes.io/selected-node":null}}}`)
+	dryPatch := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
 	statusPatch := []byte(`{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`)
 
 	refused := []struct {
@@ -209,6 +235,24 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesTheirPodsAndTwinNamespaces
 			_, err := agent.NetworkingV1().NetworkPolicies(ns).Create(ctx, policy(), dryCreate)
 			return err
 		}, controllerManagerPolicyName},
+		{"creating a hostPath volume", func() error {
+			_, err := agent.CoreV1().PersistentVolumes().Create(ctx, volume("rogue", hostVolume.Spec.PersistentVolumeSource), dryCreate)
+			return err
+		}, controllerManagerPolicyName},
+		{"binding a volume of another driver to a claim", func() error {
+			patch := []byte(`{"spec":{"claimRef":{"namespace":"` + ns + `","name":"ours"}}}`)
+			_, err := agent.CoreV1().PersistentVolumes().Patch(ctx, hostVolume.Name, types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}, controllerManagerPolicyName},
+		{"deleting a volume of another driver", func() error { return agent.CoreV1().PersistentVolumes().Delete(ctx, hostVolume.Name, dry) }, controllerManagerPolicyName},
+		{"changing a claim of another class", func() error {
+			_, err := agent.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, theirClaim.Name, types.MergePatchType, annotate, dryPatch)
+			return err
+		}, controllerManagerPolicyName},
+		{"creating a claim", func() error {
+			_, err := agent.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: ourClaim.Spec}, dryCreate)
+			return err
+		}, "cannot create resource \"persistentvolumeclaims\""},
 		{"writing the status of a pod of a real node", func() error {
 			_, err := agent.CoreV1().Pods(ns).UpdateStatus(ctx, onReal, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
@@ -249,6 +293,15 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesTheirPodsAndTwinNamespaces
 		}},
 		{"a NetworkPolicy in a twin namespace", func() error {
 			_, err := agent.NetworkingV1().NetworkPolicies(twin).Create(ctx, policy(), dryCreate)
+			return err
+		}},
+		{"a volume of driver offload.io", func() error {
+			_, err := agent.CoreV1().PersistentVolumes().Create(ctx, volume("new", offloadVolume.Spec.PersistentVolumeSource), dryCreate)
+			return err
+		}},
+		{"deleting a volume of driver offload.io", func() error { return agent.CoreV1().PersistentVolumes().Delete(ctx, offloadVolume.Name, dry) }},
+		{"changing a claim of StorageClass offload", func() error {
+			_, err := agent.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, ourClaim.Name, types.MergePatchType, annotate, dryPatch)
 			return err
 		}},
 	} {

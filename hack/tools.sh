@@ -13,7 +13,7 @@
 # instead of the pinned one (and links nothing).
 # Tools: kube-apiserver kube-controller-manager kube-scheduler kubectl
 #        kubelet kube-proxy etcd kwok kwokctl coredns metrics-server
-#        controller-gen
+#        local-path-provisioner controller-gen
 #        kine (the datastore of k3s-flavoured clusters)
 #        e2e.test agnhost nonewprivs (for make conformance; not by default)
 set -euo pipefail
@@ -211,6 +211,7 @@ tool_version() {
     kwok|kwokctl) echo "${KWOK_VERSION}" ;;
     coredns) echo "${COREDNS_VERSION}" ;;
     metrics-server) echo "${METRICS_SERVER_VERSION}" ;;
+    local-path-provisioner) echo "${LOCAL_PATH_PROVISIONER_VERSION}" ;;
     kine) echo "${KINE_VERSION}" ;;
     controller-gen) echo "${CONTROLLER_TOOLS_VERSION}" ;;
   esac
@@ -227,6 +228,8 @@ build() {
     kwok|kwokctl) build_kwok "$1" ;;
     coredns) build_wrapped coredns "${COREDNS_VERSION}" github.com/coredns/coredns github.com/coredns/coredns ;;
     metrics-server) build_wrapped metrics-server "${METRICS_SERVER_VERSION}" sigs.k8s.io/metrics-server sigs.k8s.io/metrics-server/cmd/metrics-server ;;
+    # The module's root package is the provisioner's main.
+    local-path-provisioner) build_wrapped local-path-provisioner "${LOCAL_PATH_PROVISIONER_VERSION}" github.com/rancher/local-path-provisioner github.com/rancher/local-path-provisioner ;;
     # k3s's datastore; CGO_ENABLED=0 selects its pure-Go SQLite driver.
     kine) build_wrapped kine "${KINE_VERSION}" github.com/k3s-io/kine github.com/k3s-io/kine ;;
     controller-gen) build_controller_gen ;;
@@ -236,7 +239,7 @@ build() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl coredns metrics-server kine)
+  tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok kwokctl coredns metrics-server local-path-provisioner kine)
 fi
 
 # The Kubernetes commands asked for build together (build_kube), as one

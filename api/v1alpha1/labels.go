@@ -11,6 +11,9 @@ const (
 	LabelOriginClusterID = "offload.io/origin-cluster-id"
 	// LabelOriginPodUID is the UID of the consumer pod a remote pod reflects.
 	LabelOriginPodUID = "offload.io/origin-pod-uid"
+	// LabelOriginClaimUID is the UID of the consumer claim a remote claim
+	// backs (StorageProvisioner).
+	LabelOriginClaimUID = "offload.io/origin-claim-uid"
 	// LabelOriginNamespace is the consumer namespace a twin namespace mirrors.
 	LabelOriginNamespace = "offload.io/origin-namespace"
 	// LabelReflect, set to "true" on a ConfigMap or Secret of an offloaded

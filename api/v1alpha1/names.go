@@ -130,3 +130,29 @@ func GatewayName(tunnel string) string {
 	suffix := "-" + hex.EncodeToString(sum[:])[:6]
 	return strings.TrimRight(name[:63-len(suffix)], "-") + suffix
 }
+
+// Persistent storage on a consumer (StoragePolicy on the provider).
+const (
+	// StorageClassName is the consumer's StorageClass, installed by the
+	// chart, whose claims are claims of this cluster's agent on the
+	// provider whose virtual node runs the pod.
+	StorageClassName = "offload"
+	// StorageProvisioner is that StorageClass's provisioner, the consumer's
+	// agent.
+	StorageProvisioner = "offload.io/virtual-node"
+	// StorageDriver is the CSI driver the agent's PersistentVolumes name.
+	// No CSI driver runs: no kubelet mounts these volumes, the provider's
+	// kubelet mounts the remote claim. Their volume attributes say where
+	// the data lives (the Storage* attribute keys).
+	StorageDriver = "offload.io"
+	// StorageAttributeProvider, StorageAttributeProviderID,
+	// StorageAttributeNamespace, StorageAttributeClaim and
+	// StorageAttributeClass are the volume attributes of such a volume:
+	// the provider's name and cluster ID, and the remote claim's namespace,
+	// name and StorageClass.
+	StorageAttributeProvider   = "provider"
+	StorageAttributeProviderID = "providerClusterID"
+	StorageAttributeNamespace  = "namespace"
+	StorageAttributeClaim      = "claim"
+	StorageAttributeClass      = "storageClass"
+)

@@ -3,7 +3,7 @@
 // keep running after it exits. For each it prints a line: the name, the
 // kubeconfig and the API server URL its peers use (tab-separated).
 //
-//	go run ./hack/local-clusters up [--flavour kubeadm|k3s] [--fake-nodes N] [--taint-fake-nodes=false] [--real-node=false] [--metrics-server=false] [--images A.tar,B.tar] [NAME ...]   (default: consumer provider)
+//	go run ./hack/local-clusters up [--flavour kubeadm|k3s] [--fake-nodes N] [--taint-fake-nodes=false] [--real-node=false] [--metrics-server=false] [--storage] [--images A.tar,B.tar] [NAME ...]   (default: consumer provider)
 //	go run ./hack/local-clusters up --install [--peer] [--set K=V ...] [--generate-flags "..."] CONSUMER PROVIDER
 //	    also installs kubectl-offload (bin/kubectl-offload, the agent from
 //	    the test image) on both and, with --peer, peers CONSUMER with
@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string) error {
 	taintFakeNodes := fs.Bool("taint-fake-nodes", true, "Taint the fake nodes "+localcluster.FakeNodeTaint.ToString()+", so that only pods that tolerate it go there: kwok runs no container (up only).")
 	realNode := fs.Bool("real-node", true, "Give each cluster a real node, kubelet and containerd, that runs containers (up only; needs root).")
 	metricsServer := fs.Bool("metrics-server", true, "Run metrics-server on each real node, for kubectl top (up only; needs --real-node).")
+	storage := fs.Bool("storage", false, "Run the local-path provisioner on each real node and make its class, "+localcluster.StorageClassName+", the default (up only; needs --real-node).")
 	isolated := fs.Bool("isolated", true, "Isolate the clusters as separate machines: only node addresses and API servers reach across, not pods (up only; needs --real-node).")
 	flavour := fs.String("flavour", "kubeadm", "The distribution the clusters imitate: kubeadm (kubeadm's and kind's defaults) or k3s (kine over SQLite, k3s's CIDRs, node metadata and kubeconfig at https://127.0.0.1:6443; one cluster per machine, needs --real-node) (up only).")
 	moreImages := fs.String("images", "", "More image archives, comma-separated, to import into the real nodes beside the standard test images (up only).")
@@ -94,7 +95,10 @@ func run(ctx context.Context, args []string) error {
 		if f == localcluster.FlavourK3s && len(names) != 1 {
 			return fmt.Errorf("--flavour k3s starts one cluster, not %d: its API server takes the host's port %d", len(names), localcluster.K3sAPIServerPort)
 		}
-		o := localcluster.ClusterOptions{Flavour: f, FakeNodes: *fakeNodes, TaintFakeNodes: *taintFakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode, MetricsServer: *metricsServer && *realNode}
+		if *storage && !*realNode {
+			return errors.New("--storage needs --real-node: the volumes live on the real nodes")
+		}
+		o := localcluster.ClusterOptions{Flavour: f, FakeNodes: *fakeNodes, TaintFakeNodes: *taintFakeNodes, RealNode: *realNode, Isolated: *isolated && *realNode, MetricsServer: *metricsServer && *realNode, Storage: *storage}
 		if *moreImages != "" {
 			archives, err := images.TestImages(ctx)
 			if err != nil {

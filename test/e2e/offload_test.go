@@ -34,10 +34,10 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	// The provider has only its real node, so every remote pod really runs.
 	consumer, provider := peerableClustersWith(ctx, t,
 		localcluster.ClusterOptions{Name: "consumer", FakeNodes: 1, RealNode: true, APIServerArgs: shortTolerationArgs, MetricsServer: true},
-		localcluster.ClusterOptions{Name: "provider", RealNode: true, MetricsServer: true})
+		localcluster.ClusterOptions{Name: "provider", RealNode: true, MetricsServer: true, Storage: true})
 	// A DaemonSet that tolerates every taint, there before the peering.
 	createDaemonSet(ctx, t, consumer, metav1.NamespaceSystem, everywhere(preexistingDaemonSet, nil))
-	if errOut, err := outOfBand(t, consumer, generate(t, provider), "--timeout", "2m"); err != nil {
+	if errOut, err := outOfBand(t, consumer, generate(t, provider, storageArgs...), "--timeout", "2m"); err != nil {
 		t.Fatalf("peer out-of-band: %v\n%s", err, errOut)
 	}
 	cc := ctrlClient(t, consumer)
@@ -258,6 +258,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 	t.Run("spec updates", func(t *testing.T) { expectSpecUpdatesReachTheRemotePod(ctx, t, consumer, provider, twin) })
 	t.Run("kubectl debug", func(t *testing.T) { expectKubectlDebug(ctx, t, consumer, provider, "work", twin) })
 	t.Run("in-place resize", func(t *testing.T) { expectInPlaceResize(ctx, t, consumer, provider, "work", twin) })
+	t.Run("storage", func(t *testing.T) { expectStatefulSetStorage(ctx, t, consumer, provider, "work", twin) })
 	t.Run("strategies", func(t *testing.T) { expectStrategies(ctx, t, consumer, cc) })
 	t.Run("the provider chooses its nodes", func(t *testing.T) {
 		expectTheProviderChoosesItsNodes(ctx, t, consumer, provider, twin, consumerID)

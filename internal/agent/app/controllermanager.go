@@ -21,6 +21,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/daemonset"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/foreigncluster"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/kubeletapi"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/storage"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/namespaceoffloading"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/providerclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/virtualnode"
@@ -302,6 +303,9 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 			if err := r.SetupWithManager(mgr); err != nil {
 				return err
 			}
+			if err := addStorage(mgr, r); err != nil {
+				return err
+			}
 			if o.KubeletPort == 0 || o.NodeIP == "" {
 				o.Logger.Info("Not serving the kubelet API of the virtual nodes: kubectl logs and exec will not reach offloaded pods",
 					"kubeletPort", o.KubeletPort, "nodeIP", o.NodeIP)
@@ -336,6 +340,16 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		)
 	}
 	return manager.Run(ctx, cfg, o.Options)
+}
+
+// addStorage provisions the claims of StorageClass offload on the
+// providers of the virtual nodes r runs, on the leader only.
+func addStorage(mgr ctrlmanager.Manager, r *virtualnode.Reconciler) error {
+	kube, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("creating the client of the storage provisioner: %w", err)
+	}
+	return mgr.Add(&storage.Controller{Kube: kube, Provisioner: &storage.Provisioner{Peers: r}})
 }
 
 // addKubeletAPI serves the kubelet API of the virtual nodes, a port each

@@ -1,8 +1,8 @@
 // Package images builds the OCI image archives the real nodes import
 // (the agent, the test application, pause, CoreDNS, ServiceLB,
-// metrics-server) from the repository and the module proxy, with no
-// registry, and the agent of the release before issue 27 from the
-// repository's history.
+// metrics-server, local-path-provisioner and its volume helper) from the
+// repository and the module proxy, with no registry, and the agent of the
+// release before issue 27 from the repository's history.
 package images
 
 import (

@@ -74,6 +74,11 @@ type ClusterOptions struct {
 	// the metrics API (kubectl top); it needs RealNode. WaitMetrics waits
 	// for it.
 	MetricsServer bool
+	// Storage deploys Rancher's local-path provisioner on the real node
+	// and makes its StorageClassName the default class: a claim gets a
+	// directory of the host under its node's directory, removed with the
+	// cluster. It needs RealNode. WaitStorage waits for it.
+	Storage bool
 	// Flavour is the distribution the cluster imitates: kubeadm-style (the
 	// default) or k3s (FlavourK3s), which needs RealNode, has one real
 	// node, and is alone of its flavour on the machine.
@@ -195,6 +200,9 @@ func (e *Env) Create(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	}
 	if o.ExtraRealNodes > 0 && !o.RealNode {
 		return nil, errors.New("extra real nodes need RealNode")
+	}
+	if o.Storage && !o.RealNode {
+		return nil, errors.New("storage needs a real node, where its volumes live: set RealNode too")
 	}
 	if o.Flavour == FlavourK3s {
 		if !o.RealNode || o.ExtraRealNodes > 0 {
@@ -363,6 +371,13 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion, kubeBin
 			}
 			archives = append(archives, archive)
 		}
+		if o.Storage {
+			storage, err := StorageImages(ctx)
+			if err != nil {
+				return nil, err
+			}
+			archives = append(archives, storage...)
+		}
 		if serviceLBArchive != "" {
 			archives = append(archives, serviceLBArchive)
 		}
@@ -385,6 +400,11 @@ func (e *Env) create(ctx context.Context, o ClusterOptions, kubeVersion, kubeBin
 		}
 		if o.MetricsServer {
 			if err := c.deployMetricsServer(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if o.Storage {
+			if err := c.deployStorage(ctx); err != nil {
 				return nil, err
 			}
 		}

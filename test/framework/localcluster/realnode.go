@@ -317,8 +317,11 @@ func (n *RealNode) stop(ctx context.Context, c *Cluster) error {
 		errs = append(errs, n.killContainers(ctx))
 		errs = append(errs, machine.StopProcesses([]int{n.PIDs["containerd"]}, 10*time.Second))
 	}
-	errs = append(errs, machine.StopProcesses(machine.ProcessesMatching(n.ContainerdAddress), 5*time.Second))
+	// A node that failed before its start has no containerd address, and
+	// every process's command line contains the empty string: matching
+	// on it would stop every process of the machine.
 	if n.ContainerdAddress != "" {
+		errs = append(errs, machine.StopProcesses(machine.ProcessesMatching(n.ContainerdAddress), 5*time.Second))
 		errs = append(errs, machine.StopProcesses(machine.ProcessesMatching(n.Dir), 5*time.Second))
 	}
 	machine.UnmountUnder(n.Dir)

@@ -124,8 +124,13 @@ func Run(ctx context.Context, name string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// ProcessesMatching returns the PIDs whose command line contains substr.
+// ProcessesMatching returns the PIDs whose command line contains substr;
+// none for an empty substr, which every command line contains: a caller
+// that lost what it looks for must not stop every process of the machine.
 func ProcessesMatching(substr string) []int {
+	if substr == "" {
+		return nil
+	}
 	entries, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range entries {

@@ -11,6 +11,8 @@
 //
 // "testapp get URL" prints the body of URL instead, for kubectl exec, and
 // "testapp exit CODE" prints a line and exits with CODE, for Jobs.
+// "testapp write FILE TEXT" writes TEXT to FILE and "testapp cat FILE"
+// prints FILE, for pods that check a volume keeps what they wrote.
 //
 // Every request is logged to stdout, so tests can read it with kubectl logs.
 // SIGTERM shuts the server down gracefully.
@@ -62,10 +64,15 @@ func main() {
 		fmt.Printf("exiting with %d\n", code)
 		os.Exit(code)
 	}
-	if len(os.Args) == 3 && os.Args[1] == "get" {
+	switch {
+	case len(os.Args) == 3 && os.Args[1] == "get":
 		// "testapp get URL" is for kubectl exec: it prints the body of URL.
 		err = fetch(ctx, os.Stdout, os.Args[2])
-	} else {
+	case len(os.Args) == 4 && os.Args[1] == "write":
+		err = writeFile(os.Args[2], os.Args[3])
+	case len(os.Args) == 3 && os.Args[1] == "cat":
+		err = catFile(os.Stdout, os.Args[2])
+	default:
 		err = run(ctx, os.Stdout, os.Getenv("PORT"))
 	}
 	stop()
@@ -95,6 +102,37 @@ func fetch(ctx context.Context, out io.Writer, u string) error {
 		return fmt.Errorf("GET %s: %s", u, resp.Status)
 	}
 	return nil
+}
+
+// writeFile writes text to path and syncs it to disk, so that it is there
+// for the next pod however this one ends.
+func writeFile(path, text string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(f, text)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// catFile copies the content of path to out.
+func catFile(out io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(out, f)
+	return err
 }
 
 // run serves until ctx is done, then drains open requests.

@@ -178,3 +178,20 @@ func TestKubeCallsTheAPIServerWithAVerifiedCA(t *testing.T) {
 		})
 	}
 }
+
+func TestWhatWriteWritesCatPrints(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hello")
+	if err := writeFile(path, "written by the first pod"); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := catFile(&out, path); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "written by the first pod" {
+		t.Errorf("cat printed %q, want what write wrote", out.String())
+	}
+	if err := catFile(io.Discard, filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("cat of a missing file succeeded; want an error")
+	}
+}

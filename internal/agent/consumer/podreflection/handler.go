@@ -80,6 +80,10 @@ type Options struct {
 	// NodeSelector and Tolerations). A nil func, or nil, means the default
 	// policy: no node placement, any node.
 	Policy func() *offloadv1alpha1.ConsumerPolicy
+	// Claims resolves a claim of a consumer namespace to its remote claim
+	// in twin namespace twin, or says why it has none there
+	// (storage.RemoteClaimOf). nil: no claim has one.
+	Claims func(ctx context.Context, namespace, claim, twin string) (string, error)
 	// NodeIP is the virtual node's address, published as the host IP of
 	// its pods. Empty keeps the pods' host IP as it is.
 	NodeIP string

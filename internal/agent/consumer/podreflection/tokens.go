@@ -37,7 +37,36 @@ func (h *Handler) podOrigin(twin string, pod *corev1.Pod) reflection.Origin {
 	if reflection.NeedsToken(pod) {
 		o.ServiceAccountTokenSecret = reflection.TokenSecretName(pod.Name)
 	}
+	h.podClaims(&o, pod)
 	return o
+}
+
+// podClaims records in o the remote claims of the claims pod mounts, and
+// why those that have none do not.
+func (h *Handler) podClaims(o *reflection.Origin, pod *corev1.Pod) {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		name := v.PersistentVolumeClaim.ClaimName
+		if h.opts.Claims == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+		remote, err := h.opts.Claims(ctx, pod.Namespace, name, o.TwinNamespace)
+		cancel()
+		if err != nil {
+			if o.ClaimProblems == nil {
+				o.ClaimProblems = map[string]string{}
+			}
+			o.ClaimProblems[name] = err.Error()
+			continue
+		}
+		if o.Claims == nil {
+			o.Claims = map[string]string{}
+		}
+		o.Claims[name] = remote
+	}
 }
 
 // reflectToken writes the token Secret of pod into o.TwinNamespace, with a

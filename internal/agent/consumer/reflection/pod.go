@@ -55,8 +55,10 @@ import (
 //
 // Pods that need the provider's nodes themselves (hostNetwork, hostPID,
 // hostIPC, hostPath volumes, hostPorts), or storage and devices that are not
-// reflected (PersistentVolumeClaims, resource claims, service-account tokens
-// of other audiences), get a *NotOffloadableError that lists every reason.
+// reflected (PersistentVolumeClaims that are not in o.Claims, resource
+// claims, service-account tokens of other audiences), get a
+// *NotOffloadableError that lists every reason. A claim in o.Claims
+// becomes its remote claim in the twin namespace.
 //
 // RemotePod never modifies local, and its output depends only on its inputs.
 func RemotePod(local *corev1.Pod, o Origin) (*corev1.Pod, error) {
@@ -76,7 +78,7 @@ func RemotePod(local *corev1.Pod, o Origin) (*corev1.Pod, error) {
 // remoteSpec is the spec of local's remote pod, ephemeral containers
 // included, or why local cannot be offloaded.
 func remoteSpec(local *corev1.Pod, o Origin) (*corev1.PodSpec, error) {
-	if reasons := notOffloadable(local); len(reasons) > 0 {
+	if reasons := notOffloadable(local, o); len(reasons) > 0 {
 		return nil, &NotOffloadableError{Reasons: reasons}
 	}
 	spec := local.Spec.DeepCopy()
@@ -121,8 +123,8 @@ func remotePodAnnotations(local *corev1.Pod) map[string]string {
 	return out
 }
 
-// notOffloadable lists why pod cannot run on a provider.
-func notOffloadable(pod *corev1.Pod) []string {
+// notOffloadable lists why pod cannot run on the provider of o.
+func notOffloadable(pod *corev1.Pod, o Origin) []string {
 	var reasons []string
 	if pod.Spec.HostNetwork {
 		reasons = append(reasons, "it uses hostNetwork")
@@ -138,7 +140,13 @@ func notOffloadable(pod *corev1.Pod) []string {
 		case v.HostPath != nil:
 			reasons = append(reasons, fmt.Sprintf("volume %q is a hostPath", v.Name))
 		case v.PersistentVolumeClaim != nil:
-			reasons = append(reasons, fmt.Sprintf("volume %q is a PersistentVolumeClaim, and claims are not reflected", v.Name))
+			if _, ok := o.Claims[v.PersistentVolumeClaim.ClaimName]; !ok {
+				why := o.ClaimProblems[v.PersistentVolumeClaim.ClaimName]
+				if why == "" {
+					why = fmt.Sprintf("claim %s is not storage of this provider (StorageClass %s)", v.PersistentVolumeClaim.ClaimName, offloadv1alpha1.StorageClassName)
+				}
+				reasons = append(reasons, fmt.Sprintf("volume %q: %s", v.Name, why))
+			}
 		case v.Projected != nil && !isServiceAccountVolume(v):
 			for _, s := range v.Projected.Sources {
 				if s.ServiceAccountToken != nil {
@@ -185,6 +193,11 @@ func translateSpec(spec *corev1.PodSpec, local *corev1.Pod, o Origin) error {
 	spec.TopologySpreadConstraints = remoteTopologySpread(spec.TopologySpreadConstraints, o)
 	addProviderPlacement(spec, o)
 	translateServiceAccountVolumes(spec, o.ServiceAccountTokenSecret)
+	for i := range spec.Volumes {
+		if c := spec.Volumes[i].PersistentVolumeClaim; c != nil {
+			c.ClaimName = o.Claims[c.ClaimName]
+		}
+	}
 	translateDownwardEnv(spec, local, o)
 	forEachContainer(spec, dropNetRaw)
 	forEachContainer(spec, func(c *corev1.Container) { translateHandlerHosts(c, o.Addresses) })

@@ -248,7 +248,7 @@ func TestRemotePodRefusesPodsThatNeedTheProvidersNodes(t *testing.T) {
 		{"a hostPort", func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].HostPort = 80 }, `container "web" uses hostPort 80`},
 		{"a PersistentVolumeClaim", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}})
-		}, `volume "data" is a PersistentVolumeClaim`},
+		}, `volume "data": claim data is not storage of this provider (StorageClass offload)`},
 		{"resource claims", func(p *corev1.Pod) { p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}} }, "resource claims"},
 		{"a token of another audience", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "vault", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
@@ -281,6 +281,26 @@ func TestRemotePodRefusesPodsThatNeedTheProvidersNodes(t *testing.T) {
 			t.Fatalf("err = %#v, want two reasons", err)
 		}
 	})
+}
+
+func TestRemotePodMountsTheRemoteClaimsOfTheClaimsThatHaveOne(t *testing.T) {
+	local := offloadedPod()
+	local.Spec.Volumes = append(local.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-web-0", ReadOnly: true}}})
+	o := origin()
+	o.Claims = map[string]string{"data-web-0": "data-web-0"}
+	remote := mustRemote(t, local, o)
+	v := remote.Spec.Volumes[len(remote.Spec.Volumes)-1]
+	if v.Name != "data" || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "data-web-0" || !v.PersistentVolumeClaim.ReadOnly {
+		t.Errorf("remote volume = %+v, want claim data-web-0 of the twin namespace, read-only", v)
+	}
+
+	o.Claims = nil
+	o.ClaimProblems = map[string]string{"data-web-0": "claim data-web-0 is bound to volume pv-1 of this cluster, which the provider cannot reach"}
+	_, err := reflection.RemotePod(local, o)
+	if !errors.Is(err, reflection.ErrNotOffloadable) || !strings.Contains(err.Error(), `volume "data": claim data-web-0 is bound to volume pv-1 of this cluster`) {
+		t.Errorf("err = %v, want ErrNotOffloadable saying why the claim has no storage there", err)
+	}
 }
 
 func TestRemotePodIsDeterministicAndAFixedPoint(t *testing.T) {

@@ -81,6 +81,12 @@ type Origin struct {
 	// Addresses translates the addresses of reflected EndpointSlices into
 	// ones the provider reaches; nil when the peering has no networking.
 	Addresses *Addresses
+	// Claims are the claims of the pod's namespace that have storage on
+	// the provider, by name, with the name of their remote claim in
+	// TwinNamespace (StorageClass offload). A pod that mounts another
+	// claim cannot be offloaded; ClaimProblems says why, by claim.
+	Claims        map[string]string
+	ClaimProblems map[string]string
 	// HostIP is the virtual node's address, which the downward API's
 	// status.hostIP gives offloaded containers; empty leaves it the
 	// provider node's.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/objectreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/podreflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/storage"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -136,6 +137,9 @@ func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods corelister
 		NodeIP:             r.NodeIP,
 		Addresses:          p.addresses,
 		Policy:             p.providerPolicy,
+		Claims: func(ctx context.Context, namespace, claim, twin string) (string, error) {
+			return storage.RemoteClaimOf(ctx, r.Client, namespace, claim, p.fc.Spec.ClusterID, twin)
+		},
 		TokenRenewInterval: r.TokenRenewInterval,
 		// The provider's events of a remote pod, on its consumer pod, from
 		// "provider/NAME": correlated and rate-limited per pod.

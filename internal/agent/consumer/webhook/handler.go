@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -75,7 +76,16 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 		return admission.Allowed("the namespace is not offloaded")
 	}
 	before := scheduling(&pod.Spec)
-	if !Mutate(pod, no, m.Options) {
+	changed := Mutate(pod, no, m.Options)
+	local, err := m.localClaim(ctx, namespace, pod)
+	if err != nil {
+		return m.failed(log, err)
+	}
+	if local != "" && KeepOffVirtualNodes(pod) {
+		changed = true
+		log.V(2).Info("Kept a pod off the virtual nodes: it mounts a claim of this cluster", "claim", local)
+	}
+	if !changed {
 		return admission.Allowed("the pod needs no change")
 	}
 	resp := admission.Patched("", schedulingPatch(before, &pod.Spec)...)
@@ -136,6 +146,34 @@ const FailureWarning = "offload scheduling webhook: the pod was admitted without
 func (m *PodMutator) failed(log klog.Logger, err error) admission.Response {
 	log.Error(err, "Admitting a pod unchanged")
 	return admission.Allowed("").WithWarnings(FailureWarning + ": " + err.Error())
+}
+
+// localClaim returns the first claim pod mounts whose storage is this
+// cluster's: of a StorageClass other than offload. Such a pod cannot run
+// on a provider, and the scheduler must know it. A claim that does not
+// exist yet is not judged.
+func (m *PodMutator) localClaim(ctx context.Context, namespace string, pod *corev1.Pod) (string, error) {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		key := types.NamespacedName{Namespace: namespace, Name: v.PersistentVolumeClaim.ClaimName}
+		claim := &corev1.PersistentVolumeClaim{}
+		err := m.Client.Get(ctx, key, claim)
+		if apierrors.IsNotFound(err) && m.Reader != nil {
+			err = m.Reader.Get(ctx, key, claim)
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return "", fmt.Errorf("reading claim %s: %w", key, err)
+		}
+		if ptr.Deref(claim.Spec.StorageClassName, "") != offloadv1alpha1.StorageClassName {
+			return claim.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // namespaceOffloading returns the NamespaceOffloading of namespace, or nil

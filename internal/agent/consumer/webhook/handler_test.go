@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +13,10 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -155,6 +158,78 @@ func TestThePodMutatorPatchesOnlyNewPodsOfOffloadedNamespaces(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestThePodMutatorKeepsPodsWithStorageOfThisClusterOffTheVirtualNodes(t *testing.T) {
+	ctx := context.Background()
+	c := envtest.NewClient(t, envtest.APIServer(t))
+	envtest.InstallCRDs(t, c)
+	claim := func(ns, name, class string) {
+		t.Helper()
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: &class, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		if err := c.Create(ctx, pvc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mounting := func(claim string) *corev1.Pod {
+		p := newPod(func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+		})
+		p.Namespace = ""
+		return p
+	}
+	for _, strategy := range []offloadv1alpha1.PodOffloadingStrategy{offloadv1alpha1.LocalAndRemote, offloadv1alpha1.Remote} {
+		ns := offloadedNamespace(t, c, strategy, false)
+		claim(ns, "local", "standard")
+		claim(ns, "remote", offloadv1alpha1.StorageClassName)
+		hook := NewAdmissionWebhook(&PodMutator{Client: c}, scheme.Scheme)
+		for _, tc := range []struct {
+			claim   string
+			virtual bool
+		}{{"local", false}, {"remote", true}, {"not-created-yet", true}} {
+			t.Run(fmt.Sprintf("%s: a pod with claim %s may run on a virtual node: %v", strategy, tc.claim, tc.virtual), func(t *testing.T) {
+				pod := mounting(tc.claim)
+				resp := hook.Handle(ctx, podRequest(t, admissionv1.Create, ns, pod))
+				if !resp.Allowed || len(resp.Warnings) > 0 {
+					t.Fatalf("response = %+v, want allowed without warnings", resp)
+				}
+				patched := applyPatch(t, pod, resp)
+				virtual := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "offload-p", Labels: map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}}}
+				ok, err := nodeaffinity.GetRequiredNodeAffinity(patched).Match(virtual)
+				if err != nil || ok != tc.virtual {
+					t.Errorf("the pod's required affinity matches a virtual node: %v (%v), want %v; affinity %+v", ok, err, tc.virtual, patched.Spec.Affinity)
+				}
+			})
+		}
+	}
+}
+
+// applyPatch returns pod with resp's JSON patch applied.
+func applyPatch(t *testing.T, pod *corev1.Pod, resp admission.Response) *corev1.Pod {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.DecodePatch(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = patch.Apply(raw); err != nil {
+		t.Fatal(err)
+	}
+	out := &corev1.Pod{}
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestThePodMutatorAdmitsAPodItCannotDecode(t *testing.T) {

@@ -77,6 +77,20 @@ func Mutate(pod *corev1.Pod, no *offloadv1alpha1.NamespaceOffloading, opts Optio
 	return !apiequality.Semantic.DeepEqual(before, &pod.Spec)
 }
 
+// KeepOffVirtualNodes adds to pod's required node affinity that it runs on
+// no virtual node, for a pod that mounts storage of this cluster, and
+// reports whether it changed anything. With a Remote strategy the pod then
+// fits no node, and stays Pending with the scheduler's reason, rather than
+// failing on a provider that cannot reach its volume.
+func KeepOffVirtualNodes(pod *corev1.Pod) bool {
+	if pod.Spec.NodeName != "" {
+		return false
+	}
+	before := pod.Spec.DeepCopy()
+	requireNodes(pod, []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{offVirtualNode}}})
+	return !apiequality.Semantic.DeepEqual(before, &pod.Spec)
+}
+
 // selects tells whether sel restricts the peers: a nil selector, or one
 // without terms, selects them all.
 func selects(sel *corev1.NodeSelector) bool { return sel != nil && len(sel.NodeSelectorTerms) > 0 }
