@@ -126,17 +126,17 @@ func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods corelister
 	}
 	name := p.node()
 	h, err := podreflection.New(podreflection.Options{
-		Provider:           p.provider,
-		Consumer:           r.podsKube(),
-		ConsumerReader:     r.Client,
-		LocalPods:          pods,
-		ConsumerClusterID:  consumerID,
-		ProviderClusterID:  p.fc.Spec.ClusterID,
-		VirtualNodeName:    name,
-		VirtualNodeLabels:  newNode(p.fc, endpoint{}, nil).Labels,
-		NodeIP:             r.NodeIP,
-		Addresses:          p.addresses,
-		Policy:             p.providerPolicy,
+		Provider:          p.provider,
+		Consumer:          r.podsKube(),
+		ConsumerReader:    r.Client,
+		LocalPods:         pods,
+		ConsumerClusterID: consumerID,
+		ProviderClusterID: p.fc.Spec.ClusterID,
+		VirtualNodeName:   name,
+		VirtualNodeLabels: newNode(p.fc, endpoint{}, nil).Labels,
+		NodeIP:            r.NodeIP,
+		Addresses:         p.addresses,
+		Policy:            p.providerPolicy,
 		Claims: func(ctx context.Context, namespace, claim, twin string) (string, error) {
 			return storage.RemoteClaimOf(ctx, r.Client, namespace, claim, p.fc.Spec.ClusterID, twin)
 		},
