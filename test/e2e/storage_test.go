@@ -157,6 +157,16 @@ func expectStatefulSetStorage(ctx context.Context, t *testing.T, consumer, provi
 		t.Errorf("the refused claim exists on the provider: %v", err)
 	}
 
+	// A pod that mounts a claim bound to this cluster's own storage never
+	// runs on a provider, which cannot reach it. Where the scheduling
+	// mutation is the agent's webhook, the webhook keeps such a pod off the
+	// virtual nodes (TestThePodMutatorKeepsPodsWithStorageOfThisClusterOffTheVirtualNodes);
+	// here the API server's MutatingAdmissionPolicy does that work, cannot
+	// read claims, and the namespace's strategy (Remote) puts the pod on
+	// the virtual node: the agent refuses it, naming the claim, and sends
+	// nothing.
+	expectLocalClaimRefused(ctx, t, consumer, provider, ns, twin)
+
 	// Deleting the StatefulSet and its claim deletes the provider's claim.
 	if err := consumer.Kube.AppsV1().StatefulSets(ns).Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -173,6 +183,56 @@ func expectStatefulSetStorage(ctx context.Context, t *testing.T, consumer, provi
 		return apierrors.IsNotFound(err), fmt.Sprintf("the provider's volume %s: %v", remote.Spec.VolumeName, err)
 	})
 	t.Logf("the provider's claim and volume were gone %s after the consumer's claim was deleted", took.Round(time.Millisecond))
+}
+
+// expectLocalClaimRefused checks that a pod of namespace ns (Remote) with
+// a claim bound to a volume of the consumer is refused by the agent on the
+// virtual node, Pending with reason ProviderFailed naming the claim, and
+// that nothing of it reaches the provider.
+func expectLocalClaimRefused(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, ns, twin string) {
+	t.Helper()
+	const class = "consumer-disks"
+	own := claimTemplate("own-data", "64Mi")
+	own.Namespace, own.Spec.StorageClassName = ns, ptr.To(class)
+	created, err := consumer.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &own, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A volume of the consumer's, bound to the claim, that any node could
+	// mount (no node affinity), as an NFS share would be.
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "consumer-share-" + string(created.UID)[:8]}, Spec: corev1.PersistentVolumeSpec{
+		Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}, AccessModes: own.Spec.AccessModes, StorageClassName: class,
+		PersistentVolumeSource: corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "192.0.2.1", Path: "/share"}},
+		ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: own.Name, UID: created.UID},
+	}}
+	if _, err := consumer.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	home := harmlessPod("needs-home-storage", ns)
+	home.Spec.Volumes = append(home.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: own.Name}}})
+	if _, err := consumer.Kube.CoreV1().Pods(ns).Create(ctx, home, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx := context.Background()
+		_ = consumer.Kube.CoreV1().Pods(ns).Delete(ctx, home.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		_ = consumer.Kube.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, own.Name, metav1.DeleteOptions{})
+		_ = consumer.Kube.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{})
+	}()
+	waitFor(ctx, t, 2*time.Minute, "the agent to refuse the pod of a claim of this cluster", func(ctx context.Context) (bool, string) {
+		p, err := consumer.Kube.CoreV1().Pods(ns).Get(ctx, home.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		why := "claim own-data is bound to volume " + pv.Name + " of this cluster, which the provider cannot reach"
+		return p.Spec.NodeName == offloadv1alpha1.VirtualNodeName(provider.Name) && p.Status.Phase == corev1.PodPending &&
+				p.Status.Reason == "ProviderFailed" && strings.Contains(p.Status.Message, why),
+			fmt.Sprintf("node %q, phase %s, reason %q: %s", p.Spec.NodeName, p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	if _, err := provider.Kube.CoreV1().Pods(twin).Get(ctx, home.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod of a claim of the consumer's reached the provider: %v", err)
+	}
 }
 
 // isReady reports whether p is Running and Ready.
