@@ -68,9 +68,11 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 		// The real node's pod CIDR is detected, so the network fabric is on:
 		// its DaemonSet and ServiceAccount, and the gateways' pod template.
 		// The scheduling mutation is the webhook, with its Service, or where
-		// the API server serves them, two MutatingAdmissionPolicies.
+		// the API server serves them, two MutatingAdmissionPolicies. The
+		// StorageClass offload is the claims of offloaded pods'.
 		want := map[string]int{"CustomResourceDefinition": 9, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 2, "ConfigMap": 2,
-			"MutatingWebhookConfiguration": 1, "MutatingAdmissionPolicy": 0, "MutatingAdmissionPolicyBinding": 0, "ValidatingAdmissionPolicy": 14}
+			"MutatingWebhookConfiguration": 1, "MutatingAdmissionPolicy": 0, "MutatingAdmissionPolicyBinding": 0, "ValidatingAdmissionPolicy": 15,
+			"StorageClass": 1}
 		if schedulingPolicyServed(t, c) {
 			want["Service"], want["MutatingWebhookConfiguration"], want["MutatingAdmissionPolicy"], want["MutatingAdmissionPolicyBinding"] = 1, 0, 2, 2
 		}
