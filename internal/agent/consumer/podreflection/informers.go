@@ -234,11 +234,10 @@ func (h *Handler) consumerView(ctx context.Context, ti *twinInformer, remote *co
 		return nil
 	}
 	local := h.localPod(ctx, ti, remote)
-	o := h.origin(ti.twin)
-	if local != nil {
-		o = h.podOrigin(ti.twin, local)
-	}
-	view := reflection.ConsumerView(remote, local, o, ti.consumer, h.opts.VirtualNodeName, h.opts.NodeIP, h.addresses())
+	// ConsumerView reads the origin's tolerations only: not the pod's
+	// token Secret or claims (podOrigin), whose lookups would cost every
+	// view of every pod.
+	view := reflection.ConsumerView(remote, local, h.origin(ti.twin), ti.consumer, h.opts.VirtualNodeName, h.opts.NodeIP, h.addresses())
 	h.withRefusals(view, local, true)
 	return view
 }

@@ -44,14 +44,14 @@ func (h *Handler) podOrigin(twin string, pod *corev1.Pod) reflection.Origin {
 // podClaims records in o the remote claims of the claims pod mounts, and
 // why those that have none do not.
 func (h *Handler) podClaims(o *reflection.Origin, pod *corev1.Pod) {
+	if h.opts.Claims == nil {
+		return
+	}
 	for _, v := range pod.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {
 			continue
 		}
 		name := v.PersistentVolumeClaim.ClaimName
-		if h.opts.Claims == nil {
-			continue
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
 		remote, err := h.opts.Claims(ctx, pod.Namespace, name, o.TwinNamespace)
 		cancel()

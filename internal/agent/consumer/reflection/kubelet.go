@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // The changes a kubelet carries out on a running pod, which reach the
@@ -72,11 +73,8 @@ func ResizeRemote(remote, local *corev1.Pod) (*corev1.Pod, bool) {
 func follow(have *corev1.ResourceList, want corev1.ResourceList) bool {
 	changed := false
 	for _, r := range resizable {
-		q, ok := want[r]
+		q, ok := lagsIn(*have, want, r)
 		if !ok {
-			continue
-		}
-		if cur, ok := (*have)[r]; ok && cur.Cmp(q) == 0 {
 			continue
 		}
 		if *have == nil {
@@ -86,6 +84,17 @@ func follow(have *corev1.ResourceList, want corev1.ResourceList) bool {
 		changed = true
 	}
 	return changed
+}
+
+// lagsIn returns want's quantity of r, and whether have lacks it or holds
+// another: whether follow would set it.
+func lagsIn(have, want corev1.ResourceList, r corev1.ResourceName) (resource.Quantity, bool) {
+	q, ok := want[r]
+	if !ok {
+		return q, false
+	}
+	cur, ok := have[r]
+	return q, !ok || cur.Cmp(q) != 0
 }
 
 // resizable are the resources an in-place resize changes.
@@ -115,11 +124,7 @@ func resizeLags(remote, local *corev1.Pod) bool {
 // quantity of want: what follow would set.
 func lags(have, want corev1.ResourceList) bool {
 	for _, r := range resizable {
-		q, ok := want[r]
-		if !ok {
-			continue
-		}
-		if cur, ok := have[r]; !ok || cur.Cmp(q) != 0 {
+		if _, ok := lagsIn(have, want, r); ok {
 			return true
 		}
 	}

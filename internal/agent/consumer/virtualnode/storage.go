@@ -28,22 +28,8 @@ func (r *Reconciler) ByNode(ctx context.Context, node string) (storage.Peer, boo
 // ByClusterID implements storage.Peers: the running peering with provider
 // clusterID, or whether this cluster still peers with it.
 func (r *Reconciler) ByClusterID(ctx context.Context, clusterID string) (storage.Peer, bool, bool, error) {
-	r.mu.Lock()
-	var found *peerRuntime
-	for _, rt := range r.peers {
-		if rt.peer.fc.Spec.ClusterID == clusterID {
-			found = rt
-			break
-		}
-	}
-	r.mu.Unlock()
-	if found != nil {
-		found.mu.Lock()
-		run := found.pods
-		found.mu.Unlock()
-		if run != nil {
-			return r.storagePeer(found, run), true, true, nil
-		}
+	if rt, run := r.runtimeWhere(func(p *peer) bool { return p.fc.Spec.ClusterID == clusterID }); run != nil {
+		return r.storagePeer(rt, run), true, true, nil
 	}
 	var list offloadv1alpha1.ForeignClusterList
 	if err := r.Reader.List(ctx, &list); err != nil {

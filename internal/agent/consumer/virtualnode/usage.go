@@ -86,9 +86,15 @@ func podUsage(p *corev1.Pod, m *metricsv1beta1.PodMetrics) kubeletapi.PodUsage {
 // podsOf returns the runtime of virtual node node and its running pod
 // reflection; run is nil when none runs.
 func (r *Reconciler) podsOf(node string) (rt *peerRuntime, run *podsRun) {
+	return r.runtimeWhere(func(p *peer) bool { return p.node() == node })
+}
+
+// runtimeWhere returns the runtime of the first peer that match selects,
+// and its running pod reflection; run is nil when none runs.
+func (r *Reconciler) runtimeWhere(match func(*peer) bool) (rt *peerRuntime, run *podsRun) {
 	r.mu.Lock()
 	for _, candidate := range r.peers {
-		if candidate.peer.node() == node {
+		if match(candidate.peer) {
 			rt = candidate
 			break
 		}

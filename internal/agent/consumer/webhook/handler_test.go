@@ -214,6 +214,17 @@ func applyPatch(t *testing.T, pod *corev1.Pod, resp admission.Response) *corev1.
 	if err != nil {
 		t.Fatal(err)
 	}
+	raw = applyPatchTo(t, raw, resp)
+	out := &corev1.Pod{}
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// applyPatchTo returns the JSON document raw with resp's JSON patch applied.
+func applyPatchTo(t *testing.T, raw []byte, resp admission.Response) []byte {
+	t.Helper()
 	ops, err := json.Marshal(resp.Patches)
 	if err != nil {
 		t.Fatal(err)
@@ -222,14 +233,11 @@ func applyPatch(t *testing.T, pod *corev1.Pod, resp admission.Response) *corev1.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if raw, err = patch.Apply(raw); err != nil {
-		t.Fatal(err)
+	patched, err := patch.Apply(raw)
+	if err != nil {
+		t.Fatalf("applying %s: %v", ops, err)
 	}
-	out := &corev1.Pod{}
-	if err := json.Unmarshal(raw, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return patched
 }
 
 func TestThePodMutatorAdmitsAPodItCannotDecode(t *testing.T) {
@@ -268,18 +276,7 @@ func TestThePodMutatorsPatchKeepsWhatItDoesNotChange(t *testing.T) {
 	req.Object.Raw = raw
 
 	resp := NewAdmissionWebhook(&PodMutator{Client: c}, scheme.Scheme).Handle(ctx, req)
-	ops, err := json.Marshal(resp.Patches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	patch, err := jsonpatch.DecodePatch(ops)
-	if err != nil {
-		t.Fatal(err)
-	}
-	patched, err := patch.Apply(raw)
-	if err != nil {
-		t.Fatalf("applying %s: %v", ops, err)
-	}
+	patched := applyPatchTo(t, raw, resp)
 	var got struct {
 		Spec struct {
 			corev1.PodSpec
