@@ -158,6 +158,45 @@ func TestTheSchedulingPolicyMutatesPodsAsTheWebhookDoes(t *testing.T) {
 	}
 }
 
+// expectClaimsOnlyWebhook checks that, with the policies, the webhook gets
+// only the creation of pods that mount claims, which the policy leaves to
+// it: a policy cannot read the claims.
+func expectClaimsOnlyWebhook(t *testing.T, objs map[string]map[string]any) {
+	t.Helper()
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	var policy admissionregistrationv1.MutatingAdmissionPolicy
+	if err := fromRendered(objs, map[string]any{"MutatingWebhookConfiguration/offload-webhook": &cfg, "MutatingAdmissionPolicy/offload-scheduling": &policy}); err != nil {
+		t.Fatal(err)
+	}
+	const mounts = `object.spec.?volumes.orValue([]).exists(v, has(v.persistentVolumeClaim))`
+	w := cfg.Webhooks[0]
+	if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) ||
+		len(w.MatchConditions) != 1 || w.MatchConditions[0].Expression != mounts {
+		t.Errorf("webhook rules %+v, match conditions %+v; want pod creations that mount a claim only", w.Rules, w.MatchConditions)
+	}
+	if !slices.ContainsFunc(policy.Spec.MatchConditions, func(c admissionregistrationv1.MatchCondition) bool { return c.Expression == "!"+mounts }) {
+		t.Errorf("policy match conditions %+v; want the pods that mount no claim only", policy.Spec.MatchConditions)
+	}
+}
+
+func TestTheSchedulingPolicyLeavesPodsThatMountClaimsToTheWebhook(t *testing.T) {
+	kube, c := schedulingPolicies(t, nil)
+	no := &offloadv1alpha1.NamespaceOffloading{Spec: offloadv1alpha1.NamespaceOffloadingSpec{PodOffloadingStrategy: offloadv1alpha1.Remote}}
+	ns := offloadedNamespace(t, kube, c, no, newNamespace(t, kube, nil), webhook.Options{})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "with-claim", Namespace: ns}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "app", Image: "app"}},
+		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}},
+	}}
+	created, err := kube.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Spec.Affinity != nil || slices.ContainsFunc(created.Spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == offloadv1alpha1.TaintVirtualNode }) {
+		t.Errorf("the policy mutated a pod that mounts a claim: affinity %+v, tolerations %+v", created.Spec.Affinity, created.Spec.Tolerations)
+	}
+}
+
 // TestTheSchedulingPolicyLeavesPodsOfNamespacesNoLongerOffloaded checks
 // that the policy mutates nothing where the namespace has no
 // NamespaceOffloading, or one being deleted.
@@ -265,9 +304,7 @@ func schedulingPolicies(t *testing.T, seconds *int64) (kubernetes.Interface, cli
 		vals["webhook"].(map[string]any)["unreachableTolerationSeconds"] = *seconds
 	}
 	objs := charts.Render(t, vals)
-	if _, ok := objs["MutatingWebhookConfiguration/offload-webhook"]; ok {
-		t.Fatal("webhook.mode=policy renders the MutatingWebhookConfiguration too")
-	}
+	expectClaimsOnlyWebhook(t, objs)
 	api := kube.AdmissionregistrationV1()
 	for _, name := range []string{"offload-scheduling", "offload-keep-tolerations"} {
 		var policy admissionregistrationv1.MutatingAdmissionPolicy

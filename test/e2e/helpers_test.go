@@ -219,16 +219,21 @@ func schedulingPolicyServed(t *testing.T, c *localcluster.Cluster) bool {
 
 // expectSchedulingMutation checks that the scheduling mutation installed
 // on c is the one install chooses for its API server: the
-// MutatingAdmissionPolicy where it is served, else the webhook, never both.
+// MutatingAdmissionPolicy where it is served, with the webhook for the
+// pods that mount claims only (a policy cannot read claims), else the
+// webhook for every pod.
 func expectSchedulingMutation(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
 	policy := schedulingPolicyServed(t, c)
 	api := c.Kube.AdmissionregistrationV1()
-	_, errWebhook := api.MutatingWebhookConfigurations().Get(ctx, "offload-webhook", metav1.GetOptions{})
+	cfg, errWebhook := api.MutatingWebhookConfigurations().Get(ctx, "offload-webhook", metav1.GetOptions{})
 	_, errPolicy := api.MutatingAdmissionPolicies().Get(ctx, "offload-scheduling", metav1.GetOptions{})
-	if policy && (errPolicy != nil || errWebhook == nil) || !policy && (errWebhook != nil || errPolicy == nil) {
-		t.Errorf("on %s (MutatingAdmissionPolicy served: %t): MutatingWebhookConfiguration offload-webhook: %v; MutatingAdmissionPolicy offload-scheduling: %v; want exactly the %s",
-			c.Name, policy, errOrFound(errWebhook), errOrFound(errPolicy), map[bool]string{true: "policy", false: "webhook"}[policy])
+	claimsOnly := errWebhook == nil && len(cfg.Webhooks) == 1 && len(cfg.Webhooks[0].MatchConditions) == 1 &&
+		cfg.Webhooks[0].MatchConditions[0].Name == "mounts-a-claim"
+	if policy && (errPolicy != nil || !claimsOnly) || !policy && (errWebhook != nil || claimsOnly || errPolicy == nil) {
+		t.Errorf("on %s (MutatingAdmissionPolicy served: %t): MutatingWebhookConfiguration offload-webhook: %v (for the pods that mount claims only: %t); MutatingAdmissionPolicy offload-scheduling: %v; want %s",
+			c.Name, policy, errOrFound(errWebhook), claimsOnly, errOrFound(errPolicy),
+			map[bool]string{true: "the policy, and the webhook for the pods that mount claims", false: "the webhook only"}[policy])
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -157,15 +158,9 @@ func expectStatefulSetStorage(ctx context.Context, t *testing.T, consumer, provi
 		t.Errorf("the refused claim exists on the provider: %v", err)
 	}
 
-	// A pod that mounts a claim bound to this cluster's own storage never
-	// runs on a provider, which cannot reach it. Where the scheduling
-	// mutation is the agent's webhook, the webhook keeps such a pod off the
-	// virtual nodes (TestThePodMutatorKeepsPodsWithStorageOfThisClusterOffTheVirtualNodes);
-	// here the API server's MutatingAdmissionPolicy does that work, cannot
-	// read claims, and the namespace's strategy (Remote) puts the pod on
-	// the virtual node: the agent refuses it, naming the claim, and sends
-	// nothing.
-	expectLocalClaimRefused(ctx, t, consumer, provider, ns, twin)
+	// A pod that mounts a claim bound to this cluster's own storage is
+	// never scheduled on a virtual node: the provider cannot reach it.
+	expectLocalClaimStaysHome(ctx, t, consumer, provider, ns, twin)
 
 	// Deleting the StatefulSet and its claim deletes the provider's claim.
 	if err := consumer.Kube.AppsV1().StatefulSets(ns).Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
@@ -185,11 +180,13 @@ func expectStatefulSetStorage(ctx context.Context, t *testing.T, consumer, provi
 	t.Logf("the provider's claim and volume were gone %s after the consumer's claim was deleted", took.Round(time.Millisecond))
 }
 
-// expectLocalClaimRefused checks that a pod of namespace ns (Remote) with
-// a claim bound to a volume of the consumer is refused by the agent on the
-// virtual node, Pending with reason ProviderFailed naming the claim, and
-// that nothing of it reaches the provider.
-func expectLocalClaimRefused(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, ns, twin string) {
+// expectLocalClaimStaysHome checks that a pod of namespace ns (Remote)
+// with a claim bound to a volume of the consumer is kept off the virtual
+// nodes by the scheduling webhook (which the MutatingAdmissionPolicy leaves
+// such pods to: it cannot read claims), so that it fits no node and stays
+// Pending with the scheduler's reason, and nothing of it reaches the
+// provider.
+func expectLocalClaimStaysHome(ctx context.Context, t *testing.T, consumer, provider *localcluster.Cluster, ns, twin string) {
 	t.Helper()
 	const class = "consumer-disks"
 	own := claimTemplate("own-data", "64Mi")
@@ -220,15 +217,27 @@ func expectLocalClaimRefused(ctx context.Context, t *testing.T, consumer, provid
 		_ = consumer.Kube.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, own.Name, metav1.DeleteOptions{})
 		_ = consumer.Kube.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{})
 	}()
-	waitFor(ctx, t, 2*time.Minute, "the agent to refuse the pod of a claim of this cluster", func(ctx context.Context) (bool, string) {
+	virtualNode, err := consumer.Kube.CoreV1().Nodes().Get(ctx, offloadv1alpha1.VirtualNodeName(provider.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without the webhook, the strategy (Remote) alone would require the
+	// virtual node, and the claim, bound to a volume any node may mount,
+	// would not keep the pod off it.
+	waitFor(ctx, t, 2*time.Minute, "the scheduler to find no node for the pod of a claim of this cluster", func(ctx context.Context) (bool, string) {
 		p, err := consumer.Kube.CoreV1().Pods(ns).Get(ctx, home.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		why := "claim own-data is bound to volume " + pv.Name + " of this cluster, which the provider cannot reach"
-		return p.Spec.NodeName == offloadv1alpha1.VirtualNodeName(provider.Name) && p.Status.Phase == corev1.PodPending &&
-				p.Status.Reason == "ProviderFailed" && strings.Contains(p.Status.Message, why),
-			fmt.Sprintf("node %q, phase %s, reason %q: %s", p.Spec.NodeName, p.Status.Phase, p.Status.Reason, p.Status.Message)
+		if fits, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(virtualNode); err != nil || fits {
+			t.Fatalf("the pod may run on the virtual node (%v): affinity %+v", err, p.Spec.Affinity)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return p.Spec.NodeName == "", c.Message
+			}
+		}
+		return false, fmt.Sprintf("node %q, phase %s, conditions %+v", p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
 	})
 	if _, err := provider.Kube.CoreV1().Pods(twin).Get(ctx, home.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the pod of a claim of the consumer's reached the provider: %v", err)

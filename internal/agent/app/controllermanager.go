@@ -61,8 +61,10 @@ type controllerManagerOptions struct {
 	// UnreachableTolerationSeconds is how long offloaded pods stay bound to
 	// an unreachable or NotReady virtual node; negative means for ever.
 	UnreachableTolerationSeconds int64
-	// SchedulingWebhook serves the scheduling webhook; false where the
-	// chart installed the MutatingAdmissionPolicy that does its work.
+	// SchedulingWebhook serves the scheduling webhook. Where the chart
+	// installed the MutatingAdmissionPolicy that does its work, the
+	// webhook gets only the pods that mount claims, which a policy cannot
+	// read.
 	SchedulingWebhook bool
 	// NodeIP is the address of the virtual nodes, where the kubelet API is
 	// served: this pod's IP.
@@ -124,7 +126,7 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.Int64Var(&o.UnreachableTolerationSeconds, "unreachable-toleration-seconds", o.UnreachableTolerationSeconds,
 		"How long offloaded pods stay bound to an unreachable or NotReady virtual node; negative means for ever.")
 	fs.BoolVar(&o.SchedulingWebhook, "scheduling-webhook", o.SchedulingWebhook,
-		"Serve the scheduling webhook; false where the API server applies the offload-scheduling MutatingAdmissionPolicy instead.")
+		"Serve the scheduling webhook (where the API server applies the offload-scheduling MutatingAdmissionPolicy, only the pods that mount claims reach it); false serves none.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the virtual nodes, where their kubelet API is served (default: $POD_IP).")
 	fs.Int32Var(&o.KubeletPort, "kubelet-port", o.KubeletPort, "First port of the virtual nodes' kubelet API (logs, exec, attach, port-forward, resource metrics): each virtual node takes the lowest free port from it on; 0 turns it off.")
 	fs.BoolVar(&o.Network, "network", o.Network, "Run the network fabric: a WireGuard gateway per peering, with pod CIDRs remapped where they overlap.")
