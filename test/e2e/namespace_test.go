@@ -170,12 +170,13 @@ func expectSchedulingWebhook(ctx context.Context, t *testing.T, c *localcluster.
 	// it is written; until then pods are admitted unchanged (failurePolicy
 	// Ignore).
 	var got *corev1.Pod
+	var lastErr error
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		got = p
+		got, lastErr = p, err
 		return err == nil && tolerates(p, "offload.io/virtual-node"), nil
 	}); err != nil {
-		t.Fatalf("a pod created in offloaded namespace %s never got the virtual-node toleration: %+v", ns, got)
+		t.Fatalf("a pod created in offloaded namespace %s never got the virtual-node toleration (last error: %v): %+v", ns, lastErr, got)
 	}
 	for _, tol := range got.Spec.Tolerations {
 		if (tol.Key == corev1.TaintNodeUnreachable || tol.Key == corev1.TaintNodeNotReady) && tol.TolerationSeconds != nil {
