@@ -196,3 +196,19 @@ func TestTheChartsKubeVersionIsThePeeringPolicysRange(t *testing.T) {
 		}
 	}
 }
+
+func TestVirtualNodesTaintIsAnAgentFlag(t *testing.T) {
+	args := func(vals map[string]any) []any {
+		t.Helper()
+		deployment := render(t, vals)["Deployment/offload-controller-manager"]
+		spec := deployment["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		return spec["containers"].([]any)[0].(map[string]any)["args"].([]any)
+	}
+	untainted := "--virtual-node-taint=false"
+	if got := args(map[string]any{"clusterName": "lint"}); slices.Contains(got, any(untainted)) {
+		t.Errorf("by default the controller-manager's args %v have %s; want the agent's default, tainted", got, untainted)
+	}
+	if got := args(map[string]any{"clusterName": "lint", "virtualNodes": map[string]any{"taint": false}}); !slices.Contains(got, any(untainted)) {
+		t.Errorf("with virtualNodes.taint=false the controller-manager's args are %v; want %s among them", got, untainted)
+	}
+}

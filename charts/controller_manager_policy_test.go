@@ -201,6 +201,7 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesTheirPodsAndTwinNamespaces
 	annotate := []byte(`{"metadata":{"annotations":{"volume.kubernetes.io/selected-node":null}}}`)
 	dryPatch := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
 	statusPatch := []byte(`{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`)
+	untaint := []byte(`{"spec":{"taints":[]}}`)
 
 	refused := []struct {
 		name string
@@ -216,10 +217,18 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesTheirPodsAndTwinNamespaces
 			_, err := agent.CoreV1().Nodes().Patch(ctx, real, types.StrategicMergePatchType, statusPatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
 			return err
 		}, controllerManagerPolicyName},
-		{"relabelling a node", func() error {
+		{"relabelling a real node", func() error {
 			_, err := agent.CoreV1().Nodes().Patch(ctx, real, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
 			return err
-		}, "cannot patch resource \"nodes\""},
+		}, controllerManagerPolicyName},
+		{"tainting a real node", func() error {
+			_, err := agent.CoreV1().Nodes().Patch(ctx, real, types.MergePatchType, untaint, dryPatch)
+			return err
+		}, controllerManagerPolicyName},
+		{"making its virtual node a real one", func() error {
+			_, err := agent.CoreV1().Nodes().Patch(ctx, virtual, types.MergePatchType, []byte(`{"metadata":{"labels":{"offload.io/type":null}}}`), dryPatch)
+			return err
+		}, controllerManagerPolicyName},
 		{"creating a pod", func() error {
 			_, err := agent.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: onVirtual.Spec}, metav1.CreateOptions{})
 			return err
@@ -277,6 +286,10 @@ func TestTheControllerManagerWritesOnlyItsVirtualNodesTheirPodsAndTwinNamespaces
 	}{
 		{"creating a virtual node", func() error {
 			_, err := agent.CoreV1().Nodes().Create(ctx, node(offloadv1alpha1.VirtualNodeName("new-"+id), true), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"changing its taints (virtualNodes.taint)", func() error {
+			_, err := agent.CoreV1().Nodes().Patch(ctx, virtual, types.MergePatchType, untaint, dryPatch)
 			return err
 		}},
 		{"patching its status", func() error {

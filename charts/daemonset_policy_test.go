@@ -135,14 +135,14 @@ func TestTheControllerManagerChangesDaemonSetsOnlyToKeepThemOffVirtualNodes(t *t
 	for _, base := range []*appsv1.DaemonSet{plain, own} {
 		t.Run("keeping "+base.Name+" off virtual nodes, and letting it back, is admitted", func(t *testing.T) {
 			excluded := base.DeepCopy()
-			if !daemonset.Reconcile(excluded, true) {
+			if !daemonset.Reconcile(excluded, daemonset.VirtualNodes{Expected: true}) {
 				t.Fatal("Reconcile changed nothing")
 			}
 			stored, err := agent.AppsV1().DaemonSets(ns).Update(ctx, excluded, metav1.UpdateOptions{})
 			if err != nil {
 				t.Fatalf("excluding: %v", err)
 			}
-			if !daemonset.Reconcile(stored, false) {
+			if !daemonset.Reconcile(stored, daemonset.VirtualNodes{}) {
 				t.Fatal("Reconcile changed nothing")
 			}
 			back, err := agent.AppsV1().DaemonSets(ns).Update(ctx, stored, metav1.UpdateOptions{})

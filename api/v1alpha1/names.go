@@ -3,7 +3,10 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Names of the objects kubectl-offload installs, so that the CLI and the
@@ -45,9 +48,27 @@ const (
 	TypeVirtualNode = "virtual-node"
 	// LabelRemoteClusterID is the cluster ID of the provider a virtual node stands for.
 	LabelRemoteClusterID = "offload.io/remote-cluster-id"
-	// TaintVirtualNode is the key of the NoExecute taint every virtual node carries.
+	// TaintVirtualNode is the key of the NoExecute taint virtual nodes
+	// carry (VirtualNodeTaint), unless the consumer's agent was installed
+	// with virtualNodes.taint=false.
 	TaintVirtualNode = "offload.io/virtual-node"
 )
+
+// VirtualNodeTaint is the taint a virtual node carries, so that only the
+// pods of offloaded namespaces, which the scheduling mutation gives its
+// toleration, go there.
+func VirtualNodeTaint() corev1.Taint {
+	return corev1.Taint{Key: TaintVirtualNode, Value: "true", Effect: corev1.TaintEffectNoExecute}
+}
+
+// VirtualNodeUntainted tells whether node, a virtual node, lacks the
+// VirtualNodeTaint (installed so, or untainted by hand): every pod and
+// every DaemonSet may then be scheduled on it.
+func VirtualNodeUntainted(node *corev1.Node) bool {
+	return !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == TaintVirtualNode && t.Effect == corev1.TaintEffectNoExecute
+	})
+}
 
 // VirtualNodeName is the name of the virtual node that stands for peer
 // (the name of its ForeignCluster): offload-<peer>.

@@ -33,14 +33,6 @@ type exclusion struct {
 // node by design, or on these local clusters; each is reported with its
 // reason, never skipped silently.
 var exclusions = []exclusion{{
-	pattern: regexp.MustCompile(`^\[sig-node\] Container Lifecycle Hook when create a pod with lifecycle hook `),
-	reason: "it pins its handler and hook pods to a node picked among the untainted schedulable nodes (e2enode.GetRandomReadySchedulableNode); " +
-		"the only node that takes pods here is the virtual node, which carries its offload.io/virtual-node NoExecute taint",
-}, {
-	pattern: regexp.MustCompile(`^\[sig-node\] Pod InPlace Resize Container `),
-	reason: "it picks an untainted schedulable node (e2enode.GetReadySchedulableNodes), which the virtual node is not " +
-		"(in-place resizes do reach the remote pod through the provider's pods/resize: e2e expectInPlaceResize)",
-}, {
 	pattern: regexp.MustCompile(`^\[sig-node\] KubeletManagedEtcHosts `),
 	reason: "it runs a hostNetwork pod with hostPath volumes, host namespaces and host paths that the provider's Pod Security " +
 		"(baseline, the peering's default) refuses to consumer pods",
@@ -101,12 +93,10 @@ func e2eArgs(kubeconfig string) []string {
 		"--kubeconfig", kubeconfig,
 		"--provider", "skeleton",
 		// The consumer's own node is cordoned, and the virtual node is
-		// tainted offload.io/virtual-node; the pods tolerate it (the
-		// scheduling webhook), so it must not hold the suite back.
-		"--non-blocking-taints", "offload.io/virtual-node",
+		// untainted (virtualNodes.taint=false), the only node that takes
+		// pods: the tests that look for an untainted schedulable node
+		// (lifecycle hooks, in-place resize) find it.
 		"--allowed-not-ready-nodes", "-1",
-		// The virtual node is the only node that takes pods; the suite
-		// would count the untainted schedulable nodes, and find none.
 		"--num-nodes", "1",
 		"--ginkgo.timeout", "1h",
 		"--ginkgo.no-color",

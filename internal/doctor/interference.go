@@ -20,8 +20,8 @@ import (
 // ownWebhook is the name of kubectl-offload's own webhook configurations.
 const ownWebhook = "offload-webhook"
 
-// virtualNodeTaint is the taint every virtual node carries.
-var virtualNodeTaint = corev1.Taint{Key: offloadv1alpha1.TaintVirtualNode, Value: "true", Effect: corev1.TaintEffectNoExecute}
+// virtualNodeTaint is the taint virtual nodes carry.
+var virtualNodeTaint = offloadv1alpha1.VirtualNodeTaint()
 
 // interferenceChecker looks for DaemonSets that would run on virtual nodes
 // and for admission webhooks that can block or change offloaded pods.
@@ -50,9 +50,10 @@ func daemonSetsCheck(ctx context.Context, d *Env) status.Check {
 	if err != nil {
 		return status.Warn(name, "cannot list the DaemonSets: %v", err)
 	}
+	untainted := slices.ContainsFunc(nodes.Items, func(n corev1.Node) bool { return offloadv1alpha1.VirtualNodeUntainted(&n) })
 	var bad []string
 	for i := range list.Items {
-		if daemonSetInterferes(&list.Items[i]) {
+		if daemonSetInterferes(&list.Items[i], untainted) {
 			bad = append(bad, list.Items[i].Namespace+"/"+list.Items[i].Name)
 		}
 	}
@@ -60,24 +61,29 @@ func daemonSetsCheck(ctx context.Context, d *Env) status.Check {
 		return status.OK(name, "no DaemonSet would put pods on the virtual nodes")
 	}
 	sort.Strings(bad)
-	return status.Warn(name, "DaemonSets %s tolerate the taint %s and are not kept off the virtual nodes: their pods would run in the providers, or stay Pending; the agent keeps such DaemonSets off unless they are annotated %s=%s, so its controller is not running: see kubectl offload status",
-		strings.Join(bad, ", "), virtualNodeTaint.ToString(), offloadv1alpha1.AnnotationVirtualNodes, offloadv1alpha1.VirtualNodesAllowed)
+	why := "tolerate the taint " + virtualNodeTaint.ToString() + " and are not kept off the virtual nodes"
+	if untainted {
+		why = "are not kept off the virtual nodes, and one of those is untainted"
+	}
+	return status.Warn(name, "DaemonSets %s %s: their pods would run in the providers, or stay Pending; the agent keeps such DaemonSets off unless they are annotated %s=%s, so its controller is not running: see kubectl offload status",
+		strings.Join(bad, ", "), why, offloadv1alpha1.AnnotationVirtualNodes, offloadv1alpha1.VirtualNodesAllowed)
 }
 
 // daemonSetInterferes reports whether ds would get pods on virtual nodes
-// without meaning to: its pods tolerate the virtual-node taint, it did not
-// opt in, the agent did not mark it as kept off, and its required node
-// affinity does not keep it off either.
-func daemonSetInterferes(ds *appsv1.DaemonSet) bool {
+// without meaning to: its pods tolerate the virtual-node taint (any pod
+// passes an untainted virtual node), it did not opt in, the agent did not
+// mark it as kept off, and its required node affinity does not keep it off
+// either.
+func daemonSetInterferes(ds *appsv1.DaemonSet, untainted bool) bool {
 	if ds.Annotations[offloadv1alpha1.AnnotationVirtualNodes] == offloadv1alpha1.VirtualNodesAllowed ||
 		ds.Annotations[offloadv1alpha1.AnnotationVirtualNodesExcluded] == "true" {
 		return false
 	}
 	spec := &ds.Spec.Template.Spec
-	tolerates := slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool {
+	passes := untainted || slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool {
 		return t.ToleratesTaint(klog.Background(), &virtualNodeTaint, false)
 	})
-	return tolerates && !keptOffVirtualNodes(spec)
+	return passes && !keptOffVirtualNodes(spec)
 }
 
 // keptOffVirtualNodes reports whether every required node affinity term

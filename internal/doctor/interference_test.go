@@ -66,7 +66,27 @@ func TestDaemonSetInterferes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := daemonSetInterferes(tt.ds); got != tt.want {
+			if got := daemonSetInterferes(tt.ds, false); got != tt.want {
+				t.Errorf("daemonSetInterferes = %t, want %t", got, tt.want)
+			}
+		})
+	}
+	// An untainted virtual node takes the pods of every DaemonSet, whatever
+	// it tolerates.
+	untainted := []struct {
+		name string
+		ds   *appsv1.DaemonSet
+		want bool
+	}{
+		{"on an untainted virtual node, tolerating other taints interferes", daemonSet("kube-system", "proxy", nil, false, tolerateMaster), true},
+		{"and so does tolerating nothing", daemonSet("kube-system", "plain", nil, false), true},
+		{"one the agent excluded stays off", daemonSet("kube-system", "plain", excludedByAgent, true), false},
+		{"one that opted in is meant to run there", daemonSet("kube-system", "plain", allowedOnVirtual, false), false},
+		{"its own node affinity keeps it off", daemonSet("kube-system", "plain", nil, true), false},
+	}
+	for _, tt := range untainted {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := daemonSetInterferes(tt.ds, true); got != tt.want {
 				t.Errorf("daemonSetInterferes = %t, want %t", got, tt.want)
 			}
 		})
@@ -137,6 +157,20 @@ func TestDoctorNamesInterferingDaemonSetsAndWebhooks(t *testing.T) {
 		if c.Status != status.StatusWarning || !strings.Contains(c.Message, "DaemonSets doctor-ds/cni, doctor-ds/logs tolerate") || strings.Contains(c.Message, "kept-off") ||
 			strings.Contains(c.Message, "edge") || strings.Contains(c.Message, "plain") || !strings.Contains(c.Message, "kubectl offload status") {
 			t.Errorf("daemonsets = %s %q, want a warning naming doctor-ds/cni and doctor-ds/logs only", c.Status, c.Message)
+		}
+	})
+
+	t.Run("with an untainted virtual node every DaemonSet that would land there is named", func(t *testing.T) {
+		n := statustest.VirtualNode("doctor-untainted", corev1.ConditionTrue)
+		n.Spec.Taints = nil
+		statustest.Create(t, a.Client, n)
+		c := daemonSetsCheck(ctx, doctorEnv(t, a, nil))
+		if c.Status != status.StatusWarning || !strings.Contains(c.Message, "DaemonSets doctor-ds/cni, doctor-ds/logs, doctor-ds/plain are not kept off the virtual nodes, and one of those is untainted") ||
+			strings.Contains(c.Message, "kept-off") || strings.Contains(c.Message, "edge") {
+			t.Errorf("daemonsets = %s %q, want a warning naming doctor-ds/cni, doctor-ds/logs and doctor-ds/plain only", c.Status, c.Message)
+		}
+		if err := a.Client.Delete(ctx, n); err != nil {
+			t.Fatal(err)
 		}
 	})
 

@@ -66,6 +66,9 @@ type controllerManagerOptions struct {
 	// webhook gets only the pods that mount claims, which a policy cannot
 	// read.
 	SchedulingWebhook bool
+	// VirtualNodeTaint registers the virtual nodes with the virtual-node
+	// taint, so that only the pods of offloaded namespaces go there.
+	VirtualNodeTaint bool
 	// NodeIP is the address of the virtual nodes, where the kubelet API is
 	// served: this pod's IP.
 	NodeIP string
@@ -99,7 +102,7 @@ type controllerManagerOptions struct {
 
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage,
-		UnreachableTolerationSeconds: -1, SchedulingWebhook: true, KubeletPort: 10250, RemapPools: []string{"10.64.0.0/12"},
+		UnreachableTolerationSeconds: -1, SchedulingWebhook: true, VirtualNodeTaint: true, KubeletPort: 10250, RemapPools: []string{"10.64.0.0/12"},
 		GatewayServiceType: string(corev1.ServiceTypeNodePort), CredentialGrace: tenant.DefaultCredentialGrace, AbandonedAfter: tenant.DefaultAbandonedAfter, global: g}
 	cmd := &cobra.Command{
 		Use:     "controller-manager",
@@ -127,6 +130,8 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 		"How long offloaded pods stay bound to an unreachable or NotReady virtual node; negative means for ever.")
 	fs.BoolVar(&o.SchedulingWebhook, "scheduling-webhook", o.SchedulingWebhook,
 		"Serve the scheduling webhook (where the API server applies the offload-scheduling MutatingAdmissionPolicy, only the pods that mount claims reach it); false serves none.")
+	fs.BoolVar(&o.VirtualNodeTaint, "virtual-node-taint", o.VirtualNodeTaint,
+		"Give the virtual nodes the NoExecute taint offload.io/virtual-node, which only the pods of offloaded namespaces tolerate; false lets any pod be scheduled there and keeps every DaemonSet off them.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the virtual nodes, where their kubelet API is served (default: $POD_IP).")
 	fs.Int32Var(&o.KubeletPort, "kubelet-port", o.KubeletPort, "First port of the virtual nodes' kubelet API (logs, exec, attach, port-forward, resource metrics): each virtual node takes the lowest free port from it on; 0 turns it off.")
 	fs.BoolVar(&o.Network, "network", o.Network, "Run the network fabric: a WireGuard gateway per peering, with pod CIDRs remapped where they overlap.")
@@ -301,7 +306,8 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 		},
 		// Consumer side: one virtual node per authenticated provider.
 		func(mgr ctrlmanager.Manager) error {
-			r := &virtualnode.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, NodeIP: o.NodeIP, Network: o.Network, Providers: providers(mgr)}
+			r := &virtualnode.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, NodeIP: o.NodeIP, Network: o.Network, Providers: providers(mgr),
+				Untainted: !o.VirtualNodeTaint}
 			if err := r.SetupWithManager(mgr); err != nil {
 				return err
 			}

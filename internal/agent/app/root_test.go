@@ -34,7 +34,7 @@ func TestHelpListsTheFlagsTheChartPasses(t *testing.T) {
 	}{
 		{"controller-manager", []string{"--health-probe-bind-address", "--metrics-bind-address", "--leader-elect", "--namespace", "--cluster-name", "--kubeconfig"}},
 		{"auth", []string{"--listen", "--health-probe-bind-address", "--tls-san", "--namespace", "--kubeconfig"}},
-		{"controller-manager", []string{"--network", "--pod-cidr", "--service-cidr", "--remap-pool", "--reserved-cidr", "--gateway-service-type", "--gateway-address", "--reserved-namespace", "--credential-grace", "--abandoned-tenant-after", "--tenant-endpoint-cidr"}},
+		{"controller-manager", []string{"--network", "--pod-cidr", "--service-cidr", "--remap-pool", "--reserved-cidr", "--gateway-service-type", "--gateway-address", "--reserved-namespace", "--credential-grace", "--abandoned-tenant-after", "--tenant-endpoint-cidr", "--virtual-node-taint"}},
 		{"gateway", []string{"--tunnel", "--namespace", "--implementation", "--private-key-file", "--config", "--health-probe-bind-address"}},
 		{"fabric", []string{"--namespace", "--node-name"}},
 	}

@@ -259,6 +259,7 @@ func ForeignCluster(name, id string, outgoing bool, st offloadv1alpha1.ForeignCl
 func VirtualNode(peer string, ready corev1.ConditionStatus) *corev1.Node {
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.VirtualNodeName(peer), Labels: map[string]string{"offload.io/type": "virtual-node"}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{offloadv1alpha1.VirtualNodeTaint()}},
 		Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "ProviderReachable"}},
 			Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"),

@@ -25,29 +25,33 @@ import (
 // ControllerName names the controller in logs and metrics.
 const ControllerName = "daemonset"
 
-// VirtualNodesExpected tells whether this cluster has virtual nodes, or
-// asked for one: a virtual node, or a ForeignCluster that asks for one
-// and is not being deleted. Counting the ForeignClusters keeps DaemonSets
-// off a virtual node before it is even created, so none gets a pod there
-// in the meantime.
-func VirtualNodesExpected(ctx context.Context, c client.Reader) (bool, error) {
+// Survey tells whether this cluster has virtual nodes, or asked for one
+// (a virtual node, or a ForeignCluster that asks for one and is not being
+// deleted), and whether one of its virtual nodes is untainted. Counting the
+// ForeignClusters keeps DaemonSets off a virtual node before it is even
+// created, so none gets a pod there in the meantime.
+func Survey(ctx context.Context, c client.Reader) (VirtualNodes, error) {
 	nodes := &corev1.NodeList{}
 	if err := c.List(ctx, nodes, client.MatchingLabels{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}); err != nil {
-		return false, fmt.Errorf("listing virtual nodes: %w", err)
+		return VirtualNodes{}, fmt.Errorf("listing virtual nodes: %w", err)
 	}
 	if len(nodes.Items) > 0 {
-		return true, nil
+		vn := VirtualNodes{Expected: true}
+		for i := range nodes.Items {
+			vn.Untainted = vn.Untainted || offloadv1alpha1.VirtualNodeUntainted(&nodes.Items[i])
+		}
+		return vn, nil
 	}
 	fcs := &offloadv1alpha1.ForeignClusterList{}
 	if err := c.List(ctx, fcs); err != nil {
-		return false, fmt.Errorf("listing peers: %w", err)
+		return VirtualNodes{}, fmt.Errorf("listing peers: %w", err)
 	}
 	for _, fc := range fcs.Items {
 		if fc.Spec.OutgoingPeering.Enabled && fc.DeletionTimestamp == nil {
-			return true, nil
+			return VirtualNodes{Expected: true}, nil
 		}
 	}
-	return false, nil
+	return VirtualNodes{}, nil
 }
 
 // Reconciler keeps the DaemonSets of this cluster, as a consumer, off its
@@ -71,12 +75,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if ds.DeletionTimestamp != nil || ds.Labels[offloadv1alpha1.PartOfLabel] == offloadv1alpha1.PartOfValue {
 		return reconcile.Result{}, nil
 	}
-	expected, err := VirtualNodesExpected(ctx, r.Client)
+	vn, err := Survey(ctx, r.Client)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	before := ds.DeepCopy()
-	if !Reconcile(ds, expected) {
+	if !Reconcile(ds, vn) {
 		return reconcile.Result{}, nil
 	}
 	// A JSON patch of what changed, not an Update: an Update of this
@@ -99,7 +103,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("updating DaemonSet %s: %w", req.NamespacedName, err)
 	}
 	action := "Kept a DaemonSet off the virtual nodes"
-	if !expected || !ShouldExclude(ds) {
+	if !vn.Expected || !ShouldExclude(ds, vn.Untainted) {
 		action = "Let a DaemonSet back onto every node"
 	}
 	ctrl.LoggerFrom(ctx).Info(action, "daemonSet", klog.KObj(ds))
@@ -107,7 +111,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // SetupWithManager registers the controller with mgr: every DaemonSet, and
-// all of them again when a virtual node or a ForeignCluster comes or goes.
+// all of them again when a virtual node or a ForeignCluster comes or goes,
+// or a virtual node loses or regains its taint.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		list := &appsv1.DaemonSetList{}
@@ -140,8 +145,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// nodeComesOrGoes passes the creation and deletion of nodes, not their
-// status updates, which virtual nodes send every few seconds.
+// nodeComesOrGoes passes the creation and deletion of nodes and the
+// removal or return of the virtual-node taint, not their status updates,
+// which virtual nodes send every few seconds.
 func nodeComesOrGoes() predicate.Funcs {
-	return predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*corev1.Node)
+		updated, okNew := e.ObjectNew.(*corev1.Node)
+		return okOld && okNew && offloadv1alpha1.VirtualNodeUntainted(old) != offloadv1alpha1.VirtualNodeUntainted(updated)
+	}}
 }

@@ -71,8 +71,34 @@ func TestTheControllerKeepsDaemonSetsOffVirtualNodesWhileThereAreAny(t *testing.
 		return excluded(ctx, c, client.ObjectKeyFromObject(before))
 	})
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.VirtualNodeName(fc.Name),
-		Labels: map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}}}
+		Labels: map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{offloadv1alpha1.VirtualNodeTaint()}}}
 	create(node)
+
+	// A DaemonSet that tolerates nothing stays out of the tainted virtual
+	// node by itself; while the node is untainted it is kept off too.
+	plain := storedDaemonSet("plain", nil)
+	plain.Namespace = ns
+	plain.Spec.Template.Spec.Tolerations = nil
+	create(plain)
+	setTaints := func(taints ...corev1.Taint) {
+		t.Helper()
+		patch := client.MergeFrom(node.DeepCopy())
+		node.Spec.Taints = taints
+		if err := c.Patch(ctx, node, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTaints()
+	framework.Eventually(t, 30*time.Second, "a DaemonSet that tolerates nothing kept off the untainted virtual node", func(ctx context.Context) bool {
+		return excluded(ctx, c, client.ObjectKeyFromObject(plain))
+	})
+	setTaints(offloadv1alpha1.VirtualNodeTaint())
+	framework.Eventually(t, 30*time.Second, "the DaemonSet that tolerates nothing let back once the virtual node is tainted again", func(ctx context.Context) bool {
+		got := &appsv1.DaemonSet{}
+		return c.Get(ctx, client.ObjectKeyFromObject(plain), got) == nil &&
+			got.Annotations[offloadv1alpha1.AnnotationVirtualNodesExcluded] == "" && got.Spec.Template.Spec.Affinity == nil
+	})
 	if err := c.Delete(ctx, fc); err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,17 @@
 // tolerate every taint (CNI agents, log shippers, kube-proxy) therefore
 // tolerate the virtual-node taint too, and would get a pod on each virtual
 // node: run in the provider when their namespace is offloaded, Pending for
-// ever otherwise, and `kubectl rollout status` would never complete. Only
-// the DaemonSet's own template can make the DaemonSet controller leave a
-// node out, so while this cluster has virtual nodes (or peers it asked
-// for), the controller gives such DaemonSets the required node affinity
-// requirement offload.io/type NotIn [virtual-node], unless they opt in
-// with the annotation offload.io/virtual-nodes=allowed, and takes it out
-// again once the last virtual node is gone. Changing a template rolls the
-// DaemonSet's pods once, as the same change made by hand would.
+// ever otherwise, and `kubectl rollout status` would never complete. A
+// virtual node without its taint (virtualNodes.taint=false, or untainted
+// by hand) would get a pod of every DaemonSet. Only the DaemonSet's own
+// template can make the DaemonSet controller leave a node out, so while
+// this cluster has virtual nodes (or peers it asked for), the controller
+// gives such DaemonSets (all of them while a virtual node is untainted)
+// the required node affinity requirement offload.io/type NotIn
+// [virtual-node], unless they opt in with the annotation
+// offload.io/virtual-nodes=allowed, and takes it out again once the last
+// virtual node is gone. Changing a template rolls the DaemonSet's pods
+// once, as the same change made by hand would.
 //
 // There is no mutating webhook: one would let the agent's identity rewrite
 // every DaemonSet of the cluster as it is created. In the moment between a
@@ -39,16 +42,29 @@ var (
 	offVirtualNodes = corev1.NodeSelectorRequirement{
 		Key: offloadv1alpha1.LabelType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{offloadv1alpha1.TypeVirtualNode},
 	}
-	// virtualNodeTaint is the taint every virtual node carries.
-	virtualNodeTaint = corev1.Taint{Key: offloadv1alpha1.TaintVirtualNode, Value: "true", Effect: corev1.TaintEffectNoExecute}
+	// virtualNodeTaint is the taint virtual nodes carry.
+	virtualNodeTaint = offloadv1alpha1.VirtualNodeTaint()
 )
 
+// VirtualNodes is what decides which DaemonSets this cluster keeps off its
+// virtual nodes.
+type VirtualNodes struct {
+	// Expected: the cluster has virtual nodes, or asked for one.
+	Expected bool
+	// Untainted: one of them lacks the virtual-node taint, so that every
+	// DaemonSet would get a pod there.
+	Untainted bool
+}
+
 // ShouldExclude tells whether ds must be kept off virtual nodes while the
-// cluster has some: its pods tolerate the virtual-node taint, and it did
-// not opt in.
-func ShouldExclude(ds *appsv1.DaemonSet) bool {
+// cluster has some: it did not opt in, and its pods tolerate the
+// virtual-node taint or untainted is true (a virtual node lacks it).
+func ShouldExclude(ds *appsv1.DaemonSet, untainted bool) bool {
 	if ds.Annotations[offloadv1alpha1.AnnotationVirtualNodes] == offloadv1alpha1.VirtualNodesAllowed {
 		return false
+	}
+	if untainted {
+		return true
 	}
 	for i := range ds.Spec.Template.Spec.Tolerations {
 		if ds.Spec.Template.Spec.Tolerations[i].ToleratesTaint(klog.Background(), &virtualNodeTaint, false) {
@@ -69,25 +85,31 @@ func OwnerOf(pod *corev1.Pod) (string, bool) {
 	return "", false
 }
 
-// HeldBack tells why ds's pod must not leave for a provider: ds is one
-// the controller keeps off virtual nodes. It is nil for a DaemonSet that
-// may run there (it opted in, or tolerates the virtual-node taint by name).
-func HeldBack(ds *appsv1.DaemonSet) error {
-	if !ShouldExclude(ds) {
+// HeldBack tells why ds's pod, bound to node, a virtual node, must not
+// leave for a provider: ds is one the controller keeps off virtual nodes.
+// It is nil for a DaemonSet that may run there (it opted in, or tolerates
+// the virtual-node taint by name on a tainted node).
+func HeldBack(ds *appsv1.DaemonSet, node *corev1.Node) error {
+	untainted := offloadv1alpha1.VirtualNodeUntainted(node)
+	if !ShouldExclude(ds, untainted) {
 		return nil
 	}
-	return fmt.Errorf("DaemonSet %s/%s tolerates every taint, so the agent keeps it off virtual nodes (annotate it %s=%s to run it there too): this pod is not sent to the provider",
-		ds.Namespace, ds.Name, offloadv1alpha1.AnnotationVirtualNodes, offloadv1alpha1.VirtualNodesAllowed)
+	why := "tolerates every taint"
+	if untainted {
+		why = fmt.Sprintf("does not opt in, and virtual node %s is untainted", node.Name)
+	}
+	return fmt.Errorf("DaemonSet %s/%s %s, so the agent keeps it off virtual nodes (annotate it %s=%s to run it there too): this pod is not sent to the provider",
+		ds.Namespace, ds.Name, why, offloadv1alpha1.AnnotationVirtualNodes, offloadv1alpha1.VirtualNodesAllowed)
 }
 
-// Reconcile makes ds what it should be: kept off virtual nodes when
-// virtualNodes is true and ShouldExclude says so; otherwise without the
+// Reconcile makes ds what it should be: kept off virtual nodes when vn
+// expects some and ShouldExclude says so; otherwise without the
 // requirement the agent added (and only when it marked ds as having added
 // it). It reports whether it changed ds. It is idempotent.
-func Reconcile(ds *appsv1.DaemonSet, virtualNodes bool) (changed bool) {
+func Reconcile(ds *appsv1.DaemonSet, vn VirtualNodes) (changed bool) {
 	marked := ds.Annotations[offloadv1alpha1.AnnotationVirtualNodesExcluded] == "true"
 	switch {
-	case virtualNodes && ShouldExclude(ds):
+	case vn.Expected && ShouldExclude(ds, vn.Untainted):
 		if !addRequirement(&ds.Spec.Template.Spec) {
 			return false
 		}

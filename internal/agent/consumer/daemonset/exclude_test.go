@@ -17,6 +17,10 @@ var (
 	noSchedule  = corev1.Toleration{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
 	linuxOnly   = corev1.NodeSelectorRequirement{Key: "kubernetes.io/os", Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}}
 	named       = corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}
+	// tainted: the cluster has virtual nodes, with their taint;
+	// untainted: one of them lacks it.
+	tainted   = VirtualNodes{Expected: true}
+	untainted = VirtualNodes{Expected: true, Untainted: true}
 )
 
 func daemonSet(tolerations []corev1.Toleration, annotations map[string]string, affinity *corev1.Affinity) *appsv1.DaemonSet {
@@ -47,18 +51,22 @@ func TestDaemonSetsThatWouldLandOnVirtualNodesAreKeptOffThem(t *testing.T) {
 	tests := []struct {
 		name         string
 		ds           *appsv1.DaemonSet
-		virtualNodes bool
+		virtualNodes VirtualNodes
 		want         *corev1.Affinity // nil: unchanged
 	}{
 		{"a DaemonSet tolerating every taint gets a term keeping it off virtual nodes",
-			daemonSet([]corev1.Toleration{everyTaint}, nil, nil), true, required(term(offVirtualNodes))},
+			daemonSet([]corev1.Toleration{everyTaint}, nil, nil), tainted, required(term(offVirtualNodes))},
 		{"one tolerating the virtual-node taint by name too",
-			daemonSet([]corev1.Toleration{virtualOnly}, nil, nil), true, required(term(offVirtualNodes))},
+			daemonSet([]corev1.Toleration{virtualOnly}, nil, nil), tainted, required(term(offVirtualNodes))},
+		{"while a virtual node is untainted, one without tolerations",
+			daemonSet(nil, nil, nil), untainted, required(term(offVirtualNodes))},
+		{"and one that tolerates only other taints",
+			daemonSet([]corev1.Toleration{noSchedule}, nil, nil), untainted, required(term(offVirtualNodes))},
 		{"each of its own terms gets the requirement, fields and all, since terms are ORed",
-			daemonSet([]corev1.Toleration{everyTaint}, nil, required(term(linuxOnly), corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{named}})), true,
+			daemonSet([]corev1.Toleration{everyTaint}, nil, required(term(linuxOnly), corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{named}})), tainted,
 			required(term(linuxOnly, offVirtualNodes), corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{offVirtualNodes}, MatchFields: []corev1.NodeSelectorRequirement{named}})},
 		{"its preferences and pod affinities are kept",
-			daemonSet([]corev1.Toleration{everyTaint}, nil, preferred.DeepCopy()), true, withPreferred},
+			daemonSet([]corev1.Toleration{everyTaint}, nil, preferred.DeepCopy()), tainted, withPreferred},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,7 +84,7 @@ func TestDaemonSetsThatWouldLandOnVirtualNodesAreKeptOffThem(t *testing.T) {
 				t.Error("a second Reconcile changed the DaemonSet again")
 			}
 			// Once there are no virtual nodes, the DaemonSet is what it was.
-			if !Reconcile(tt.ds, false) {
+			if !Reconcile(tt.ds, VirtualNodes{}) {
 				t.Fatal("Reconcile without virtual nodes reported no change")
 			}
 			if original.Annotations == nil && len(tt.ds.Annotations) == 0 {
@@ -94,16 +102,19 @@ func TestDaemonSetsThatStayOffVirtualNodesOrOptInAreLeftAlone(t *testing.T) {
 	tests := []struct {
 		name         string
 		ds           *appsv1.DaemonSet
-		virtualNodes bool
+		virtualNodes VirtualNodes
 	}{
-		{"one that tolerates no virtual-node taint", daemonSet([]corev1.Toleration{noSchedule}, nil, nil), true},
-		{"one without tolerations", daemonSet(nil, nil, nil), true},
-		{"one that opts in", daemonSet([]corev1.Toleration{everyTaint}, allowed, nil), true},
-		{"any while the cluster has no virtual node", daemonSet([]corev1.Toleration{everyTaint}, nil, nil), false},
+		{"one that tolerates no virtual-node taint", daemonSet([]corev1.Toleration{noSchedule}, nil, nil), tainted},
+		{"one without tolerations", daemonSet(nil, nil, nil), tainted},
+		{"one that opts in", daemonSet([]corev1.Toleration{everyTaint}, allowed, nil), tainted},
+		{"one that opts in, while a virtual node is untainted", daemonSet(nil, allowed, nil), untainted},
+		{"any while the cluster has no virtual node", daemonSet([]corev1.Toleration{everyTaint}, nil, nil), VirtualNodes{}},
 		{"one whose author already keeps it off virtual nodes",
-			daemonSet([]corev1.Toleration{everyTaint}, nil, required(term(offVirtualNodes))), true},
+			daemonSet([]corev1.Toleration{everyTaint}, nil, required(term(offVirtualNodes))), tainted},
+		{"one whose author already keeps it off untainted virtual nodes",
+			daemonSet(nil, nil, required(term(offVirtualNodes))), untainted},
 		{"one whose author keeps it off virtual nodes, once there are none",
-			daemonSet([]corev1.Toleration{everyTaint}, nil, required(term(offVirtualNodes))), false},
+			daemonSet([]corev1.Toleration{everyTaint}, nil, required(term(offVirtualNodes))), VirtualNodes{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,9 +129,9 @@ func TestDaemonSetsThatStayOffVirtualNodesOrOptInAreLeftAlone(t *testing.T) {
 func TestADaemonSetThatOptsInLaterGoesBackOntoVirtualNodes(t *testing.T) {
 	ds := daemonSet([]corev1.Toleration{everyTaint}, map[string]string{"team": "net"}, required(term(linuxOnly)))
 	original := ds.DeepCopy()
-	Reconcile(ds, true)
+	Reconcile(ds, tainted)
 	ds.Annotations[offloadv1alpha1.AnnotationVirtualNodes] = offloadv1alpha1.VirtualNodesAllowed
-	if !Reconcile(ds, true) {
+	if !Reconcile(ds, tainted) {
 		t.Fatal("Reconcile of an opted-in DaemonSet changed nothing")
 	}
 	if !apiequality.Semantic.DeepEqual(ds.Spec.Template.Spec, original.Spec.Template.Spec) {

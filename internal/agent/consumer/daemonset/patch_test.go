@@ -21,7 +21,7 @@ func TestTheAgentsPatchKeepsFieldsItsTypesDoNotKnow(t *testing.T) {
 	} {
 		before := daemonSet([]corev1.Toleration{everyTaint}, nil, ds())
 		after := before.DeepCopy()
-		if !Reconcile(after, true) {
+		if !Reconcile(after, tainted) {
 			t.Fatalf("%s: Reconcile changed nothing", name)
 		}
 		ops, err := changes(before, after)

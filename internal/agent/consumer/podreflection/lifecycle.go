@@ -107,8 +107,8 @@ func (h *Handler) createPod(ctx context.Context, pod *corev1.Pod) error {
 
 // heldBack refuses a pod of a DaemonSet that the agent keeps off virtual
 // nodes: the DaemonSet controller may bind one here before the agent's
-// change to the DaemonSet, and deletes it after. It is read uncached:
-// DaemonSet pods on a virtual node are rare.
+// change to the DaemonSet, and deletes it after. The DaemonSet and the
+// node are read uncached: DaemonSet pods on a virtual node are rare.
 func (h *Handler) heldBack(ctx context.Context, pod *corev1.Pod) error {
 	name, ok := daemonset.OwnerOf(pod)
 	if !ok {
@@ -118,7 +118,11 @@ func (h *Handler) heldBack(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return fmt.Errorf("reading DaemonSet %s/%s, which owns the pod, before sending it: %w", pod.Namespace, name, err)
 	}
-	return daemonset.HeldBack(ds)
+	node, err := h.opts.Consumer.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading virtual node %s, which the pod is bound to, before sending it: %w", pod.Spec.NodeName, err)
+	}
+	return daemonset.HeldBack(ds, node)
 }
 
 // UpdatePod pushes the changes of pod that a pod update can carry to its

@@ -94,6 +94,12 @@ type Reconciler struct {
 	// tunnel is up.
 	Network bool
 
+	// Untainted registers the virtual nodes without the virtual-node taint
+	// (virtualNodes.taint=false): every pod may be scheduled there, not
+	// only those of offloaded namespaces, and the DaemonSet controller
+	// keeps every DaemonSet off them.
+	Untainted bool
+
 	// TokenRenewInterval is how often the service-account tokens of
 	// offloaded pods are checked for renewal; zero means
 	// podreflection.DefaultTokenRenewInterval.

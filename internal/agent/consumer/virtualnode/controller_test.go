@@ -2,6 +2,7 @@ package virtualnode
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,12 +47,13 @@ type testPeering struct {
 	tenant string
 }
 
-// peeringOption changes the cluster newPeering makes before the controller starts.
-type peeringOption func(t *testing.T, admin client.Client, name string)
+// peeringOption changes the cluster newPeering makes, or the controller,
+// before the controller starts.
+type peeringOption func(t *testing.T, admin client.Client, name string, r *Reconciler)
 
 // withStaleVirtualNode leaves a VirtualNode of the name that an earlier
 // ForeignCluster owns, as the garbage collector may for a while.
-func withStaleVirtualNode(t *testing.T, admin client.Client, name string) {
+func withStaleVirtualNode(t *testing.T, admin client.Client, name string, _ *Reconciler) {
 	mustCreate(t, admin, &offloadv1alpha1.VirtualNode{
 		ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: offloadv1alpha1.GroupVersion.String(), Kind: "ForeignCluster", Name: name, UID: "00000000-0000-0000-0000-000000000002", Controller: ptr.To(true),
@@ -111,14 +113,16 @@ func newPeering(t *testing.T, opts ...peeringOption) *testPeering {
 		t.Fatal(err)
 	}
 
+	r := &Reconciler{Namespace: install, PollInterval: 500 * time.Millisecond}
 	for _, opt := range opts {
-		opt(t, admin, providerName)
+		opt(t, admin, providerName, r)
 	}
 	envtest.StartManager(t, cfg, func(mgr ctrlmanager.Manager) error {
 		if err := (&summary.Reconciler{Client: mgr.GetClient(), Namespace: install}).SetupWithManager(mgr); err != nil {
 			return err
 		}
-		return (&Reconciler{Client: mgr.GetClient(), Namespace: install, PollInterval: 500 * time.Millisecond}).SetupWithManager(mgr)
+		r.Client = mgr.GetClient()
+		return r.SetupWithManager(mgr)
 	})
 	return p
 }
@@ -156,6 +160,47 @@ func sameResources(a, b corev1.ResourceList) bool {
 		}
 	}
 	return true
+}
+
+// untaintedOver makes the controller register its node untainted
+// (virtualNodes.taint=false) where an agent installed with the taint
+// registered it before, next to a taint of the cluster's admin.
+func untaintedOver(t *testing.T, admin client.Client, name string, r *Reconciler) {
+	r.Untainted = true
+	mustCreate(t, admin, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.VirtualNodeName(name), Labels: map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{adminsTaint, offloadv1alpha1.VirtualNodeTaint()}},
+	})
+}
+
+// adminsTaint is a taint of the consumer's admin on a virtual node.
+var adminsTaint = corev1.Taint{Key: "example.com/maintenance", Value: "soon", Effect: corev1.TaintEffectPreferNoSchedule}
+
+func TestAVirtualNodeRegisteredWithTheTaintLosesItWhenTheAgentSaysUntainted(t *testing.T) {
+	p := newPeering(t, untaintedOver)
+	framework.Eventually(t, waitTimeout, "the virtual node is Ready, without the virtual-node taint, with the admin's", func(ctx context.Context) bool {
+		n, err := p.node(ctx)
+		return err == nil && nodeReady(n) && offloadv1alpha1.VirtualNodeUntainted(n) &&
+			slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&adminsTaint) && t.Value == adminsTaint.Value })
+	})
+}
+
+// taintedOver makes the controller register its node with the taint where
+// an agent installed with virtualNodes.taint=false registered it before.
+func taintedOver(t *testing.T, admin client.Client, name string, _ *Reconciler) {
+	mustCreate(t, admin, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.VirtualNodeName(name), Labels: map[string]string{offloadv1alpha1.LabelType: offloadv1alpha1.TypeVirtualNode}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{adminsTaint}},
+	})
+}
+
+func TestAVirtualNodeRegisteredUntaintedGetsTheTaintBack(t *testing.T) {
+	p := newPeering(t, taintedOver)
+	framework.Eventually(t, waitTimeout, "the virtual node is Ready, with the virtual-node taint and the admin's", func(ctx context.Context) bool {
+		n, err := p.node(ctx)
+		return err == nil && nodeReady(n) && !offloadv1alpha1.VirtualNodeUntainted(n) &&
+			slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&adminsTaint) && t.Value == adminsTaint.Value })
+	})
 }
 
 func TestAVirtualNodeLeftByAnEarlierPeeringOfTheSameNameIsReplaced(t *testing.T) {

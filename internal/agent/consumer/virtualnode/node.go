@@ -2,8 +2,10 @@ package virtualnode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
@@ -99,7 +101,7 @@ func (r *Reconciler) register(ctx context.Context, peer *peer, p *offerProvider,
 		return nil, err
 	}
 	interval := r.pollInterval()
-	nc, err := node.NewNodeController(p, newNode(fc, p.endpoint, offer.Spec.Resources), r.Kube.CoreV1().Nodes(),
+	nc, err := node.NewNodeController(p, r.taint(newNode(fc, p.endpoint, offer.Spec.Resources)), r.Kube.CoreV1().Nodes(),
 		node.WithNodeEnableLeaseV1(r.Kube.CoordinationV1().Leases(corev1.NamespaceNodeLease), 0),
 		node.WithNodePingInterval(interval),
 		node.WithNodePingTimeout(interval),
@@ -108,7 +110,7 @@ func (r *Reconciler) register(ctx context.Context, peer *peer, p *offerProvider,
 				return err
 			}
 			// Someone deleted the node: register it again.
-			_, err = r.Kube.CoreV1().Nodes().Create(ctx, newNode(fc, p.endpoint, p.current()), metav1.CreateOptions{})
+			_, err = r.Kube.CoreV1().Nodes().Create(ctx, r.taint(newNode(fc, p.endpoint, p.current())), metav1.CreateOptions{})
 			return err
 		}))
 	if err != nil {
@@ -117,10 +119,55 @@ func (r *Reconciler) register(ctx context.Context, peer *peer, p *offerProvider,
 	go func() { _ = nc.Run(ctx) }()
 	select {
 	case <-nc.Ready():
+		// Not fatal: the node serves its pods either way.
+		if err := r.alignTaint(ctx, name); err != nil {
+			log.FromContext(ctx).Error(err, "Cannot give the virtual node the taint the agent's settings ask for", "node", name)
+		}
 		return nc, nil
 	case <-nc.Done():
 		return nil, fmt.Errorf("registering virtual node %q: %w", name, nc.Err())
 	}
+}
+
+// taint gives n, a virtual node to register, the virtual-node taint unless
+// r.Untainted.
+func (r *Reconciler) taint(n *corev1.Node) *corev1.Node {
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == offloadv1alpha1.TaintVirtualNode })
+	if !r.Untainted {
+		n.Spec.Taints = append(n.Spec.Taints, offloadv1alpha1.VirtualNodeTaint())
+	}
+	return n
+}
+
+// alignTaint gives registered virtual node name the virtual-node taint, or
+// takes it away, as r.Untainted says: virtual-kubelet writes a node's spec
+// only when it creates the node, so a node registered before the setting
+// changed (an upgrade with virtualNodes.taint changed) keeps what it had.
+// Its other taints stay.
+func (r *Reconciler) alignTaint(ctx context.Context, name string) error {
+	n, err := r.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading virtual node %q: %w", name, err)
+	}
+	if offloadv1alpha1.VirtualNodeUntainted(n) == r.Untainted {
+		return nil
+	}
+	taints := r.taint(n.DeepCopy()).Spec.Taints
+	if taints == nil {
+		taints = []corev1.Taint{}
+	}
+	body, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": n.ResourceVersion},
+		{"op": "add", "path": "/spec/taints", "value": taints},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := r.Kube.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("changing the taints of virtual node %q: %w", name, err)
+	}
+	log.FromContext(ctx).Info("Changed the virtual node's taint", "node", name, "tainted", !r.Untainted)
+	return nil
 }
 
 // followOffer keeps the registered node in line with the offer and the

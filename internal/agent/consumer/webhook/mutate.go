@@ -18,7 +18,7 @@ import (
 
 var (
 	// virtualNodeTaint is the taint every virtual node carries.
-	virtualNodeTaint = corev1.Taint{Key: offloadv1alpha1.TaintVirtualNode, Value: "true", Effect: corev1.TaintEffectNoExecute}
+	virtualNodeTaint = offloadv1alpha1.VirtualNodeTaint()
 	// onVirtualNode and offVirtualNode select virtual nodes and the others.
 	onVirtualNode = corev1.NodeSelectorRequirement{
 		Key: offloadv1alpha1.LabelType, Operator: corev1.NodeSelectorOpIn, Values: []string{offloadv1alpha1.TypeVirtualNode},
