@@ -69,6 +69,11 @@ OFFLOAD="${ROOT}/bin/kubectl-offload"
 # e2e namespace is offloaded, and tests such as the lifecycle hooks' pin
 # their pods to a node picked among the untainted schedulable ones.
 AGENT=(--set sharingPercentage=100 --set virtualNodes.taint=false)
+# The provider lets the consumer's containers run without limits
+# (--allow-unlimited-containers): the in-place resize tests check that a
+# container that sets no limit has none in its cgroup, where the default
+# policy gives it what is lent as its limit.
+PEERING=(--generate-flags "--allow-unlimited-containers")
 
 teardown() {
   log "removing the conformance clusters"
@@ -80,7 +85,7 @@ start=$(date +%s)
 # As the demo and the e2e tests: the agent from the test image on the real
 # nodes, and the consumer peered with the provider (localcluster.StartPeeredPair).
 # No fake nodes: the provider runs every pod on its real node.
-clusters="$(go run ./hack/local-clusters up -workdir "${CLUSTERS}" -fake-nodes 0 -images "${IMAGES}" --install --peer "${AGENT[@]}" consumer provider)"
+clusters="$(go run ./hack/local-clusters up -workdir "${CLUSTERS}" -fake-nodes 0 -images "${IMAGES}" --install --peer "${AGENT[@]}" "${PEERING[@]}" consumer provider)"
 declare -A KUBECONFIGS
 while read -r name kubeconfig _; do
   KUBECONFIGS[${name}]="${kubeconfig}"

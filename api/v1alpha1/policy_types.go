@@ -66,6 +66,16 @@ type ConsumerPolicy struct {
 	// twin namespaces are always named by TwinNamespace.
 	// +optional
 	SameNameNamespaces bool `json:"sameNameNamespaces,omitempty"`
+	// UnlimitedContainers lets the consumer's containers run without
+	// limits: one that sets no cpu, memory or ephemeral-storage limit
+	// gets none, and one may set a limit above what is lent, so that it
+	// uses the provider's idle capacity (what it uses beyond its requests
+	// is reclaimed first: Kubernetes evicts it first under memory
+	// pressure). When false, the default, the twin namespaces' LimitRange
+	// gives a container that sets no limit the lent capacity as its limit,
+	// and refuses one above it.
+	// +optional
+	UnlimitedContainers bool `json:"unlimitedContainers,omitempty"`
 	// NodeSelector is the provider's choice of the nodes that run the
 	// consumer's pods: every pod in the consumer's twin namespaces must
 	// select nodes with these labels, node placement or not. The consumer's
@@ -166,6 +176,7 @@ func (p ConsumerPolicy) Level() PodSecurityLevel {
 // Equal reports whether p and q are the same policy.
 func (p ConsumerPolicy) Equal(q ConsumerPolicy) bool {
 	return p.Level() == q.Level() && p.NodePlacement == q.NodePlacement && p.SameNameNamespaces == q.SameNameNamespaces &&
+		p.UnlimitedContainers == q.UnlimitedContainers &&
 		maps.Equal(p.NodeSelector, q.NodeSelector) &&
 		slices.Equal(SortedResourceNames(p.ExtendedResources), SortedResourceNames(q.ExtendedResources)) &&
 		p.Storage.Equal(q.Storage) &&

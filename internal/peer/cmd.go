@@ -40,7 +40,11 @@ those tolerations, node placement or not, and the resources offered to the
 consumer are counted on those nodes only. No extended resource of this
 cluster's nodes, such as a GPU, is lent unless --extended-resource names it:
 the offer then lends the same share of it as of cpu, and the consumer's
-namespaces here may request no more. The policy is kept in the
+namespaces here may request no more. Each consumer container is held to
+what is lent, which is its limit when it sets none, unless
+--allow-unlimited-containers lets containers without limits use this
+cluster's idle capacity (Kubernetes reclaims it first under pressure).
+The policy is kept in the
 consumer's Tenant (kubectl get tenants), where you can change it later with
 kubectl edit tenant NAME.
 
@@ -198,6 +202,7 @@ func newCmdGenerate(use string, f factory.Factory, streams genericiooptions.IOSt
 	cmd.Flags().StringVar(&o.StorageClass, "storage-class", o.StorageClass, "The StorageClass of this cluster the consumer's claims use (with --storage); default: this cluster's default class.")
 	cmd.Flags().IntVar(&o.StorageClaims, "storage-claims", o.StorageClaims, fmt.Sprintf("The most PersistentVolumeClaims the consumer may hold (with --storage); 0 means %d.", offloadv1alpha1.DefaultStorageClaims))
 	cmd.Flags().StringVar(&o.Consumer, "consumer", o.Consumer, "Bind the token to the consumer cluster of this name: no other consumer may peer with it, and that consumer may peer again while it is peered here (kubectl get tenants).")
+	cmd.Flags().BoolVar(&o.AllowUnlimitedContainers, "allow-unlimited-containers", o.AllowUnlimitedContainers, "Let the consumer's containers run without limits on this cluster's idle capacity: one that sets no limit gets none, instead of what is lent.")
 	cmd.Flags().BoolVar(&o.AllowSameNameNamespaces, "allow-same-name-namespaces", o.AllowSameNameNamespaces, "Let the consumer's twin namespaces have the names of its own namespaces, except the names this cluster reserves.")
 	output.AddFlag(cmd.Flags(), &o.Output, o.Output)
 	return cmd

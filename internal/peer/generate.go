@@ -78,6 +78,9 @@ type GenerateOptions struct {
 	// AllowSameNameNamespaces lets those consumers have twin namespaces
 	// named as their own namespaces, except the names this cluster reserves.
 	AllowSameNameNamespaces bool
+	// AllowUnlimitedContainers lets those consumers' containers run
+	// without limits, on the provider's idle capacity.
+	AllowUnlimitedContainers bool
 	// NodeSelector are KEY=VALUE labels: the nodes of this cluster that run
 	// the consumers' pods.
 	NodeSelector []string
@@ -228,7 +231,7 @@ func (o *GenerateOptions) policy() offloadv1alpha1.ConsumerPolicy {
 	tolerations, _ := o.tolerations()
 	extended, _ := peering.ParseExtendedResources(o.ExtendedResources)
 	return offloadv1alpha1.ConsumerPolicy{PodSecurity: level, NodePlacement: o.AllowNodePlacement, SameNameNamespaces: o.AllowSameNameNamespaces,
-		NodeSelector: selector, Tolerations: tolerations, ExtendedResources: extended}
+		UnlimitedContainers: o.AllowUnlimitedContainers, NodeSelector: selector, Tolerations: tolerations, ExtendedResources: extended}
 }
 
 // storage returns the storage the options lend, nil for none, on the
@@ -315,8 +318,12 @@ func policyNote(p offloadv1alpha1.ConsumerPolicy) string {
 	if p.Storage != nil {
 		storage = peering.StorageString(p.Storage) + " for their claims (--storage, --storage-class, --storage-claims)"
 	}
-	return fmt.Sprintf("Consumer pods run here on %s (--node-selector, --toleration) under Pod Security %s (--pod-security) and pick nodes %s. They may use %s, and %s. Consumer namespaces offloaded here %s.",
-		nodes, p.Level(), placement, devices, storage, naming)
+	limits := "each container no more than is lent, which is its limit when it sets none (--allow-unlimited-containers lifts that)"
+	if p.UnlimitedContainers {
+		limits = "idle capacity beyond what is lent: a container that sets no limit gets none (--allow-unlimited-containers)"
+	}
+	return fmt.Sprintf("Consumer pods run here on %s (--node-selector, --toleration) under Pod Security %s (--pod-security) and pick nodes %s. They may use %s, %s, and %s. Consumer namespaces offloaded here %s.",
+		nodes, p.Level(), placement, devices, storage, limits, naming)
 }
 
 // providerArgs reads this cluster's identity, auth CA and auth URL.

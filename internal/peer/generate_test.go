@@ -160,6 +160,7 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 		podSecurity string
 		placement   bool
 		sameName    bool
+		unlimited   bool
 		extended    []string
 		output      output.Format
 		wantPolicy  offloadv1alpha1.ConsumerPolicy
@@ -169,7 +170,13 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 		{
 			name: "restricted is stored and shown", podSecurity: "restricted", output: output.Table,
 			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityRestricted},
-			wantNote:   []string{"Pod Security restricted", "only by operating system and architecture", "always named by this cluster (--allow-same-name-namespaces"},
+			wantNote: []string{"Pod Security restricted", "only by operating system and architecture", "always named by this cluster (--allow-same-name-namespaces",
+				"each container no more than is lent, which is its limit when it sets none (--allow-unlimited-containers"},
+		},
+		{
+			name: "unlimited containers are stored and shown", podSecurity: "baseline", unlimited: true, output: output.Table,
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, UnlimitedContainers: true},
+			wantNote:   []string{"idle capacity beyond what is lent: a container that sets no limit gets none (--allow-unlimited-containers)"},
 		},
 		{
 			name: "same-name namespaces are stored and shown", podSecurity: "baseline", sameName: true, output: output.Table,
@@ -211,7 +218,7 @@ func TestGenerateStoresAndShowsThePolicy(t *testing.T) {
 			kube := fake.NewClientset(identityCM(), caSecret(certPEM))
 			o, out, errOut := newGenerate(kube)
 			o.PodSecurity, o.AllowNodePlacement, o.AllowSameNameNamespaces, o.Output = tt.podSecurity, tt.placement, tt.sameName, tt.output
-			o.ExtendedResources = tt.extended
+			o.ExtendedResources, o.AllowUnlimitedContainers = tt.extended, tt.unlimited
 			if err := o.Validate(); err != nil {
 				t.Fatal(err)
 			}
@@ -303,7 +310,8 @@ func TestGenerateValidatesItsFlags(t *testing.T) {
 
 func TestGenerateFlagsDefaultToBaselineWithoutNodePlacementOrSameNameNamespaces(t *testing.T) {
 	cmd := newCmdGenerate("generate", nil, genericiooptions.NewTestIOStreamsDiscard())
-	for flag, want := range map[string]string{"pod-security": "baseline", "allow-node-placement": "false", "allow-same-name-namespaces": "false"} {
+	for flag, want := range map[string]string{"pod-security": "baseline", "allow-node-placement": "false", "allow-same-name-namespaces": "false",
+		"allow-unlimited-containers": "false"} {
 		if f := cmd.Flags().Lookup(flag); f == nil || f.DefValue != want {
 			t.Errorf("flag --%s: %+v, want the default %s", flag, f, want)
 		}

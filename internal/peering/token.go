@@ -100,13 +100,14 @@ const (
 	// UsageSingle and UsageReusable are the values of UsageKey.
 	UsageSingle   = "single-use"
 	UsageReusable = "reusable"
-	// PodSecurityKey, NodePlacementKey and SameNameNamespacesKey hold the
-	// ConsumerPolicy the provider chose for the consumers that peer with
-	// the token: a PodSecurityLevel, then AllowedValue or nothing for each
-	// of the others.
-	PodSecurityKey        = "pod-security"
-	NodePlacementKey      = "node-placement"
-	SameNameNamespacesKey = "same-name-namespaces"
+	// PodSecurityKey, NodePlacementKey, SameNameNamespacesKey and
+	// UnlimitedContainersKey hold the ConsumerPolicy the provider chose for
+	// the consumers that peer with the token: a PodSecurityLevel, then
+	// AllowedValue or nothing for each of the others.
+	PodSecurityKey         = "pod-security"
+	NodePlacementKey       = "node-placement"
+	SameNameNamespacesKey  = "same-name-namespaces"
+	UnlimitedContainersKey = "unlimited-containers"
 	// NodeSelectorKey and TolerationsKey hold the policy's NodeSelector
 	// and Tolerations in the forms of offloadv1alpha1.NodeSelectorString
 	// and TolerationsString; absent means none.
@@ -126,8 +127,8 @@ const (
 	// consumer to peer again while its tenant exists. Absent means any
 	// consumer, for a first peering only.
 	ConsumerKey = "consumer"
-	// AllowedValue is the value of NodePlacementKey and
-	// SameNameNamespacesKey that allows what they name.
+	// AllowedValue is the value of NodePlacementKey, SameNameNamespacesKey
+	// and UnlimitedContainersKey that allows what they name.
 	AllowedValue = "true"
 )
 
@@ -176,6 +177,9 @@ func NewTokenConfigMap(namespace string, tok Token, o TokenOptions) *corev1.Conf
 	}
 	if o.Policy.SameNameNamespaces {
 		c.Data[SameNameNamespacesKey] = AllowedValue
+	}
+	if o.Policy.UnlimitedContainers {
+		c.Data[UnlimitedContainersKey] = AllowedValue
 	}
 	if len(o.Policy.NodeSelector) > 0 {
 		c.Data[NodeSelectorKey] = offloadv1alpha1.NodeSelectorString(o.Policy.NodeSelector)
@@ -253,7 +257,8 @@ func ReadTokenConfigMap(c *corev1.ConfigMap) (StoredToken, error) {
 		return StoredToken{}, invalid(PodSecurityKey, fmt.Errorf("unknown level %q, want %s", d[PodSecurityKey], PodSecurityLevelList()))
 	}
 	t.Policy.PodSecurity = level
-	for key, into := range map[string]*bool{NodePlacementKey: &t.Policy.NodePlacement, SameNameNamespacesKey: &t.Policy.SameNameNamespaces} {
+	for key, into := range map[string]*bool{NodePlacementKey: &t.Policy.NodePlacement, SameNameNamespacesKey: &t.Policy.SameNameNamespaces,
+		UnlimitedContainersKey: &t.Policy.UnlimitedContainers} {
 		switch v := d[key]; v {
 		case "", "false":
 		case AllowedValue:

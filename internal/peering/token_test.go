@@ -118,8 +118,9 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 		{
 			name: "a token allowing everything reads back everything",
 			opts: TokenOptions{Expires: expires, Reusable: true, Policy: offloadv1alpha1.ConsumerPolicy{
-				PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true, SameNameNamespaces: true}},
-			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true, SameNameNamespaces: true},
+				PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true, SameNameNamespaces: true, UnlimitedContainers: true}},
+			wantPolicy: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityPrivileged, NodePlacement: true, SameNameNamespaces: true,
+				UnlimitedContainers: true},
 		},
 		{
 			name: "a token choosing the provider's nodes reads back its selector and tolerations",
@@ -197,6 +198,9 @@ func TestReadTokenConfigMapReadsThePolicy(t *testing.T) {
 		{name: "same-name namespaces are read apart from node placement", secret: with(map[string]string{NodePlacementKey: "true", SameNameNamespacesKey: "true"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodePlacement: true, SameNameNamespaces: true}},
 		{name: "an unknown same-name namespaces is an error naming the token", secret: with(map[string]string{SameNameNamespacesKey: "yes"}), wantErr: true},
 		{name: "same-name namespaces in capitals is an error", secret: with(map[string]string{SameNameNamespacesKey: "True"}), wantErr: true},
+		{name: "unlimited containers true is read", secret: with(map[string]string{UnlimitedContainersKey: "true"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, UnlimitedContainers: true}},
+		{name: "unlimited containers false grants none", secret: with(map[string]string{UnlimitedContainersKey: "false"}), want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline}},
+		{name: "an unknown unlimited containers is an error naming the token", secret: with(map[string]string{UnlimitedContainersKey: "always"}), wantErr: true},
 		{name: "a node selector is read", secret: with(map[string]string{NodeSelectorKey: "a=b,pool=tenants"}),
 			want: offloadv1alpha1.ConsumerPolicy{PodSecurity: offloadv1alpha1.PodSecurityBaseline, NodeSelector: map[string]string{"a": "b", "pool": "tenants"}}},
 		{name: "tolerations are read", secret: with(map[string]string{TolerationsKey: "dedicated=tenants:NoSchedule,spot"}),

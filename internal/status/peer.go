@@ -198,6 +198,7 @@ func (p *peer) detail(env *Env) Section {
 		field("nodes", "Nodes there", nodesText(*pol))
 		field("extendedResources", "Extended resources there", lentText(*pol))
 		field("storage", "Storage there", peering.StorageString(pol.Storage))
+		field("containerLimits", "Container limits there", limitsText(*pol))
 	}
 	field("credentialExpiry", "Credential expiry", timeText(st.CredentialExpiry, func(t time.Time) string { return expiryText(now, t) }))
 	field("lastSeen", "Last seen", timeText(st.LastSeen, func(t time.Time) string { return ageText(now, t) }))
@@ -210,6 +211,7 @@ func (p *peer) detail(env *Env) Section {
 		field("tenantNodes", "Tenant nodes", nodesText(p.tenant.Spec.Policy))
 		field("tenantExtendedResources", "Tenant extended resources", lentText(p.tenant.Spec.Policy))
 		field("tenantStorage", "Tenant storage", peering.StorageString(p.tenant.Spec.Policy.Storage))
+		field("tenantContainerLimits", "Tenant container limits", limitsText(p.tenant.Spec.Policy))
 	}
 
 	s.Checks = append(s.Checks, p.conditionChecks()...)

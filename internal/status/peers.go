@@ -367,6 +367,14 @@ func placementText(p offloadv1alpha1.ConsumerPolicy) string {
 	return "not allowed"
 }
 
+// limitsText says how a policy limits a consumer's containers.
+func limitsText(p offloadv1alpha1.ConsumerPolicy) string {
+	if p.UnlimitedContainers {
+		return "none: containers may use idle capacity"
+	}
+	return "what is lent"
+}
+
 // nodesText says which of the provider's nodes run a consumer's pods under p.
 func nodesText(p offloadv1alpha1.ConsumerPolicy) string {
 	out := "any node"

@@ -68,6 +68,8 @@ func LocalStatus(remote, local *corev1.Pod, hostIP string) corev1.PodStatus {
 	st.InitContainerStatuses = rs.InitContainerStatuses
 	st.ContainerStatuses = rs.ContainerStatuses
 	st.EphemeralContainerStatuses = rs.EphemeralContainerStatuses
+	hideProviderDefaults(st.InitContainerStatuses, local.Spec.InitContainers)
+	hideProviderDefaults(st.ContainerStatuses, local.Spec.Containers)
 	if st.QOSClass == "" {
 		st.QOSClass = rs.QOSClass
 	}
@@ -80,6 +82,45 @@ func LocalStatus(remote, local *corev1.Pod, hostIP string) corev1.PodStatus {
 	st.Conditions = mergeConditions(local.Status.Conditions, rs.Conditions, gen)
 	applyReadinessGates(&st, local)
 	return st
+}
+
+// hideProviderDefaults takes out of statuses, in place, the requests and
+// limits that the consumer's containers (of the same names in specs) do
+// not set: the twin namespace's LimitRange gave them the provider's
+// defaults (a request so that the quota counts them, the lent capacity as
+// the limit), which a node of the consumer would not have. The status then
+// shows what the consumer asked for, as the kubelet allocated and applied
+// it; a resize shows in it once the provider's kubelet applied it.
+func hideProviderDefaults(statuses []corev1.ContainerStatus, specs []corev1.Container) {
+	for i := range statuses {
+		st := &statuses[i]
+		j := slices.IndexFunc(specs, func(c corev1.Container) bool { return c.Name == st.Name })
+		if j < 0 {
+			continue
+		}
+		want := specs[j].Resources
+		st.AllocatedResources = onlyIn(st.AllocatedResources, want.Requests)
+		if st.Resources != nil {
+			st.Resources.Requests = onlyIn(st.Resources.Requests, want.Requests)
+			st.Resources.Limits = onlyIn(st.Resources.Limits, want.Limits)
+		}
+	}
+}
+
+// onlyIn returns have without the resources that want does not name, nil
+// when none is left.
+func onlyIn(have, want corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for name, q := range have {
+		if _, ok := want[name]; !ok {
+			continue
+		}
+		if out == nil {
+			out = corev1.ResourceList{}
+		}
+		out[name] = q
+	}
+	return out
 }
 
 // cleanStatusText cleans, in place, the text of a remote pod's status: the

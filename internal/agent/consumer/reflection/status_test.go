@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
@@ -153,5 +155,46 @@ func TestLocalStatusOfAPendingRemote(t *testing.T) {
 	st := reflection.LocalStatus(remote, local, "")
 	if st.Phase != corev1.PodPending || len(st.Conditions) != 1 || st.Conditions[0].Reason != "Unschedulable" {
 		t.Errorf("the provider's scheduling failure is not shown: %+v", st)
+	}
+}
+
+func TestLocalStatusShowsOnlyTheResourcesTheConsumerAskedFor(t *testing.T) {
+	local := offloadedPod()
+	remote := runningRemote()
+	// The twin namespace's LimitRange gave the web container, which asks
+	// for cpu and memory and limits memory, an ephemeral-storage request
+	// and the lent capacity as its cpu and ephemeral-storage limits; the
+	// migrate container, which asks for nothing, got every default.
+	q := resource.MustParse
+	remote.Status.ContainerStatuses[0].AllocatedResources = corev1.ResourceList{
+		corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("128Mi"), corev1.ResourceEphemeralStorage: q("0")}
+	remote.Status.ContainerStatuses[0].Resources = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("128Mi"), corev1.ResourceEphemeralStorage: q("0")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: q("1870m"), corev1.ResourceMemory: q("256Mi"), corev1.ResourceEphemeralStorage: q("250Gi")},
+	}
+	remote.Status.InitContainerStatuses[0].AllocatedResources = corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("128Mi")}
+	remote.Status.InitContainerStatuses[0].Resources = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("128Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: q("1870m"), corev1.ResourceMemory: q("16Gi")},
+	}
+	before := remote.DeepCopy()
+
+	st := reflection.LocalStatus(remote, local, "")
+
+	web := st.ContainerStatuses[0]
+	wantRequests := corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("128Mi")}
+	if !apiequality.Semantic.DeepEqual(web.AllocatedResources, wantRequests) {
+		t.Errorf("web allocatedResources = %v, want %v", web.AllocatedResources, wantRequests)
+	}
+	want := corev1.ResourceRequirements{Requests: wantRequests, Limits: corev1.ResourceList{corev1.ResourceMemory: q("256Mi")}}
+	if web.Resources == nil || !apiequality.Semantic.DeepEqual(*web.Resources, want) {
+		t.Errorf("web resources = %v, want %v", web.Resources, want)
+	}
+	migrate := st.InitContainerStatuses[0]
+	if migrate.AllocatedResources != nil || migrate.Resources == nil || migrate.Resources.Requests != nil || migrate.Resources.Limits != nil {
+		t.Errorf("migrate allocatedResources = %v, resources = %v; want none: it asks for nothing", migrate.AllocatedResources, migrate.Resources)
+	}
+	if !apiequality.Semantic.DeepEqual(remote, before) {
+		t.Error("LocalStatus changed the remote pod")
 	}
 }

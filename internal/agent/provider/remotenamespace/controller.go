@@ -188,7 +188,7 @@ func (r *Reconciler) ensure(ctx context.Context, rn *offloadv1alpha1.RemoteNames
 	if err := r.ensureQuota(ctx, rn, offer, tenant.Spec.Policy.Storage); err != nil {
 		return outcome{}, err
 	}
-	if err := r.ensureLimitRange(ctx, rn, offer); err != nil {
+	if err := r.ensureLimitRange(ctx, rn, offer, tenant.Spec.Policy.UnlimitedContainers); err != nil {
 		return outcome{}, err
 	}
 	addrs, err := r.addressesOf(ctx, tenant)

@@ -543,10 +543,44 @@ func TestATwinNamespaceHoldsWhatWasLentAndNoMore(t *testing.T) {
 	if after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("the LimitRange was rewritten with nothing changed: %+v", after.Spec)
 	}
+
+	// A provider that lets the tenant's containers run without limits
+	// (UnlimitedContainers): a container without limits gets none, and
+	// one above the offer is admitted; requests are still defaulted.
+	e.get(e.tenant)
+	patch = client.MergeFrom(e.tenant.DeepCopy())
+	e.tenant.Spec.Policy.UnlimitedContainers = true
+	if err := e.c.Patch(ctx, e.tenant, patch); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(rn)
+	free := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "free", Namespace: target},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if _, err := framework.Poll(ctx, 100*time.Millisecond, 10*time.Second, func(ctx context.Context) (bool, string) {
+		free.ResourceVersion = ""
+		if err := e.c.Create(ctx, free); err != nil {
+			return false, err.Error()
+		}
+		if free.Spec.Containers[0].Resources.Limits == nil {
+			return true, ""
+		}
+		// The LimitRanger still had the old LimitRange: try again.
+		_ = e.c.Delete(ctx, free, client.GracePeriodSeconds(0))
+		return false, fmt.Sprintf("limits %v", free.Spec.Containers[0].Resources.Limits)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if free.Spec.Containers[0].Resources.Requests.Memory().Cmp(DefaultRequests[corev1.ResourceMemory]) != 0 {
+		t.Errorf("a container without requests got requests %v, want the default ones", free.Spec.Containers[0].Resources.Requests)
+	}
+	greedy.ResourceVersion = ""
+	if err := e.c.Create(ctx, greedy); err != nil {
+		t.Errorf("a container whose limit is more than the offer, in a namespace of unlimited containers: %v", err)
+	}
 }
 
 func TestAnOfferBelowTheDefaultRequestsSetsNoMaximum(t *testing.T) {
-	spec := LimitRangeFor(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("1Gi")})
+	spec := LimitRangeFor(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("1Gi")}, false)
 	item := spec.Limits[0]
 	if _, ok := item.Max[corev1.ResourceCPU]; ok {
 		t.Errorf("max cpu %v is below the default request: the LimitRange would be invalid", item.Max)

@@ -399,11 +399,12 @@ var DefaultRequests = corev1.ResourceList{
 // LimitRangeFor returns the LimitRange of a twin namespace: containers
 // without cpu, memory or ephemeral storage requests get DefaultRequests,
 // which the quota needs to admit them and which count against the offer;
-// no container may use more cpu, memory or ephemeral storage than offered
-// (Max), and one that sets no limit gets that as its limit (Default, which
-// the API server would set to Max anyway): a tenant's container never
-// bursts past what was lent.
-func LimitRangeFor(offered corev1.ResourceList) corev1.LimitRangeSpec {
+// unless unlimited (the policy's UnlimitedContainers), no container may
+// use more cpu, memory or ephemeral storage than offered (Max), and one
+// that sets no limit gets that as its limit (Default, which the API server
+// would set to Max anyway): a tenant's container never bursts past what
+// was lent.
+func LimitRangeFor(offered corev1.ResourceList, unlimited bool) corev1.LimitRangeSpec {
 	most := corev1.ResourceList{}
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
 		// An offer below the default request has no room for a container
@@ -414,14 +415,14 @@ func LimitRangeFor(offered corev1.ResourceList) corev1.LimitRangeSpec {
 		}
 	}
 	item := corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, DefaultRequest: DefaultRequests.DeepCopy()}
-	if len(most) > 0 {
+	if len(most) > 0 && !unlimited {
 		item.Max, item.Default = most, most.DeepCopy()
 	}
 	return corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{item}}
 }
 
-func (r *Reconciler) ensureLimitRange(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, offer *offloadv1alpha1.ResourceOffer) error {
-	want := &corev1.LimitRange{ObjectMeta: managedMeta(rn, LimitRangeName, rn.Spec.TargetNamespace), Spec: LimitRangeFor(offer.Spec.Resources)}
+func (r *Reconciler) ensureLimitRange(ctx context.Context, rn *offloadv1alpha1.RemoteNamespace, offer *offloadv1alpha1.ResourceOffer, unlimited bool) error {
+	want := &corev1.LimitRange{ObjectMeta: managedMeta(rn, LimitRangeName, rn.Spec.TargetNamespace), Spec: LimitRangeFor(offer.Spec.Resources, unlimited)}
 	return ensureObject(ctx, r.Client, want, &corev1.LimitRange{}, func(have *corev1.LimitRange) bool {
 		if equality.Semantic.DeepEqual(have.Spec, want.Spec) {
 			return false

@@ -43,7 +43,7 @@ func AdoptTokenPolicy(ctx context.Context, c client.Client, reader client.Reader
 	}
 	if why == "" {
 		log.Info("Gave the tenant its peering token's policy", "podSecurity", policy.Level(), "nodePlacement", policy.NodePlacement,
-			"sameNameNamespaces", policy.SameNameNamespaces, "nodeSelector", offloadv1alpha1.NodeSelectorString(policy.NodeSelector),
+			"sameNameNamespaces", policy.SameNameNamespaces, "unlimitedContainers", policy.UnlimitedContainers, "nodeSelector", offloadv1alpha1.NodeSelectorString(policy.NodeSelector),
 			"tolerations", offloadv1alpha1.TolerationsString(policy.Tolerations), "extendedResources", peering.ExtendedResourcesString(policy.ExtendedResources),
 			"storage", peering.StorageString(policy.Storage))
 	}
