@@ -87,8 +87,9 @@ func OwnerOf(pod *corev1.Pod) (string, bool) {
 
 // HeldBack tells why ds's pod, bound to node, a virtual node, must not
 // leave for a provider: ds is one the controller keeps off virtual nodes.
-// It is nil for a DaemonSet that may run there (it opted in, or tolerates
-// the virtual-node taint by name on a tainted node).
+// It is nil for a DaemonSet that may run there: it opted in (or, on a
+// tainted node, its pods tolerate no virtual-node taint, so the DaemonSet
+// controller never put one there).
 func HeldBack(ds *appsv1.DaemonSet, node *corev1.Node) error {
 	untainted := offloadv1alpha1.VirtualNodeUntainted(node)
 	if !ShouldExclude(ds, untainted) {
