@@ -33,6 +33,13 @@ type NetworkPeeringSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MTU int32 `json:"mtu,omitempty"`
+	// ProviderViews are how the consumer sees the provider's pod CIDRs: the
+	// addresses it shows for its offloaded pods. The provider may mirror
+	// them, so that its pods reach each other at those addresses too;
+	// it checks them first, as hostile input.
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	ProviderViews []CIDRMapping `json:"providerViews,omitempty"`
 }
 
 // NetworkPeeringStatus is the provider's side of the tunnel.
@@ -124,7 +131,10 @@ type TunnelSpec struct {
 	// +optional
 	Mappings []CIDRMapping `json:"mappings,omitempty"`
 	// PeerViews are how the peer sees this cluster's pod CIDRs, as it said:
-	// addresses this cluster reflects to the peer are translated into them.
+	// on the client, addresses this cluster reflects to the peer are
+	// translated into them; on the server, they are the consumer's views
+	// that passed the provider's checks, which its gateway mirrors (a local
+	// pod calling one reaches the local pod behind it).
 	// +optional
 	PeerViews []CIDRMapping `json:"peerViews,omitempty"`
 	// AllowedDestinations are the local pod addresses (CIDRs) the peer may

@@ -90,12 +90,18 @@ func (s Space) InPools(v netip.Prefix) bool {
 
 // free tells whether b overlaps nothing reserved or taken.
 func (s Space) free(b netip.Prefix) bool {
+	_, clash := s.Clash(b)
+	return !clash
+}
+
+// Clash returns the first reserved or taken range that b overlaps.
+func (s Space) Clash(b netip.Prefix) (netip.Prefix, bool) {
 	for _, r := range slices.Concat(s.Reserved, s.Taken) {
 		if r.IsValid() && r.Overlaps(b) {
-			return false
+			return r, true
 		}
 	}
-	return true
+	return netip.Prefix{}, false
 }
 
 // nextBlock is the block of b's size right after b.

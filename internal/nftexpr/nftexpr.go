@@ -103,6 +103,14 @@ func Protocol(proto byte) []expr.Any {
 	}
 }
 
+// ICMPType matches ICMP messages of type typ.
+func ICMPType(typ byte) []expr.Any {
+	return append(Protocol(unix.IPPROTO_ICMP),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}},
+	)
+}
+
 // DestinationPort matches the TCP or UDP destination port; combine it with
 // Protocol.
 func DestinationPort(port uint16) []expr.Any {

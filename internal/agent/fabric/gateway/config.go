@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -104,6 +105,13 @@ type Config struct {
 	// address. The provider lists the pods of its consumer's twin
 	// namespaces here.
 	AllowedDestinations []netip.Prefix `json:"allowedDestinations,omitempty"`
+	// Mirror, on the server only, is how the peer sees this cluster's own
+	// pods: Real is a local pod CIDR, View the peer's view of it. A local
+	// pod that calls a view (an address the consumer showed it, say) is
+	// taken back to the real pod, and the callee sees the caller at its
+	// view too, so offloaded pods reach each other at the addresses the
+	// consumer shows. Only allowed pods may call, and be called, this way.
+	Mirror []Mapping `json:"mirror,omitempty"`
 	// PodIP is the gateway pod's own address, the source that traffic from
 	// outside the pod CIDRs (nodes, hostNetwork pods) is translated to.
 	// Empty: the address of the interface holding the default route.
@@ -222,6 +230,7 @@ func (c *Config) validateAddresses() []error {
 			}
 		}
 	}
+	errs = append(errs, c.validateMirror()...)
 	for _, a := range c.AllowedDestinations {
 		if !a.IsValid() || !within(a, c.LocalPodCIDRs) {
 			errs = append(errs, fmt.Errorf("allowedDestinations: %v is not inside the local pod CIDRs", a))
@@ -229,6 +238,38 @@ func (c *Config) validateAddresses() []error {
 	}
 	if c.PodIP.IsValid() && !c.PodIP.Is4() {
 		errs = append(errs, fmt.Errorf("podIP %v is not an IPv4 address", c.PodIP))
+	}
+	return errs
+}
+
+// validateMirror checks the server's mirror: each view is of a whole local
+// pod CIDR, of its size, and overlaps nothing else this gateway routes.
+func (c *Config) validateMirror() []error {
+	var errs []error
+	if len(c.Mirror) > 0 && c.Role != RoleServer {
+		errs = append(errs, errors.New("mirror: only the server mirrors its pods"))
+	}
+	for i, m := range c.Mirror {
+		if !m.Real.IsValid() || !m.View.IsValid() || !m.Real.Addr().Is4() || !m.View.Addr().Is4() ||
+			m.Real != m.Real.Masked() || m.View != m.View.Masked() || m.Real.Bits() != m.View.Bits() {
+			errs = append(errs, fmt.Errorf("mirror[%d]: real %v and view %v must be IPv4 networks of the same size", i, m.Real, m.View))
+			continue
+		}
+		if !slices.Contains(c.LocalPodCIDRs, m.Real) {
+			errs = append(errs, fmt.Errorf("mirror[%d]: %v is not one of the local pod CIDRs", i, m.Real))
+		}
+		others := slices.Concat([]netip.Prefix{tunnelPrefix}, c.LocalPodCIDRs)
+		for _, p := range c.Peer {
+			others = append(others, p.View)
+		}
+		for _, o := range c.Mirror[:i] {
+			others = append(others, o.View)
+		}
+		for _, o := range others {
+			if o.IsValid() && m.View.Overlaps(o) {
+				errs = append(errs, fmt.Errorf("mirror[%d]: the view %v overlaps %v, which this gateway routes otherwise", i, m.View, o))
+			}
+		}
 	}
 	return errs
 }

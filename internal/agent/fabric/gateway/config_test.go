@@ -25,6 +25,12 @@ func validConfig(t *testing.T) *Config {
 	}
 }
 
+// mirror makes c a server that mirrors real as view.
+func mirror(c *Config, real, view string) {
+	c.Role, c.PeerEndpoint = RoleServer, ""
+	c.Mirror = append(c.Mirror, Mapping{Real: netip.MustParsePrefix(real), View: netip.MustParsePrefix(view)})
+}
+
 func TestConfigValidationSaysWhatIsWrong(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -63,6 +69,25 @@ func TestConfigValidationSaysWhatIsWrong(t *testing.T) {
 			c.AllowedDestinations = []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}
 		}, "not inside the local pod CIDRs"},
 		{"no local pod CIDR", func(c *Config) { c.LocalPodCIDRs = nil }, "localPodCIDRs is empty"},
+		{"a server that mirrors its pods", func(c *Config) { mirror(c, "10.244.0.0/16", "10.71.0.0/16") }, ""},
+		{"a client that mirrors", func(c *Config) {
+			mirror(c, "10.244.0.0/16", "10.71.0.0/16")
+			c.Role = RoleClient
+		}, "only the server mirrors"},
+		{"a mirror of a CIDR that is not a local pod CIDR", func(c *Config) { mirror(c, "10.96.0.0/16", "10.71.0.0/16") }, "not one of the local pod CIDRs"},
+		{"a mirror of a part of a local pod CIDR", func(c *Config) { mirror(c, "10.244.1.0/24", "10.71.1.0/24") }, "not one of the local pod CIDRs"},
+		{"a mirror view of another size", func(c *Config) { mirror(c, "10.244.0.0/16", "10.71.0.0/24") }, "of the same size"},
+		{"a mirror view on the peer's view", func(c *Config) { mirror(c, "10.244.0.0/16", "10.70.0.0/16") }, "overlaps 10.70.0.0/16"},
+		{"a mirror view on the local pods", func(c *Config) { mirror(c, "10.244.0.0/16", "10.244.0.0/16") }, "overlaps 10.244.0.0/16"},
+		{"a mirror view on the tunnel's addresses", func(c *Config) {
+			c.LocalPodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.1.0.0/16")}
+			mirror(c, "10.1.0.0/16", "169.254.0.0/16")
+		}, "overlaps 169.254.77.0/30"},
+		{"two mirror views that overlap", func(c *Config) {
+			c.LocalPodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.245.0.0/16")}
+			mirror(c, "10.244.0.0/16", "10.71.0.0/16")
+			mirror(c, "10.245.0.0/16", "10.71.0.0/16")
+		}, "overlaps 10.71.0.0/16"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig(t)

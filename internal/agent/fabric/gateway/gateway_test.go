@@ -57,6 +57,9 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 	// What the fabric DaemonSet does: each view via the gateway pod.
 	l.Sh("ip", "-n", cn, "route", "add", consumerView, "via", "10.244.1.9")
 	l.Sh("ip", "-n", pn, "route", "add", providerView, "via", "10.244.2.9")
+	// And on the provider, for the mirror: the consumer's view of the
+	// provider's pods, via the gateway pod too.
+	l.Sh("ip", "-n", pn, "route", "add", consumerView, "via", "10.244.2.9")
 	// What CNIs and kube-proxy do: pods leave the node masqueraded; the
 	// provider publishes its gateway on a NodePort; the consumer has a
 	// ClusterIP Service with a local and a remote endpoint.
@@ -105,6 +108,8 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 		Peer:          []Mapping{{Real: netip.MustParsePrefix(podCIDR), View: netip.MustParsePrefix(providerView)}},
 		// The provider's tenant filter: only this consumer's pods.
 		AllowedDestinations: []netip.Prefix{netip.MustParsePrefix("10.244.1.5/32"), netip.MustParsePrefix("10.244.1.9/32")},
+		// The consumer's view of the provider's pods, mirrored.
+		Mirror: []Mapping{{Real: netip.MustParsePrefix(podCIDR), View: netip.MustParsePrefix(consumerView)}},
 	}
 	l.startGateway("provider", pgw, provider)
 	l.startGateway("consumer", cgw, consumer)
@@ -182,6 +187,16 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 	t.Run("the provider's own pods and nodes open no connection into the tunnel", func(t *testing.T) {
 		dropped(t, "provider", pother, "10.71.1.5:8080")
 		dropped(t, "provider", pn, "10.71.1.5:8080")
+	})
+	t.Run("a provider pod reaches another by the consumer's address of it, and is seen at its own", func(t *testing.T) {
+		// Only the mirror makes 10.70.1.9 a provider pod on the provider,
+		// and shows the caller 10.244.1.5 as 10.70.1.5.
+		expectAnswer(t, ppod, "10.70.1.9:8080", 0, "ppod2 10.70.1.5")
+		expectAnswer(t, ppod2, "10.70.1.5:8080", 0, "ppod 10.70.1.9")
+	})
+	t.Run("the mirror serves the tenant's pods only", func(t *testing.T) {
+		dropped(t, "provider", pother, "10.70.1.5:8080") // another tenant's pod calls
+		dropped(t, "provider", ppod, "10.70.3.3:8080")   // to another tenant's pod
 	})
 	t.Run("1 MiB crosses the lowered MTU both ways", func(t *testing.T) {
 		want := netlab.Mebibyte()

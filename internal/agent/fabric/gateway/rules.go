@@ -19,6 +19,9 @@ const (
 	// ctMarkIn those the peer opened toward this cluster.
 	ctMarkOut uint32 = 0x1
 	ctMarkIn  uint32 = 0x2
+	// ctMarkMirror marks connections from local pods to the peer's view of
+	// local pods (Config.Mirror): they never enter the tunnel.
+	ctMarkMirror uint32 = 0x3
 	// fwMarkTunnel marks packets that must leave through the tunnel: the
 	// original direction of outgoing connections and the replies of
 	// incoming ones. They are routed by mark, not by address, because with
@@ -34,6 +37,8 @@ const (
 	// livenessPort is the UDP port of the liveness echo, on the tunnel
 	// addresses only.
 	livenessPort = 51821
+	// icmpRedirect is ICMP's redirect message type.
+	icmpRedirect = 5
 )
 
 // ruleset is the whole nftables table for cfg: the translation between the
@@ -73,8 +78,12 @@ func ruleset(c *nftables.Conn, cfg *Config, podIP netip.Addr) {
 	for _, m := range cfg.Peer {
 		add(mark, fromLocal, isNew, nftexpr.MatchPrefix(nftexpr.Destination, m.View), nftexpr.SetCtMark(ctMarkOut))
 	}
+	for _, m := range cfg.Mirror {
+		add(mark, fromLocal, isNew, nftexpr.MatchPrefix(nftexpr.Destination, m.View), nftexpr.SetCtMark(ctMarkMirror))
+	}
 	add(mark, fromPeer, isNew, nftexpr.SetCtMark(ctMarkIn))
-	add(mark, fromLocal, nftexpr.CtMark(0, false), nftexpr.SetMark(fwMarkTunnel))
+	add(mark, fromLocal, nftexpr.CtMark(ctMarkOut, true), nftexpr.SetMark(fwMarkTunnel))
+	add(mark, fromLocal, nftexpr.CtMark(ctMarkIn, true), nftexpr.SetMark(fwMarkTunnel))
 
 	// On the wire, addresses are always real: outgoing destinations go from
 	// this cluster's view to the peer's real addresses, incoming sources
@@ -85,6 +94,13 @@ func ruleset(c *nftables.Conn, cfg *Config, podIP netip.Addr) {
 		}
 		add(dnat, fromLocal, nftexpr.MatchPrefix(nftexpr.Destination, m.View), nftexpr.DNATPrefix(m.Real))
 		add(snat, nftexpr.CtMark(ctMarkIn, true), nftexpr.MatchPrefix(nftexpr.Source, m.Real), nftexpr.SNATPrefix(m.View))
+	}
+	// A mirrored call goes back to the real pod, from the caller's view:
+	// the answer comes back through this gateway, and the callee sees the
+	// caller where the peer shows it.
+	for _, m := range cfg.Mirror {
+		add(dnat, fromLocal, nftexpr.CtMark(ctMarkMirror, true), nftexpr.MatchPrefix(nftexpr.Destination, m.View), nftexpr.DNATPrefix(m.Real))
+		add(snat, nftexpr.CtMark(ctMarkMirror, true), nftexpr.MatchPrefix(nftexpr.Source, m.Real), nftexpr.SNATPrefix(m.View))
 	}
 	// Sources outside the pod CIDRs (nodes, hostNetwork pods) have no view
 	// on the peer: they leave as the gateway pod.
@@ -101,6 +117,18 @@ func ruleset(c *nftables.Conn, cfg *Config, podIP netip.Addr) {
 	// the consumer. (The DNAT above left sources alone.)
 	if cfg.Role == RoleServer {
 		add(forward, toPeer, isNew, nftexpr.InSet(nftexpr.Source, allowed, false), nftexpr.Counter(), nftexpr.Verdict(expr.VerdictDrop))
+	}
+
+	// Mirrored calls run between the allowed (the tenant's) pods only. They
+	// leave through the device they came in on, where the kernel would
+	// tell the caller to skip the gateway (an ICMP redirect) and so its
+	// translation: the gateway sends none.
+	if len(cfg.Mirror) > 0 {
+		mirrored := nftexpr.CtMark(ctMarkMirror, true)
+		add(forward, mirrored, isNew, nftexpr.InSet(nftexpr.Source, allowed, false), nftexpr.Counter(), nftexpr.Verdict(expr.VerdictDrop))
+		add(forward, mirrored, isNew, nftexpr.InSet(nftexpr.Destination, allowed, false), nftexpr.Counter(), nftexpr.Verdict(expr.VerdictDrop))
+		output := chain("output", nftables.ChainTypeFilter, nftables.ChainHookOutput, nftables.ChainPriorityFilter)
+		add(output, nftexpr.ICMPType(icmpRedirect), nftexpr.Verdict(expr.VerdictDrop))
 	}
 
 	// The gateway itself answers the peer only on the liveness port.

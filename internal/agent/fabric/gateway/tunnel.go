@@ -64,6 +64,20 @@ func FromTunnel(t *offloadv1alpha1.Tunnel, base Config) (*Config, error) {
 		}
 		c.Peer = append(c.Peer, Mapping{Real: r, View: v})
 	}
+	// On the server, the peer's views of this cluster's pods are mirrored;
+	// on the client they are the provider's addresses, not routed here.
+	c.Mirror = nil
+	if c.Role == RoleServer {
+		for _, m := range t.Spec.PeerViews {
+			r, err1 := netip.ParsePrefix(m.Real)
+			v, err2 := netip.ParsePrefix(m.View)
+			if err := errors.Join(err1, err2); err != nil {
+				errs = append(errs, fmt.Errorf("peer view %s -> %s: %w", m.Real, m.View, err))
+				continue
+			}
+			c.Mirror = append(c.Mirror, Mapping{Real: r, View: v})
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("tunnel %s: %w", t.Name, err)
 	}
