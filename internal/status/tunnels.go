@@ -298,11 +298,24 @@ func (rt Tunnel) fields(now time.Time) []Field {
 		f("endpoint", "  Endpoint", rt.Endpoint),
 		f("implementation", "  Device", rt.Implementation),
 		f("peerPods", "  Peer pods here", mappingText(rt.PeerPods)),
-		f("localPods", "  Our pods there", mappingText(rt.LocalPods)),
+		f("localPods", "  Our pods there", localPodsText(rt)),
 		f("mtu", "  MTU", mtuText(rt.MTU, "")),
 		f("lastHandshake", "  Last handshake", timeText(rt.LastHandshake, func(t time.Time) string { return ageText(now, t) })),
 		f("traffic", "  Traffic", fmt.Sprintf("%s in, %s out", byteText(rt.RxBytes), byteText(rt.TxBytes))),
 	}
+}
+
+// localPodsText is how the peer sees this cluster's pods; on the server,
+// whether its gateway mirrors those addresses.
+func localPodsText(rt Tunnel) string {
+	text := mappingText(rt.LocalPods)
+	if rt.Role != string(offloadv1alpha1.TunnelServer) {
+		return text
+	}
+	if text == "" {
+		return "not mirrored here (the consumer's NetworkPeering says why)"
+	}
+	return text + " (mirrored here)"
 }
 
 // mappingText renders mappings as "REAL as VIEW", or "REAL" alone when

@@ -98,7 +98,11 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	for _, d := range []*appsv1.Deployment{local, remote} {
 		d.Spec.Template.Labels["tier"] = "web"
 	}
-	for _, d := range []*appsv1.Deployment{local, remote, client1, client2} {
+	// A second offloaded pod, which the first calls at the consumer's
+	// address of it.
+	peer := offloadedApp("web-peer", 1)
+	peer.Spec.Template.Spec.NodeSelector = remote.Spec.Template.Spec.NodeSelector
+	for _, d := range []*appsv1.Deployment{local, remote, client1, client2, peer} {
 		if _, err := consumer.Kube.AppsV1().Deployments("net").Create(ctx, d, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -173,6 +177,29 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 		}
 	})
 
+	// Two offloaded pods reach each other at the addresses the consumer
+	// shows (a StatefulSet's peers, a hook's curl), and the callee sees the
+	// caller at its consumer address: on the provider, only its gateway's
+	// mirror makes those addresses its own pods.
+	t.Run("offloaded pods reach each other at the consumer's addresses", func(t *testing.T) {
+		peerReal := waitPodsReady(ctx, t, provider, twin, "app=web-peer", 1)[0]
+		var peerIP string
+		waitFor(ctx, t, time.Minute, "the second offloaded pod's IP on the consumer", func(ctx context.Context) (bool, string) {
+			pods, err := consumer.Kube.CoreV1().Pods("net").List(ctx, metav1.ListOptions{LabelSelector: "app=web-peer"})
+			if err != nil || len(pods.Items) != 1 {
+				return false, fmt.Sprintf("%v", err)
+			}
+			peerIP = pods.Items[0].Status.PodIP
+			return peerIP != "" && peerIP == addrs.ConsumerIP(peerReal.Status.PodIP), "the consumer shows " + peerIP + " for provider IP " + peerReal.Status.PodIP
+		})
+		want := peerReal.Name + " " + viewIP
+		took := waitFor(ctx, t, 30*time.Second, "an offloaded pod answering another at its consumer address", func(ctx context.Context) (bool, string) {
+			out, err := execIn(t, consumer, "net", remotePod.Name, "get", "http://"+peerIP+":8080/whoami")
+			return err == nil && out == want, fmt.Sprintf("answer %q, %v; want %q", out, err, want)
+		})
+		t.Logf("the mirrored call answered %s after the pod was Ready", took.Round(time.Millisecond))
+	})
+
 	// A provider pod outside the consumer's twin namespaces stays out of
 	// reach (the auth pod's health port).
 	t.Run("the provider's other pods are out of reach", func(t *testing.T) {
@@ -188,9 +215,10 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 	})
 	// kubectl offload status shows the tunnel on both sides.
 	t.Run("status shows the tunnel on both sides", func(t *testing.T) {
-		// The consumer knows both views; the provider only its own.
+		// Both sides know both views: the provider mirrors the consumer's
+		// view of its pods.
 		expectTunnelReported(ctx, t, consumer, tunnel.Name, wantImpl, true)
-		expectTunnelReported(ctx, t, provider, serverTunnel, wantImpl, false)
+		expectTunnelReported(ctx, t, provider, serverTunnel, wantImpl, true)
 	})
 
 	// The path between the clusters cut, as by a firewall: status on each

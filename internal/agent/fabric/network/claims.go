@@ -78,24 +78,26 @@ func (s Settings) checkPeerCIDRs(t *offloadv1alpha1.Tunnel, reals []string, who 
 		who, list, strings.Join(ipam.CanonicalCIDRs(agreed), ","), t.Namespace, t.Name, AnnotationApprovedPodCIDRs, list)}
 }
 
-// checkPeerViews checks how the provider says it sees this cluster's pod
-// CIDRs: one view per pod CIDR of this cluster, of the same size. They
-// translate the addresses this cluster reflects to the provider.
-func (s Settings) checkPeerViews(views []offloadv1alpha1.CIDRMapping) *refusal {
+// checkPeerViews checks how the peer (who) says it sees this cluster's
+// pod CIDRs: one view per pod CIDR of this cluster, of the same size.
+// On the consumer they translate the addresses this cluster reflects to
+// the provider; on the provider they are the consumer's addresses of its
+// pods, which it may mirror.
+func (s Settings) checkPeerViews(views []offloadv1alpha1.CIDRMapping, who string) *refusal {
 	own := ipam.CanonicalCIDRs(s.podCIDRStrings())
 	var reals []string
 	for _, m := range views {
 		r, err1 := netip.ParsePrefix(m.Real)
 		v, err2 := netip.ParsePrefix(m.View)
 		if err1 != nil || err2 != nil || !v.Addr().Is4() || r.Bits() != v.Bits() || !slices.Contains(own, r.Masked().String()) {
-			return &refusal{ReasonRefusedPodCIDRs, fmt.Sprintf("the provider's view %q of this cluster's pods %q is not a view of one of this cluster's pod CIDRs (%s): nothing was routed",
-				m.View, m.Real, strings.Join(own, ", "))}
+			return &refusal{ReasonRefusedPodCIDRs, fmt.Sprintf("%s's view %q of this cluster's pods %q is not a view of one of this cluster's pod CIDRs (%s)",
+				who, m.View, m.Real, strings.Join(own, ", "))}
 		}
 		reals = append(reals, r.Masked().String())
 	}
 	if !slices.Equal(ipam.CanonicalCIDRs(reals), own) || len(reals) != len(own) {
-		return &refusal{ReasonRefusedPodCIDRs, fmt.Sprintf("the provider gives views of %s, want exactly one for each of this cluster's pod CIDRs (%s): nothing was routed",
-			strings.Join(reals, ", "), strings.Join(own, ", "))}
+		return &refusal{ReasonRefusedPodCIDRs, fmt.Sprintf("%s gives views of %s, want exactly one for each of this cluster's pod CIDRs (%s)",
+			who, strings.Join(reals, ", "), strings.Join(own, ", "))}
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func TestTheProvidersViewsMustBeOfThisClustersPodCIDRs(t *testing.T) {
 		{"two views of one CIDR", []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.80.0.0/16"}, {Real: "10.244.0.0/16", View: "10.81.0.0/16"}}, false},
 		{"garbage", []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "x"}}, false},
 	} {
-		if bad := s.checkPeerViews(tc.views); (bad == nil) != tc.ok {
+		if bad := s.checkPeerViews(tc.views, "the provider"); (bad == nil) != tc.ok {
 			t.Errorf("%s: checkPeerViews(%v) = %+v, want ok=%v", tc.name, tc.views, bad, tc.ok)
 		}
 	}
@@ -62,26 +62,9 @@ func newProviderAlone(t *testing.T) *providerAlone {
 	envtest.InstallCRDs(t, admin)
 	ctx := t.Context()
 	suffix := rand.String(5)
-	p := &providerAlone{admin: admin, consumer: "hostile-" + suffix, id: string(uuid.NewUUID()),
-		pns: envtest.NewNamespace(t, admin, "offload-p")}
-	p.tenantNS = offloadv1alpha1.TenantNamespace(p.consumer)
-	p.tunnel = client.ObjectKey{Namespace: p.pns, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, p.consumer)}
-	key, err := wgtypes.GeneratePrivateKey()
-	must(t, err)
-	p.consumerPubKey = key.PublicKey().String()
-	tenant := &offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: p.consumer},
-		Spec: offloadv1alpha1.TenantSpec{ClusterID: p.id, ClusterName: p.consumer, TenantNamespace: p.tenantNS}}
-	// Other tests' provider controllers answer every NetworkPeering of the
-	// shared API server: the tenant goes with the test (see newWorldOf).
-	t.Cleanup(func() { _ = admin.Delete(context.Background(), tenant) })
-	for _, o := range []client.Object{
-		tenant,
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.tenantNS, Labels: map[string]string{offloadv1alpha1.LabelTenant: p.id}}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.GatewayTemplateConfigMap, Namespace: p.pns},
-			Data: map[string]string{offloadv1alpha1.GatewayTemplateKey: template}},
-	} {
-		must(t, admin.Create(ctx, o))
-	}
+	p := (&providerAlone{admin: admin, pns: envtest.NewNamespace(t, admin, "offload-p")}).tenantOf(t, "hostile-"+suffix)
+	must(t, admin.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: offloadv1alpha1.GatewayTemplateConfigMap, Namespace: p.pns},
+		Data: map[string]string{offloadv1alpha1.GatewayTemplateKey: template}}))
 	// A node of the provider, on a private network a consumer could name.
 	p.nodeAddress = "192.168.50.7"
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + suffix}}
@@ -105,13 +88,41 @@ func newProviderAlone(t *testing.T) *providerAlone {
 	return p
 }
 
+// tenantOf is p for another consumer of the same provider: its Tenant and
+// tenant namespace, which go with the test.
+func (p *providerAlone) tenantOf(t *testing.T, consumer string) *providerAlone {
+	t.Helper()
+	q := *p
+	q.consumer, q.id = consumer, string(uuid.NewUUID())
+	q.tenantNS = offloadv1alpha1.TenantNamespace(q.consumer)
+	q.tunnel = client.ObjectKey{Namespace: q.pns, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, q.consumer)}
+	key, err := wgtypes.GeneratePrivateKey()
+	must(t, err)
+	q.consumerPubKey = key.PublicKey().String()
+	tenant := &offloadv1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: q.consumer},
+		Spec: offloadv1alpha1.TenantSpec{ClusterID: q.id, ClusterName: q.consumer, TenantNamespace: q.tenantNS}}
+	// Other tests' provider controllers answer every NetworkPeering of the
+	// shared API server: the tenant goes with the test (see newWorldOf).
+	t.Cleanup(func() { _ = q.admin.Delete(context.Background(), tenant) })
+	must(t, q.admin.Create(t.Context(), tenant))
+	must(t, q.admin.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: q.tenantNS, Labels: map[string]string{offloadv1alpha1.LabelTenant: q.id}}}))
+	return &q
+}
+
 // announce writes the NetworkPeering's pod CIDRs and waits for the
 // provider's answer to them: its Ready condition for this generation.
 func (p *providerAlone) announce(t *testing.T, cidrs ...string) *metav1.Condition {
 	t.Helper()
+	return p.announceWith(t, nil, cidrs...)
+}
+
+// announceWith is announce with the consumer's views of the provider's
+// pods.
+func (p *providerAlone) announceWith(t *testing.T, views []offloadv1alpha1.CIDRMapping, cidrs ...string) *metav1.Condition {
+	t.Helper()
 	ctx := t.Context()
 	np := &offloadv1alpha1.NetworkPeering{ObjectMeta: metav1.ObjectMeta{Namespace: p.tenantNS, Name: offloadv1alpha1.NetworkPeeringName}}
-	spec := offloadv1alpha1.NetworkPeeringSpec{ClusterID: p.id, PublicKey: p.consumerPubKey, PodCIDRs: cidrs}
+	spec := offloadv1alpha1.NetworkPeeringSpec{ClusterID: p.id, PublicKey: p.consumerPubKey, PodCIDRs: cidrs, ProviderViews: views}
 	if err := p.admin.Get(ctx, client.ObjectKeyFromObject(np), np); apierrors.IsNotFound(err) {
 		np.Spec = spec
 		must(t, p.admin.Create(ctx, np))
@@ -211,6 +222,59 @@ func TestAConsumerCannotSteerTheProvidersRoutes(t *testing.T) {
 		c := meta.FindStatusCondition(got.Status.Conditions, offloadv1alpha1.ConditionNetworkReady)
 		return c != nil && c.Reason != ReasonRefusedByConsumer
 	})
+}
+
+// The consumer's views of the provider's pods become routes on every
+// provider node and addresses its gateway translates: the provider
+// mirrors them only when they are views of its pod CIDRs that overlap
+// nothing it uses, and says why not otherwise.
+func TestAConsumerCannotSteerTheProvidersMirror(t *testing.T) {
+	p := newProviderAlone(t)
+	view := func(real, view string) []offloadv1alpha1.CIDRMapping {
+		return []offloadv1alpha1.CIDRMapping{{Real: real, View: view}}
+	}
+	// Another consumer's mirror, which no view may overlap.
+	other := p.tenantOf(t, "other-"+rand.String(5))
+	if ready := other.announceWith(t, view("10.244.0.0/16", "10.67.0.0/16"), "10.1.0.0/16"); !strings.Contains(ready.Message, "10.67.0.0/16 for 10.244.0.0/16") {
+		t.Fatalf("the other consumer is not mirrored: %+v", ready)
+	}
+	mirrored := func(t *testing.T) []offloadv1alpha1.CIDRMapping {
+		var tn offloadv1alpha1.Tunnel
+		must(t, p.admin.Get(t.Context(), p.tunnel, &tn))
+		return tn.Spec.PeerViews
+	}
+	good := view("10.244.0.0/16", "10.66.0.0/16")
+	if ready := p.announceWith(t, good, "10.244.0.0/16"); ready.Status != metav1.ConditionTrue || !strings.Contains(ready.Message, "reach each other at the consumer's addresses of them, 10.66.0.0/16 for 10.244.0.0/16") {
+		t.Errorf("a good view: Ready %+v", ready)
+	}
+	if m := mirrored(t); !slices.Equal(m, good) {
+		t.Fatalf("the server Tunnel mirrors %v, want %v", m, good)
+	}
+	own := p.mappings(t)[0].View // the provider's view of the consumer
+	for _, tc := range []struct {
+		name  string
+		views []offloadv1alpha1.CIDRMapping
+		says  string
+	}{
+		{"none", nil, "announced no view"},
+		{"a view of another range", view("10.1.0.0/16", "10.66.0.0/16"), "not a view of one of this cluster's pod CIDRs"},
+		{"a view of another size", view("10.244.0.0/16", "10.66.0.0/24"), "not a view of one of this cluster's pod CIDRs"},
+		{"two views of one CIDR", append(view("10.244.0.0/16", "10.66.0.0/16"), view("10.244.0.0/16", "10.68.0.0/16")...), "exactly one"},
+		{"a public range", view("10.244.0.0/16", "8.8.0.0/16"), "outside the private ranges"},
+		{"the provider's pods", view("10.244.0.0/16", "10.244.0.0/16"), "overlaps 10.244.0.0/16"},
+		{"the provider's Services", view("10.244.0.0/16", "10.96.0.0/16"), "overlaps 10.96.0.0/12"},
+		{"the provider's nodes", view("10.244.0.0/16", "192.168.0.0/16"), "overlaps 192.168."},
+		{"the provider's view of the consumer", view("10.244.0.0/16", own), "overlaps " + own},
+		{"another consumer's mirror", view("10.244.0.0/16", "10.67.0.0/16"), "overlaps 10.67.0.0/16"},
+	} {
+		ready := p.announceWith(t, tc.views, "10.244.0.0/16")
+		if !strings.Contains(ready.Message, "do not reach each other at the consumer's addresses") || !strings.Contains(ready.Message, tc.says) {
+			t.Errorf("%s: Ready %q, want it to say %q", tc.name, ready.Message, tc.says)
+		}
+		if m := mirrored(t); m != nil {
+			t.Errorf("%s: the server Tunnel mirrors %v", tc.name, m)
+		}
+	}
 }
 
 // waitNetworkReady waits for NetworkReady False with reason on the

@@ -19,6 +19,7 @@ import (
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/providerclient"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/ssa"
+	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -150,9 +151,11 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 	if err != nil {
 		return "", metav1.Condition{}, err
 	}
-	np, err := askForTunnel(ctx, p, creds.Namespace, offloadv1alpha1.NetworkPeeringSpec{
+	want := offloadv1alpha1.NetworkPeeringSpec{
 		ClusterID: id.ID, PublicKey: pub, PodCIDRs: r.Settings.podCIDRStrings(), MTU: tunnel.Status.PathMTU,
-	})
+		ProviderViews: tunnel.Spec.Mappings,
+	}
+	np, err := askForTunnel(ctx, p, creds.Namespace, want)
 	if err != nil {
 		return "", metav1.Condition{}, err
 	}
@@ -166,7 +169,9 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 	}
 	bad := r.Settings.checkPeerCIDRs(tunnel, np.Status.PodCIDRs, "provider "+fc.Name)
 	if bad == nil {
-		bad = r.Settings.checkPeerViews(np.Status.ConsumerViews)
+		if bad = r.Settings.checkPeerViews(np.Status.ConsumerViews, "the provider"); bad != nil {
+			bad.message += ": nothing was routed"
+		}
 	}
 	if err := tellRefusal(ctx, p, np, bad); err != nil {
 		return "", metav1.Condition{}, err
@@ -174,7 +179,14 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 	if bad != nil {
 		return offloadv1alpha1.PhaseFailed, metav1.Condition{Status: metav1.ConditionFalse, Reason: bad.reason, Message: bad.message}, nil
 	}
-	mappings, allocated, err := views(ctx, r.Reader, r.Settings, tunnel, np.Status.PodCIDRs)
+	// New views stay clear of the provider's own (views and pod CIDRs), so
+	// that it can mirror them: its pods then reach each other at the
+	// addresses this cluster shows.
+	avoid := viewPrefixes(np.Status.ConsumerViews)
+	if own, err := ipam.ParsePrefixes("the provider's pod CIDR", np.Status.PodCIDRs); err == nil {
+		avoid = append(avoid, own...)
+	}
+	mappings, allocated, err := views(ctx, r.Reader, r.Settings, tunnel, np.Status.PodCIDRs, avoid...)
 	if err != nil {
 		return offloadv1alpha1.PhaseFailed, metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoFreeView", Message: err.Error()}, nil
 	}
@@ -187,6 +199,11 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 	}
 	if err := ensureGateway(ctx, r.Client, r.Reader, tunnel); err != nil {
 		return "", metav1.Condition{}, err
+	}
+	if want.ProviderViews = mappings; !slices.Equal(np.Spec.ProviderViews, mappings) {
+		if _, err := askForTunnel(ctx, p, creds.Namespace, want); err != nil {
+			return "", metav1.Condition{}, err
+		}
 	}
 	return tunnelPhase(tunnel)
 }
@@ -276,7 +293,8 @@ func askForTunnel(ctx context.Context, c client.Client, ns string, want offloadv
 	if err != nil {
 		return nil, fmt.Errorf("reading NetworkPeering %s/%s on the provider: %w", ns, offloadv1alpha1.NetworkPeeringName, err)
 	}
-	if np.Spec.ClusterID != want.ClusterID || np.Spec.PublicKey != want.PublicKey || np.Spec.MTU != want.MTU || !slices.Equal(np.Spec.PodCIDRs, want.PodCIDRs) {
+	if np.Spec.ClusterID != want.ClusterID || np.Spec.PublicKey != want.PublicKey || np.Spec.MTU != want.MTU ||
+		!slices.Equal(np.Spec.PodCIDRs, want.PodCIDRs) || !slices.Equal(np.Spec.ProviderViews, want.ProviderViews) {
 		np.Spec = want
 		if err := c.Update(ctx, np); err != nil {
 			return nil, fmt.Errorf("updating NetworkPeering %s on the provider: %w", klog.KObj(np), err)

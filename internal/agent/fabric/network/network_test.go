@@ -232,6 +232,11 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 	if !slices.Equal(clientTunnel.Spec.Mappings, wantClient) || !slices.Equal(server.Spec.Mappings, wantServer) || !slices.Equal(np.Status.ConsumerViews, wantServer) {
 		t.Errorf("views: consumer %v, provider %v, told the consumer %v", clientTunnel.Spec.Mappings, server.Spec.Mappings, np.Status.ConsumerViews)
 	}
+	// The provider mirrors the consumer's view of its pods.
+	framework.Eventually(t, 20*time.Second, "the provider mirrors the consumer's view of its pods", func(ctx context.Context) bool {
+		return admin.Get(ctx, client.ObjectKeyFromObject(&np), &np) == nil && admin.Get(ctx, client.ObjectKeyFromObject(&server), &server) == nil &&
+			slices.Equal(np.Spec.ProviderViews, wantClient) && slices.Equal(server.Spec.PeerViews, wantClient)
+	})
 	if metav1.GetControllerOf(clientTunnel).Name != fc.Name || metav1.GetControllerOf(&server).Name != consumerName {
 		t.Errorf("owners: the consumer's Tunnel %v, the provider's %v", metav1.GetControllerOf(clientTunnel), metav1.GetControllerOf(&server))
 	}
@@ -313,6 +318,24 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 		gone := admin.Get(ctx, client.ObjectKeyFromObject(clientTunnel), &offloadv1alpha1.Tunnel{}) != nil
 		return gone && c != nil && c.Reason == offloadv1alpha1.ReasonNetworkingDisabled && fc.Status.Network == offloadv1alpha1.PhaseNone
 	})
+}
+
+// Both sides allocate from the same default pool: the consumer's view of
+// the provider's pods stays clear of the provider's view of its own, so
+// that the provider can mirror it.
+func TestTheSamePoolOnBothSidesGivesViewsTheProviderCanMirror(t *testing.T) {
+	w := newWorld(t, "10.64.0.0/12", "10.64.0.0/12", "203.0.113.7")
+	var clientTunnel, server offloadv1alpha1.Tunnel
+	serverKey := client.ObjectKey{Namespace: w.pns, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, w.consumerName)}
+	clientKey := client.ObjectKey{Namespace: w.cns, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelClient, w.providerName)}
+	framework.Eventually(t, 30*time.Second, "the provider mirrors the consumer's view", func(ctx context.Context) bool {
+		return w.admin.Get(ctx, clientKey, &clientTunnel) == nil && w.admin.Get(ctx, serverKey, &server) == nil &&
+			len(clientTunnel.Spec.Mappings) == 1 && slices.Equal(server.Spec.PeerViews, clientTunnel.Spec.Mappings)
+	})
+	want := []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.65.0.0/16"}}
+	if !slices.Equal(clientTunnel.Spec.Mappings, want) || server.Spec.Mappings[0].View != "10.64.0.0/16" {
+		t.Errorf("the consumer sees the provider's pods as %v (want %v), the provider the consumer's as %v", clientTunnel.Spec.Mappings, want, server.Spec.Mappings)
+	}
 }
 
 // A remap pool too small for the provider's pod CIDR fails the peering's

@@ -252,8 +252,13 @@ func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.Netw
 		PeerPublicKey: np.Spec.PublicKey, MTU: agreedMTU(np.Spec.MTU, tunnel.Status.PathMTU),
 		LocalPodCIDRs: r.Settings.podCIDRStrings(), Mappings: mappings, AllowedDestinations: allowed,
 	}
+	spec.PeerViews = tunnel.Spec.PeerViews // mirror's to change
 	err = applyTunnelOwned(ctx, r.Client, tunnel, spec, &tenant)
 	allocated()
+	if err != nil {
+		return metav1.Condition{}, err
+	}
+	mirrored, err := r.mirror(ctx, tunnel, np.Spec.ProviderViews)
 	if err != nil {
 		return metav1.Condition{}, err
 	}
@@ -276,7 +281,75 @@ func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.Netw
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoEndpoint", Message: why}, nil
 	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Served",
-		Message: fmt.Sprintf("the gateway listens at %s and sees the consumer's pods as %s", endpoint, describe(mappings))}, nil
+		Message: fmt.Sprintf("the gateway listens at %s and sees the consumer's pods as %s; %s", endpoint, describe(mappings), mirrored)}, nil
+}
+
+// mirror keeps the server Tunnel's peerViews, which its gateway mirrors:
+// the consumer's views of this cluster's pods (announced) when they pass
+// checkMirror, else none. It says which, for the answer's message. The
+// allocation lock makes the check and the write one step against the
+// views other Tunnels take meanwhile.
+func (r *ProviderReconciler) mirror(ctx context.Context, tunnel *offloadv1alpha1.Tunnel, announced []offloadv1alpha1.CIDRMapping) (string, error) {
+	allocation.Lock()
+	defer allocation.Unlock()
+	views, why, err := r.checkMirror(ctx, tunnel, announced)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Equal(tunnel.Spec.PeerViews, views) {
+		spec := *tunnel.Spec.DeepCopy()
+		spec.PeerViews = views
+		if err := applyTunnel(ctx, r.Client, tunnel, spec); err != nil {
+			return "", err
+		}
+	}
+	if views == nil {
+		return "its pods do not reach each other at the consumer's addresses: " + why, nil
+	}
+	return "its pods reach each other at the consumer's addresses of them, " + describeViews(views), nil
+}
+
+// checkMirror checks the consumer's views of this cluster's pods, hostile
+// input that becomes routes on every node here and addresses the gateway
+// translates: one view of each local pod CIDR, of its size, within the
+// ranges accepted from peers, and clear of everything this cluster uses
+// (its pod, service, node and reserved ranges, every Tunnel's views, the
+// other consumers' mirrors). It returns them, canonical, or why not.
+func (r *ProviderReconciler) checkMirror(ctx context.Context, self *offloadv1alpha1.Tunnel, announced []offloadv1alpha1.CIDRMapping) ([]offloadv1alpha1.CIDRMapping, string, error) {
+	if len(announced) == 0 {
+		return nil, "the consumer announced no view of them", nil
+	}
+	if bad := r.Settings.checkPeerViews(announced, "the consumer"); bad != nil {
+		return nil, bad.message, nil
+	}
+	var views []string
+	for _, m := range announced {
+		views = append(views, m.View)
+	}
+	if err := r.Settings.PeerRanges.Check(views); err != nil {
+		return nil, "the consumer's views are refused: " + err.Error(), nil
+	}
+	var tunnels offloadv1alpha1.TunnelList
+	if err := r.Reader.List(ctx, &tunnels, client.InNamespace(r.Settings.Namespace)); err != nil {
+		return nil, "", fmt.Errorf("listing Tunnels: %w", err)
+	}
+	taken := routedViews(tunnels.Items, self.Name)
+	taken = append(taken, viewPrefixes(self.Spec.Mappings)...)
+	host, err := HostAddresses(ctx, r.Reader, r.Reader)
+	if err != nil {
+		return nil, "", err
+	}
+	space := r.Settings.space(taken, host)
+	out := make([]offloadv1alpha1.CIDRMapping, 0, len(announced))
+	for _, m := range announced {
+		real, view := netip.MustParsePrefix(m.Real).Masked(), netip.MustParsePrefix(m.View).Masked()
+		if c, clash := space.Clash(view); clash {
+			return nil, fmt.Sprintf("the consumer's view %v of the pods %v overlaps %v, which this cluster uses (a peering made before views were kept apart keeps them until it is made again)", view, real, c), nil
+		}
+		space.Taken = append(space.Taken, view)
+		out = append(out, offloadv1alpha1.CIDRMapping{Real: real.String(), View: view.String()})
+	}
+	return out, "", nil
 }
 
 // applyTunnel creates the Tunnel or updates its spec.
@@ -395,6 +468,15 @@ func validSpec(s offloadv1alpha1.NetworkPeeringSpec) error {
 		errs = append(errs, fmt.Errorf("publicKey: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// describeViews is "VIEW for REAL, …".
+func describeViews(ms []offloadv1alpha1.CIDRMapping) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = m.View + " for " + m.Real
+	}
+	return strings.Join(parts, ", ")
 }
 
 func describe(ms []offloadv1alpha1.CIDRMapping) string {

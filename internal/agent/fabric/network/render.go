@@ -78,7 +78,12 @@ var allocation sync.Mutex
 // reads the Tunnels uncached (reader), so that no two Tunnels get the same
 // view; done releases the lock (once, however often it is called), and the
 // caller calls it once it wrote self's Tunnel with the views, or gave up.
-func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv1alpha1.Tunnel, reals []string) (out []offloadv1alpha1.CIDRMapping, done func(), err error) {
+//
+// New views also stay clear of avoid: on the consumer, the provider's own
+// views and pod CIDRs, so that the provider can mirror this cluster's view
+// of its pods (ProviderReconciler.mirror). Views held already are kept
+// even when they overlap it: a peering is never renumbered.
+func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv1alpha1.Tunnel, reals []string, avoid ...netip.Prefix) (out []offloadv1alpha1.CIDRMapping, done func(), err error) {
 	done = func() {}
 	// A view is kept only while it lies in the pools: one from before
 	// views were always remapped, or from a pool the admin has since
@@ -104,22 +109,12 @@ func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv
 	if err := reader.List(ctx, &tunnels, client.InNamespace(s.Namespace)); err != nil {
 		return nil, done, fmt.Errorf("listing Tunnels: %w", err)
 	}
-	var taken []netip.Prefix
-	for _, t := range tunnels.Items {
-		if t.Name == self.Name {
-			continue
-		}
-		for _, m := range t.Spec.Mappings {
-			if v, err := netip.ParsePrefix(m.View); err == nil {
-				taken = append(taken, v)
-			}
-		}
-	}
+	taken := routedViews(tunnels.Items, self.Name)
 	host, err := HostAddresses(ctx, reader, reader)
 	if err != nil {
 		return nil, done, err
 	}
-	space := s.space(taken, host)
+	space := s.space(slices.Concat(taken, avoid), host)
 	for _, r := range reals {
 		real, err := netip.ParsePrefix(r)
 		if err != nil {
@@ -138,6 +133,34 @@ func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv
 		out = append(out, offloadv1alpha1.CIDRMapping{Real: real.Masked().String(), View: v.String()})
 	}
 	return out, done, nil
+}
+
+// routedViews are the views this cluster routes for its Tunnels but
+// except's: each Tunnel's views of its peer, and the consumers' views of
+// this cluster's pods that server Tunnels mirror.
+func routedViews(tunnels []offloadv1alpha1.Tunnel, except string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, t := range tunnels {
+		if t.Name == except {
+			continue
+		}
+		out = append(out, viewPrefixes(t.Spec.Mappings)...)
+		if t.Spec.Role == offloadv1alpha1.TunnelServer {
+			out = append(out, viewPrefixes(t.Spec.PeerViews)...)
+		}
+	}
+	return out
+}
+
+// viewPrefixes are the views of ms that parse.
+func viewPrefixes(ms []offloadv1alpha1.CIDRMapping) []netip.Prefix {
+	var out []netip.Prefix
+	for _, m := range ms {
+		if v, err := netip.ParsePrefix(m.View); err == nil {
+			out = append(out, v.Masked())
+		}
+	}
+	return out
 }
 
 // keptViews returns the views of reals from kept (real to view), when it

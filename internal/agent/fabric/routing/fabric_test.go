@@ -55,6 +55,26 @@ func TestEachViewGoesToItsGatewayPodOrThroughItsNode(t *testing.T) {
 	}
 }
 
+func TestAServerTunnelsMirroredViewsGoToItsGatewayAndAClientsPeerViewsNowhere(t *testing.T) {
+	views := []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.65.0.0/16"}}
+	tunnels := []offloadv1alpha1.Tunnel{
+		{ObjectMeta: metav1.ObjectMeta{Name: "in-a"}, Spec: offloadv1alpha1.TunnelSpec{Role: offloadv1alpha1.TunnelServer, LocalPodCIDRs: []string{"10.244.0.0/16"},
+			Mappings: []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.64.0.0/16"}}, PeerViews: views}},
+		// A client's peer views are the provider's addresses: not routed here.
+		{ObjectMeta: metav1.ObjectMeta{Name: "out-b"}, Spec: offloadv1alpha1.TunnelSpec{Role: offloadv1alpha1.TunnelClient, LocalPodCIDRs: []string{"10.244.0.0/16"},
+			Mappings: []offloadv1alpha1.CIDRMapping{{Real: "10.42.0.0/16", View: "10.66.0.0/16"}}, PeerViews: []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.67.0.0/16"}}}},
+	}
+	pods := []corev1.Pod{gatewayPod("in-a", "n1", "10.244.1.5", time.Minute), gatewayPod("out-b", "n1", "10.244.1.6", time.Minute)}
+	want := []Route{
+		{netip.MustParsePrefix("10.64.0.0/16"), netip.MustParseAddr("10.244.1.5")},
+		{netip.MustParsePrefix("10.65.0.0/16"), netip.MustParseAddr("10.244.1.5")},
+		{netip.MustParsePrefix("10.66.0.0/16"), netip.MustParseAddr("10.244.1.6")},
+	}
+	if p := PlanFor("n1", tunnels, pods, nil); !slices.Equal(p.Routes, want) {
+		t.Errorf("routes %+v, want %+v", p.Routes, want)
+	}
+}
+
 // A node with a pod and a CNI that masquerades pods' traffic leaving the
 // node's pod range, as the bridge plugin, kindnet and flannel do, and a
 // "gateway" behind a veth that answers on a view address.

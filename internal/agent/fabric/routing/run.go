@@ -44,7 +44,13 @@ func PlanFor(node string, tunnels []offloadv1alpha1.Tunnel, gateways []corev1.Po
 				continue
 			}
 		}
-		for _, m := range t.Spec.Mappings {
+		views := t.Spec.Mappings
+		if t.Spec.Role == offloadv1alpha1.TunnelServer {
+			// The consumer's views of this cluster's pods, which the
+			// server's gateway mirrors back to them.
+			views = slices.Concat(views, t.Spec.PeerViews)
+		}
+		for _, m := range views {
 			if v, err := netip.ParsePrefix(m.View); err == nil {
 				p.Routes = append(p.Routes, Route{View: v.Masked(), Via: via})
 			}
