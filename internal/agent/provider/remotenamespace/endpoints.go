@@ -31,13 +31,16 @@ type tenantAddresses struct {
 	// local are this cluster's pod CIDRs, where the tenant's pods here run.
 	local []string
 	// consumer are where the consumer's own pods appear from here: the
-	// fabric's views of its pod CIDRs, and the admin's flat-network ranges.
+	// fabric's views of its pod CIDRs, and the admin's flat-network ranges;
+	// and the consumer's views of this cluster's pods, which the gateway
+	// mirrors to the tenant's pods here (from the caller's view).
 	consumer []string
 }
 
 // addressesOf returns the addresses of tenant: r.PodCIDRs and r.FlatCIDRs,
 // and, when the network fabric serves the tenant, the pod CIDRs of its
-// server Tunnel and the views of the consumer's pod CIDRs there.
+// server Tunnel, the views of the consumer's pod CIDRs there and the
+// mirrored views of this cluster's.
 func (r *Reconciler) addressesOf(ctx context.Context, tenant *offloadv1alpha1.Tenant) (tenantAddresses, error) {
 	var local, consumer []string
 	for _, p := range r.PodCIDRs {
@@ -54,7 +57,7 @@ func (r *Reconciler) addressesOf(ctx context.Context, tenant *offloadv1alpha1.Te
 	}
 	if err == nil && tunnel.Spec.ClusterID == tenant.Spec.ClusterID {
 		local = append(local, tunnel.Spec.LocalPodCIDRs...)
-		for _, m := range tunnel.Spec.Mappings {
+		for _, m := range slices.Concat(tunnel.Spec.Mappings, tunnel.Spec.PeerViews) {
 			consumer = append(consumer, m.View)
 		}
 	}

@@ -277,22 +277,25 @@ func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 	wantCIDRs("10.244.0.0/16,192.168.50.0/24")
 	wantPolicy("192.168.50.0/24")
 
-	// The fabric serves the tenant: the views of its pods are added.
+	// The fabric serves the tenant: the views of its pods are added, and
+	// the consumer's view of this cluster's pods, which the gateway
+	// mirrors.
 	if err := e.c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	tunnel := &offloadv1alpha1.Tunnel{
 		ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: offloadv1alpha1.TunnelName(offloadv1alpha1.TunnelServer, e.tenant.Name)},
 		Spec: offloadv1alpha1.TunnelSpec{ClusterID: e.tenant.Spec.ClusterID, ClusterName: e.tenant.Name, Role: offloadv1alpha1.TunnelServer,
-			LocalPodCIDRs: []string{"10.244.0.0/16"}, Mappings: []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.71.0.0/16"}}},
+			LocalPodCIDRs: []string{"10.244.0.0/16"}, Mappings: []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.71.0.0/16"}},
+			PeerViews: []offloadv1alpha1.CIDRMapping{{Real: "10.244.0.0/16", View: "10.72.0.0/16"}}},
 	}
 	e.create(tunnel)
 	if got := e.r.requestsOfTunnel(context.Background(), tunnel); len(got) != 1 || got[0].Name != rn.Name || got[0].Namespace != rn.Namespace {
 		t.Errorf("the Tunnel requeues %v, want the tenant's RemoteNamespace", got)
 	}
 	e.reconcile(rn)
-	wantCIDRs("10.244.0.0/16,10.71.0.0/16,192.168.50.0/24")
-	wantPolicy("10.71.0.0/16", "192.168.50.0/24")
+	wantCIDRs("10.244.0.0/16,10.71.0.0/16,10.72.0.0/16,192.168.50.0/24")
+	wantPolicy("10.71.0.0/16", "10.72.0.0/16", "192.168.50.0/24")
 
 	// Hand edits are put back.
 	var np networkingv1.NetworkPolicy
@@ -310,8 +313,8 @@ func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.reconcile(rn)
-	wantCIDRs("10.244.0.0/16,10.71.0.0/16,192.168.50.0/24")
-	wantPolicy("10.71.0.0/16", "192.168.50.0/24")
+	wantCIDRs("10.244.0.0/16,10.71.0.0/16,10.72.0.0/16,192.168.50.0/24")
+	wantPolicy("10.71.0.0/16", "10.72.0.0/16", "192.168.50.0/24")
 
 	// A node with a public address: tenant pods may not open connections
 	// to it, though they may to other public addresses. Its private
@@ -335,7 +338,7 @@ func TestTwinNamespacesListWhereTheTenantsEndpointSlicesMayPoint(t *testing.T) {
 		t.Fatal("the node's public address was excepted before the node had it")
 	}
 	publicHosts = ipam.CanonicalCIDRs(append(publicHosts, "198.51.100.7/32"))
-	wantPolicy("10.71.0.0/16", "192.168.50.0/24")
+	wantPolicy("10.71.0.0/16", "10.72.0.0/16", "192.168.50.0/24")
 }
 
 func TestTheNetworkPolicyLetsInTheProviderTheTenantAndItsConsumerOnly(t *testing.T) {
