@@ -82,7 +82,12 @@ func newProviderAlone(t *testing.T) *providerAlone {
 		return (&ProviderReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Settings: Settings{
 			Namespace: p.pns, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 			ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")},
-			Pools:        []netip.Prefix{netip.MustParsePrefix("10.80.0.0/12")}, GatewayServiceType: corev1.ServiceTypeNodePort, GatewayAddress: "203.0.113.9",
+			// Views come from the first pool; the others cover the
+			// provider's own ranges, which a mirror may not overlap
+			// even inside a pool.
+			Pools: []netip.Prefix{netip.MustParsePrefix("10.80.0.0/12"), netip.MustParsePrefix("10.96.0.0/12"),
+				netip.MustParsePrefix("10.240.0.0/12"), netip.MustParsePrefix("192.168.0.0/16")},
+			GatewayServiceType: corev1.ServiceTypeNodePort, GatewayAddress: "203.0.113.9",
 		}}).SetupWithManager(mgr)
 	})
 	return p
@@ -235,7 +240,7 @@ func TestAConsumerCannotSteerTheProvidersMirror(t *testing.T) {
 	}
 	// Another consumer's mirror, which no view may overlap.
 	other := p.tenantOf(t, "other-"+rand.String(5))
-	if ready := other.announceWith(t, view("10.244.0.0/16", "10.67.0.0/16"), "10.1.0.0/16"); !strings.Contains(ready.Message, "10.67.0.0/16 for 10.244.0.0/16") {
+	if ready := other.announceWith(t, view("10.244.0.0/16", "10.87.0.0/16"), "10.1.0.0/16"); !strings.Contains(ready.Message, "10.87.0.0/16 for 10.244.0.0/16") {
 		t.Fatalf("the other consumer is not mirrored: %+v", ready)
 	}
 	mirrored := func(t *testing.T) []offloadv1alpha1.CIDRMapping {
@@ -243,8 +248,8 @@ func TestAConsumerCannotSteerTheProvidersMirror(t *testing.T) {
 		must(t, p.admin.Get(t.Context(), p.tunnel, &tn))
 		return tn.Spec.PeerViews
 	}
-	good := view("10.244.0.0/16", "10.66.0.0/16")
-	if ready := p.announceWith(t, good, "10.244.0.0/16"); ready.Status != metav1.ConditionTrue || !strings.Contains(ready.Message, "reach each other at the consumer's addresses of them, 10.66.0.0/16 for 10.244.0.0/16") {
+	good := view("10.244.0.0/16", "10.86.0.0/16")
+	if ready := p.announceWith(t, good, "10.244.0.0/16"); ready.Status != metav1.ConditionTrue || !strings.Contains(ready.Message, "reach each other at the consumer's addresses of them, 10.86.0.0/16 for 10.244.0.0/16") {
 		t.Errorf("a good view: Ready %+v", ready)
 	}
 	if m := mirrored(t); !slices.Equal(m, good) {
@@ -261,11 +266,12 @@ func TestAConsumerCannotSteerTheProvidersMirror(t *testing.T) {
 		{"a view of another size", view("10.244.0.0/16", "10.66.0.0/24"), "not a view of one of this cluster's pod CIDRs"},
 		{"two views of one CIDR", append(view("10.244.0.0/16", "10.66.0.0/16"), view("10.244.0.0/16", "10.68.0.0/16")...), "exactly one"},
 		{"a public range", view("10.244.0.0/16", "8.8.0.0/16"), "outside the private ranges"},
+		{"a private range outside the remap pools", view("10.244.0.0/16", "10.66.0.0/16"), "outside this cluster's remap pools (10.80.0.0/12, 10.96"},
 		{"the provider's pods", view("10.244.0.0/16", "10.244.0.0/16"), "overlaps 10.244.0.0/16"},
 		{"the provider's Services", view("10.244.0.0/16", "10.96.0.0/16"), "overlaps 10.96.0.0/12"},
 		{"the provider's nodes", view("10.244.0.0/16", "192.168.0.0/16"), "overlaps 192.168."},
 		{"the provider's view of the consumer", view("10.244.0.0/16", own), "overlaps " + own},
-		{"another consumer's mirror", view("10.244.0.0/16", "10.67.0.0/16"), "overlaps 10.67.0.0/16"},
+		{"another consumer's mirror", view("10.244.0.0/16", "10.87.0.0/16"), "overlaps 10.87.0.0/16"},
 	} {
 		ready := p.announceWith(t, tc.views, "10.244.0.0/16")
 		if !strings.Contains(ready.Message, "do not reach each other at the consumer's addresses") || !strings.Contains(ready.Message, tc.says) {

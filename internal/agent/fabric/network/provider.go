@@ -319,7 +319,8 @@ func (r *ProviderReconciler) mirror(ctx context.Context, tunnel *offloadv1alpha1
 // checkMirror checks the consumer's views of this cluster's pods, hostile
 // input that becomes routes on every node here and addresses the gateway
 // translates: one view of each local pod CIDR, of its size, within the
-// ranges accepted from peers, and clear of everything this cluster uses
+// ranges accepted from peers and this cluster's remap pools (both sides
+// use the same default pool), and clear of everything this cluster uses
 // (its pod, service, node and reserved ranges, every Tunnel's views, the
 // other consumers' mirrors). It returns them, canonical, or why not.
 func (r *ProviderReconciler) checkMirror(ctx context.Context, self *offloadv1alpha1.Tunnel, announced []offloadv1alpha1.CIDRMapping) ([]offloadv1alpha1.CIDRMapping, string, error) {
@@ -350,6 +351,11 @@ func (r *ProviderReconciler) checkMirror(ctx context.Context, self *offloadv1alp
 	out := make([]offloadv1alpha1.CIDRMapping, 0, len(announced))
 	for _, m := range announced {
 		real, view := netip.MustParsePrefix(m.Real).Masked(), netip.MustParsePrefix(m.View).Masked()
+		// Like every view routed here, a mirror lies in the ranges this
+		// cluster set aside for views, never in one its hosts may use.
+		if !space.InPools(view) {
+			return nil, fmt.Sprintf("the consumer's view %v of the pods %v is outside this cluster's remap pools (%s), the only ranges it routes to peers", view, real, prefixList(r.Settings.Pools)), nil
+		}
 		if c, clash := space.Clash(view); clash {
 			return nil, fmt.Sprintf("the consumer's view %v of the pods %v overlaps %v, which this cluster uses (a peering made before views were kept apart keeps them until it is made again)", view, real, c), nil
 		}
@@ -475,6 +481,15 @@ func validSpec(s offloadv1alpha1.NetworkPeeringSpec) error {
 		errs = append(errs, fmt.Errorf("publicKey: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// prefixList is "A, B".
+func prefixList(ps []netip.Prefix) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ", ")
 }
 
 // describeViews is "VIEW for REAL, …".
