@@ -54,28 +54,15 @@ func FromTunnel(t *offloadv1alpha1.Tunnel, base Config) (*Config, error) {
 	if c.AllowedDestinations, err = ipam.ParsePrefixes("allowedDestinations", t.Spec.AllowedDestinations); err != nil {
 		errs = append(errs, err)
 	}
-	c.Peer = nil
-	for _, m := range t.Spec.Mappings {
-		r, err1 := netip.ParsePrefix(m.Real)
-		v, err2 := netip.ParsePrefix(m.View)
-		if err := errors.Join(err1, err2); err != nil {
-			errs = append(errs, fmt.Errorf("mapping %s -> %s: %w", m.Real, m.View, err))
-			continue
-		}
-		c.Peer = append(c.Peer, Mapping{Real: r, View: v})
+	if c.Peer, err = parseMappings("mapping", t.Spec.Mappings); err != nil {
+		errs = append(errs, err)
 	}
 	// On the server, the peer's views of this cluster's pods are mirrored;
 	// on the client they are the provider's addresses, not routed here.
 	c.Mirror = nil
 	if c.Role == RoleServer {
-		for _, m := range t.Spec.PeerViews {
-			r, err1 := netip.ParsePrefix(m.Real)
-			v, err2 := netip.ParsePrefix(m.View)
-			if err := errors.Join(err1, err2); err != nil {
-				errs = append(errs, fmt.Errorf("peer view %s -> %s: %w", m.Real, m.View, err))
-				continue
-			}
-			c.Mirror = append(c.Mirror, Mapping{Real: r, View: v})
+		if c.Mirror, err = parseMappings("peer view", t.Spec.PeerViews); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -86,6 +73,22 @@ func FromTunnel(t *offloadv1alpha1.Tunnel, base Config) (*Config, error) {
 		return nil, fmt.Errorf("tunnel %s: %w", t.Name, err)
 	}
 	return &c, nil
+}
+
+// parseMappings parses ms, naming each bad one as what.
+func parseMappings(what string, ms []offloadv1alpha1.CIDRMapping) ([]Mapping, error) {
+	var out []Mapping
+	var errs []error
+	for _, m := range ms {
+		r, err1 := netip.ParsePrefix(m.Real)
+		v, err2 := netip.ParsePrefix(m.View)
+		if err := errors.Join(err1, err2); err != nil {
+			errs = append(errs, fmt.Errorf("%s %s -> %s: %w", what, m.Real, m.View, err))
+			continue
+		}
+		out = append(out, Mapping{Real: r, View: v})
+	}
+	return out, errors.Join(errs...)
 }
 
 // TunnelStatus is st as the Tunnel reports it, with the Ready condition,
