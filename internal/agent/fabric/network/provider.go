@@ -294,7 +294,7 @@ func (r *ProviderReconciler) serve(ctx context.Context, np *offloadv1alpha1.Netw
 // lists no Tunnel and no node.
 func (r *ProviderReconciler) mirror(ctx context.Context, tunnel *offloadv1alpha1.Tunnel, announced []offloadv1alpha1.CIDRMapping) (string, error) {
 	const mirroring = "its pods reach each other at the consumer's addresses of them, "
-	if len(announced) > 0 && slices.Equal(announced, tunnel.Spec.PeerViews) {
+	if len(announced) > 0 && slices.Equal(announced, tunnel.Spec.PeerViews) && !overlapping(viewPrefixes(announced), viewPrefixes(tunnel.Spec.Mappings)) {
 		return mirroring + describeViews(announced), nil
 	}
 	allocation.Lock()
@@ -481,6 +481,18 @@ func validSpec(s offloadv1alpha1.NetworkPeeringSpec) error {
 		errs = append(errs, fmt.Errorf("publicKey: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// overlapping tells whether a prefix of a overlaps one of b.
+func overlapping(a, b []netip.Prefix) bool {
+	for _, p := range a {
+		for _, q := range b {
+			if p.Overlaps(q) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // prefixList is "A, B".

@@ -110,6 +110,9 @@ func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv
 		return nil, done, fmt.Errorf("listing Tunnels: %w", err)
 	}
 	taken := routedViews(tunnels.Items, self.Name)
+	if self.Spec.Role == offloadv1alpha1.TunnelServer {
+		taken = append(taken, viewPrefixes(self.Spec.PeerViews)...) // its own mirror
+	}
 	host, err := HostAddresses(ctx, reader, reader)
 	if err != nil {
 		return nil, done, err
