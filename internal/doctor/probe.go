@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -51,7 +52,7 @@ func probeTLS(ctx context.Context, rawURL string, timeout time.Duration) error {
 	addr := net.JoinHostPort(host, port)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	conn, err := dialRefusedAgain(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("no TCP connection: %w", err)
 	}
@@ -62,6 +63,24 @@ func probeTLS(ctx context.Context, rawURL string, timeout time.Duration) error {
 		return fmt.Errorf("TCP connection, but no TLS handshake: %w", err)
 	}
 	return tc.Close()
+}
+
+// dialRefusedAgain dials addr, again every half second while the
+// connection is refused, until ctx ends: right after an install or an
+// upgrade, a NodePort or a load balancer refuses until its proxy has
+// caught up with the new endpoint.
+func dialRefusedAgain(ctx context.Context, addr string) (net.Conn, error) {
+	for {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // errNoDate means a server answered without a usable Date header.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,7 +169,8 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 	}
 	// Other tenants' pods are kept out where the network plugin enforces
 	// NetworkPolicy: the consumer's pods come in by the fabric's view of
-	// them. The consumer cannot remove the policy.
+	// them, and the tenant's pods here call each other at the consumer's
+	// addresses of them (the mirror). The consumer cannot remove the policy.
 	pc := ctrlClient(t, provider)
 	waitFor(ctx, t, time.Minute, "the twin namespace's NetworkPolicy to let in the consumer's pods only", func(ctx context.Context) (bool, string) {
 		var tunnel offloadv1alpha1.Tunnel
@@ -176,15 +178,16 @@ func expectProviderRefusesUnsafePods(ctx context.Context, t *testing.T, consumer
 			return false, "the provider's Tunnel of the consumer: " + err.Error()
 		}
 		var views []string
-		for _, m := range tunnel.Spec.Mappings {
+		for _, m := range slices.Concat(tunnel.Spec.Mappings, tunnel.Spec.PeerViews) {
 			views = append(views, m.View)
 		}
+		slices.Sort(views)
 		np, err := provider.Kube.NetworkingV1().NetworkPolicies(twin).Get(ctx, remotenamespace.NetworkPolicyName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		want := remotenamespace.NetworkPolicyFor(consumerID, views, nil) // the local clusters' nodes and API servers have private addresses
-		return len(views) > 0 && equality.Semantic.DeepEqual(np.Spec, want), fmt.Sprintf("%+v, want %+v", np.Spec, want)
+		return len(tunnel.Spec.PeerViews) > 0 && equality.Semantic.DeepEqual(np.Spec, want), fmt.Sprintf("%+v, want %+v", np.Spec, want)
 	})
 	if err := tenant.NetworkingV1().NetworkPolicies(twin).Delete(ctx, remotenamespace.NetworkPolicyName, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the consumer's credentials deleted the NetworkPolicy of its twin namespace: err=%v, want Forbidden", err)
