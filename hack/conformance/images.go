@@ -67,6 +67,22 @@ func parseSuiteRefs(list string) (suiteRefs, error) {
 	return r, nil
 }
 
+// curlShim is the agnhost image's curl, which busybox lacks and the
+// upstream image has: the suite's hooks and probes run `curl URL` (with
+// flags such as -s or -g) for a GET, which busybox's wget does. Any other
+// use fails, saying so.
+const curlShim = `#!/bin/sh
+url=
+for a in "$@"; do
+  case "$a" in
+    -X|-d|--data*|-H|-F|-T|-o|--output) echo "this image's curl only GETs a URL to stdout (busybox wget): $a is not supported" >&2; exit 2 ;;
+    -*) ;;
+    *) url=$a ;;
+  esac
+done
+exec wget -q -O - "$url"
+`
+
 // imagePath is the images' PATH, as in the upstream busybox image: the
 // runtime sets none of its own.
 const imagePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -117,6 +133,7 @@ func buildImages(ctx context.Context, src imageSources, refs suiteRefs, dir stri
 			images.RootfsEntry{Path: "agnhost", Source: src.Agnhost},
 			images.RootfsEntry{Path: "agnhost-2", Link: "agnhost"},
 			images.RootfsEntry{Path: "uploads", Dir: true},
+			images.RootfsEntry{Path: "usr/bin/curl", Content: []byte(curlShim), Mode: 0o755},
 			images.RootfsEntry{Path: "etc/passwd", Content: []byte(passwd + "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")},
 			images.RootfsEntry{Path: "etc/group", Content: []byte(group + "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
 		),
