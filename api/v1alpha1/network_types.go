@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -142,6 +144,16 @@ type TunnelSpec struct {
 	// namespaces. Empty allows every local pod.
 	// +optional
 	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
+}
+
+// RoutedViews are the views this cluster routes to Tunnel t's gateway: its
+// views of the peer's pods and, on the server, the consumer's views of
+// this cluster's pods, which the gateway mirrors back to them.
+func (t *Tunnel) RoutedViews() []CIDRMapping {
+	if t.Spec.Role == TunnelServer {
+		return slices.Concat(t.Spec.Mappings, t.Spec.PeerViews)
+	}
+	return t.Spec.Mappings
 }
 
 // TunnelStatus has two writers, each with its own fields: the gateway

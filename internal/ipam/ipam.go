@@ -79,7 +79,7 @@ func (s Space) View(real netip.Prefix) (netip.Prefix, error) {
 		}
 	}
 	return netip.Prefix{}, fmt.Errorf("no free /%d is left in the remap pools %s for the peer's pod CIDR %v: add a pool (install --set network.remapPools=…) or free one by unpeering",
-		real.Bits(), join(s.Pools), real)
+		real.Bits(), Join(s.Pools), real)
 }
 
 // InPools tells whether v lies inside one of the remap pools, as every
@@ -157,7 +157,8 @@ func CanonicalCIDRs(cidrs []string) []string {
 	return slices.Compact(out)
 }
 
-func join(ps []netip.Prefix) string {
+// Join is "A, B", or "(none)".
+func Join(ps []netip.Prefix) string {
 	if len(ps) == 0 {
 		return "(none)"
 	}

@@ -73,7 +73,7 @@ func (r PeerRanges) Check(reals []string) error {
 		case p.Bits() < MinPeerCIDRBits || p.Bits() > MaxPeerCIDRBits:
 			errs = append(errs, fmt.Errorf("%s is a /%d: a pod CIDR must be between a /%d and a /%d", p.Masked(), p.Bits(), MinPeerCIDRBits, MaxPeerCIDRBits))
 		case !within(p.Masked(), allowed):
-			errs = append(errs, fmt.Errorf("%s is outside the private ranges this cluster accepts from peers (%s; the chart's network.peerRanges sets them)", p.Masked(), join(allowed)))
+			errs = append(errs, fmt.Errorf("%s is outside the private ranges this cluster accepts from peers (%s; the chart's network.peerRanges sets them)", p.Masked(), Join(allowed)))
 		}
 	}
 	return errors.Join(errs...)

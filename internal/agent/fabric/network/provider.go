@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -354,7 +355,7 @@ func (r *ProviderReconciler) checkMirror(ctx context.Context, self *offloadv1alp
 		// Like every view routed here, a mirror lies in the ranges this
 		// cluster set aside for views, never in one its hosts may use.
 		if !space.InPools(view) {
-			return nil, fmt.Sprintf("the consumer's view %v of the pods %v is outside this cluster's remap pools (%s), the only ranges it routes to peers", view, real, prefixList(r.Settings.Pools)), nil
+			return nil, fmt.Sprintf("the consumer's view %v of the pods %v is outside this cluster's remap pools (%s), the only ranges it routes to peers", view, real, ipam.Join(r.Settings.Pools)), nil
 		}
 		if c, clash := space.Clash(view); clash {
 			return nil, fmt.Sprintf("the consumer's view %v of the pods %v overlaps %v, which this cluster uses (a peering made before views were kept apart keeps them until it is made again)", view, real, c), nil
@@ -493,15 +494,6 @@ func overlapping(a, b []netip.Prefix) bool {
 		}
 	}
 	return false
-}
-
-// prefixList is "A, B".
-func prefixList(ps []netip.Prefix) string {
-	parts := make([]string, len(ps))
-	for i, p := range ps {
-		parts[i] = p.String()
-	}
-	return strings.Join(parts, ", ")
 }
 
 // describeViews is "VIEW for REAL, …".

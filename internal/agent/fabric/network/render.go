@@ -143,13 +143,9 @@ func views(ctx context.Context, reader client.Reader, s Settings, self *offloadv
 // this cluster's pods that server Tunnels mirror.
 func routedViews(tunnels []offloadv1alpha1.Tunnel, except string) []netip.Prefix {
 	var out []netip.Prefix
-	for _, t := range tunnels {
-		if t.Name == except {
-			continue
-		}
-		out = append(out, viewPrefixes(t.Spec.Mappings)...)
-		if t.Spec.Role == offloadv1alpha1.TunnelServer {
-			out = append(out, viewPrefixes(t.Spec.PeerViews)...)
+	for i := range tunnels {
+		if tunnels[i].Name != except {
+			out = append(out, viewPrefixes(tunnels[i].RoutedViews())...)
 		}
 	}
 	return out

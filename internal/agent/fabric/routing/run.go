@@ -44,13 +44,7 @@ func PlanFor(node string, tunnels []offloadv1alpha1.Tunnel, gateways []corev1.Po
 				continue
 			}
 		}
-		views := t.Spec.Mappings
-		if t.Spec.Role == offloadv1alpha1.TunnelServer {
-			// The consumer's views of this cluster's pods, which the
-			// server's gateway mirrors back to them.
-			views = slices.Concat(views, t.Spec.PeerViews)
-		}
-		for _, m := range views {
+		for _, m := range t.RoutedViews() {
 			if v, err := netip.ParsePrefix(m.View); err == nil {
 				p.Routes = append(p.Routes, Route{View: v.Masked(), Via: via})
 			}

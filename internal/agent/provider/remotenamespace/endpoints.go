@@ -57,7 +57,7 @@ func (r *Reconciler) addressesOf(ctx context.Context, tenant *offloadv1alpha1.Te
 	}
 	if err == nil && tunnel.Spec.ClusterID == tenant.Spec.ClusterID {
 		local = append(local, tunnel.Spec.LocalPodCIDRs...)
-		for _, m := range slices.Concat(tunnel.Spec.Mappings, tunnel.Spec.PeerViews) {
+		for _, m := range tunnel.RoutedViews() {
 			consumer = append(consumer, m.View)
 		}
 	}
