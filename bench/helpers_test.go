@@ -35,6 +35,11 @@ const (
 	// controller-manager, so that its limits do not shape the figures.
 	agentMemoryLimit = "1Gi"
 	agentCPULimit    = "2"
+	// consumerName and providerName are the clusters' names.
+	consumerName, providerName = "bench-consumer", "bench-provider"
+	// providerAgents is componentCPU's key of the provider's agents: every
+	// offload-agent process of the provider.
+	providerAgents = providerName + "/offload-agent"
 )
 
 // pair is a consumer peered with a provider, with a namespace offloaded.
@@ -48,6 +53,9 @@ type pair struct {
 	// peerReturned and peerReady are how long peer out-of-band took to
 	// return, and until the virtual node offered every pod (P3).
 	peerReturned, peerReady time.Duration
+	// idleRSS is the consumer agent's RSS in MiB, peered, before the
+	// first benchmark pod.
+	idleRSS float64
 }
 
 // statusTime runs kubectl offload status on the consumer, as a user does,
@@ -81,8 +89,8 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 	fakeNodes := (2*maxPods+99)/100 + 1
 	start := time.Now()
 	clusters := localcluster.StartClusters(b,
-		localcluster.ClusterOptions{Name: "bench-consumer", RealNode: true, DisableQPSLimits: true, CPUs: mode.consumer},
-		localcluster.ClusterOptions{Name: "bench-provider", FakeNodes: fakeNodes, TaintFakeNodes: true, RealNode: true, DisableQPSLimits: true, CPUs: mode.provider},
+		localcluster.ClusterOptions{Name: consumerName, RealNode: true, DisableQPSLimits: true, CPUs: mode.consumer},
+		localcluster.ClusterOptions{Name: providerName, FakeNodes: fakeNodes, TaintFakeNodes: true, RealNode: true, DisableQPSLimits: true, CPUs: mode.provider},
 	)
 	p := &pair{consumer: clusters[0], provider: clusters[1], bin: bin}
 	fmt.Printf("BenchmarkOffload %s: clusters up with %d fake provider nodes: %s; %s", mode.name, fakeNodes, time.Since(start).Round(time.Millisecond), mode.describe())
@@ -296,7 +304,7 @@ func componentCPU() map[string]float64 {
 		}
 		args := string(cmdline)
 		cluster := ""
-		for _, c := range []string{"bench-consumer", "bench-provider"} {
+		for _, c := range []string{consumerName, providerName} {
 			if strings.Contains(args, "/"+c+"/") {
 				cluster = c
 			}
@@ -304,7 +312,7 @@ func componentCPU() map[string]float64 {
 		argv := strings.Split(strings.TrimRight(args, "\x00"), "\x00")
 		if cluster == "" && filepath.Base(argv[0]) == "offload-agent" {
 			if environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil {
-				for _, c := range []string{"bench-consumer", "bench-provider"} {
+				for _, c := range []string{consumerName, providerName} {
 					if strings.Contains("\x00"+string(environ)+"\x00", "\x00OFFLOAD_CLUSTER_NAME="+c+"\x00") {
 						cluster = c
 					}

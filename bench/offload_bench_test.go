@@ -48,6 +48,9 @@ type offloadResult struct {
 	overhead, createLeg, statusLeg  [2]float64 // p50 and p99, ms
 	samples, notOffloaded           int
 	consumerRSS, providerRSS, agent float64 // MiB, MiB, CPU seconds
+	// consumerIdleRSS is the consumer agent's RSS, in MiB, before the
+	// first benchmark pod: peered, with nothing offloaded.
+	consumerIdleRSS float64
 	// machineDirect and machineOffloaded are the CPU seconds the whole
 	// machine (both clusters, the agents, this process) used in each run.
 	machineDirect, machineOffloaded float64
@@ -55,6 +58,14 @@ type offloadResult struct {
 	// the direct run; requestsConsumer and requestsProvider what each
 	// served per pod in the offloaded one (apiserver_request_total).
 	requestsDirect, requestsConsumer, requestsProvider float64
+	// startupDirect and startupOffloaded are the pod startup SLI of each
+	// run: p50, p90 and p99, in ms, of the time from a pod's creation to
+	// Running, both as the bench's watch of the pod's own cluster saw them.
+	startupDirect, startupOffloaded [3]float64
+	// providerAgentsDirect is the CPU seconds the provider's agents (every
+	// offload-agent process of the provider) used in the direct run, where
+	// no pod is a tenant's.
+	providerAgentsDirect float64
 }
 
 // BenchmarkOffload compares a Deployment of N replicas run directly on the
@@ -158,6 +169,9 @@ func cpuModes(s string) ([]cpuMode, error) {
 
 // run measures P2 one pod at a time, then each size, on p.
 func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResult {
+	if pid, err := machine.AgentPID(p.consumer.Name); err == nil {
+		p.idleRSS, _ = machine.RSSMiB(pid)
+	}
 	// P2 on an idle pair: one pod at a time, so each figure is the
 	// reflection's own latency, without the queueing a burst adds.
 	b.Run("P2-one-at-a-time", func(b *testing.B) {
@@ -226,6 +240,12 @@ func benchRuns(s string) (int, error) {
 		return 0, fmt.Errorf("OFFLOAD_BENCH_RUNS=%q: want a positive number of runs", s)
 	}
 	return n, nil
+}
+
+// perPodKiB is the consumer agent's memory per offloaded pod: its RSS with
+// the N pods, less its RSS before any benchmark pod, ÷ N, in KiB.
+func (r offloadResult) perPodKiB() float64 {
+	return (r.consumerRSS - r.consumerIdleRSS) * 1024 / float64(r.n)
 }
 
 // ratio is P1 of r: offloaded time ÷ direct time.
@@ -325,7 +345,7 @@ func selectedSizes(sizes []int) []int {
 func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	b.Helper()
 	timeout := 5*time.Minute + time.Duration(n)*100*time.Millisecond
-	r := offloadResult{n: n}
+	r := offloadResult{n: n, consumerIdleRSS: p.idleRSS}
 	name := fmt.Sprintf("bench-%d", n)
 
 	// Direct: the provider's own controllers, scheduler and kwok.
@@ -333,9 +353,14 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	stop := direct.watch(ctx, b, p.provider.Kube, directNS, name, local)
 	busy0, parts0 := machineBusySeconds(), componentCPU()
 	requests := p.mustStartRequests(ctx, b)
+	profiledDirect := p.profileAPIServers(ctx, b, name+"-direct", profileWindow(b))
 	r.direct = p.runDeployment(ctx, b, p.provider, directNS, name, n, direct, timeout)
+	profiledDirect()
 	r.machineDirect = machineBusySeconds() - busy0
-	fmt.Printf("N=%d direct, CPU seconds by process: %s\n", n, cpuDelta(parts0, componentCPU()))
+	parts1 := componentCPU()
+	r.providerAgentsDirect = parts1[providerAgents] - parts0[providerAgents]
+	r.startupDirect = direct.startup()
+	fmt.Printf("N=%d direct, CPU seconds by process: %s\n", n, cpuDelta(parts0, parts1))
 	if _, perPod, line, err := requests.perPod(ctx, n); err == nil {
 		r.requestsDirect = perPod
 		fmt.Printf("N=%d direct, API requests: %s\n", n, line)
@@ -381,6 +406,7 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 		b.Log(err)
 	}
 	r.overhead, r.createLeg, r.statusLeg, r.samples = offloaded.propagation()
+	r.startupOffloaded = offloaded.startup()
 	if r.notOffloaded = offloaded.elsewhere(); r.notOffloaded > 0 {
 		b.Logf("N=%d: %d consumer pods were bound to a node other than %s (the webhook missed them?): the offloaded figures include them", n, r.notOffloaded, p.virtualNode)
 	}
@@ -508,7 +534,7 @@ const (
 
 // podTimes are when the bench process first saw each step of one pod.
 type podTimes struct {
-	bound, remoteCreated, remoteRunning, running time.Time
+	created, bound, remoteCreated, remoteRunning, running time.Time
 }
 
 // tracker records pod events from watches on both sides, and closes done
@@ -576,6 +602,9 @@ func (t *tracker) observe(s side, obj any, deleted bool) {
 	isRunning := !deleted && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning
 	switch s {
 	case local:
+		if pt.created.IsZero() && !deleted {
+			pt.created = now
+		}
 		if pt.bound.IsZero() && pod.Spec.NodeName != "" {
 			pt.bound = now
 			if t.node != "" && pod.Spec.NodeName != t.node {
@@ -636,30 +665,66 @@ func (t *tracker) propagation() (overhead, createLeg, statusLeg [2]float64, samp
 	return percentiles(o), percentiles(c), percentiles(s), len(o)
 }
 
+// startup returns the pod startup SLI of the local pods: p50, p90 and p99,
+// in ms, of running - created, over the pods that reached Running. As
+// Kubernetes' own pod startup SLI (sig-scalability's pod_startup_latency),
+// it is measured from the pod's creation to Running as a watch observed
+// them; the image is never pulled (kwok). Creation is when the watch first
+// saw the pod, not its creationTimestamp, which has only whole seconds.
+func (t *tracker) startup() [3]float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var d []time.Duration
+	for _, p := range t.pods {
+		if !p.created.IsZero() && !p.running.IsZero() {
+			d = append(d, p.running.Sub(p.created))
+		}
+	}
+	q := quantiles(d, 0.50, 0.90, 0.99)
+	return [3]float64{q[0], q[1], q[2]}
+}
+
 // percentiles returns the nearest-rank p50 and p99 of d in ms; NaN when empty.
 func percentiles(d []time.Duration) [2]float64 {
-	if len(d) == 0 {
-		return [2]float64{math.NaN(), math.NaN()}
-	}
+	q := quantiles(d, 0.50, 0.99)
+	return [2]float64{q[0], q[1]}
+}
+
+// quantiles returns the nearest-rank quantiles qs of d in ms; NaN when d
+// is empty. It sorts d.
+func quantiles(d []time.Duration, qs ...float64) []float64 {
+	out := make([]float64, len(qs))
 	slices.Sort(d)
-	at := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(d)))) - 1
-		return float64(d[max(i, 0)]) / float64(time.Millisecond)
+	for i, q := range qs {
+		if len(d) == 0 {
+			out[i] = math.NaN()
+			continue
+		}
+		k := int(math.Ceil(q*float64(len(d)))) - 1
+		out[i] = float64(d[max(k, 0)]) / float64(time.Millisecond)
 	}
-	return [2]float64{at(0.50), at(0.99)}
+	return out
 }
 
 // summary renders the results as a table.
 func summary(results []offloadResult) string {
 	var sb strings.Builder
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tagent CPU s\tprovider agent RSS MiB\tmachine CPU s direct/offloaded\tAPI requests/pod direct, consumer/provider\t\n")
+	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tKiB/pod\tagent CPU s\tprovider agent RSS MiB\tprovider agents CPU s direct\tmachine CPU s direct/offloaded\tAPI requests/pod direct, consumer/provider\t\n")
 	for _, r := range results {
-		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.0f\t%.1f/%.1f\t%.1f, %.1f/%.1f\t\n",
+		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f/%.1f\t%.1f, %.1f/%.1f\t\n",
 			r.n, r.direct.Seconds(), r.offloaded.Seconds(), r.ratio(),
 			r.overhead[0], r.overhead[1], r.createLeg[0], r.createLeg[1], r.statusLeg[0], r.statusLeg[1],
-			r.samples, r.notOffloaded, r.consumerRSS, r.agent, r.providerRSS, r.machineDirect, r.machineOffloaded,
+			r.samples, r.notOffloaded, r.consumerRSS, r.perPodKiB(), r.agent, r.providerRSS, r.providerAgentsDirect, r.machineDirect, r.machineOffloaded,
 			r.requestsDirect, r.requestsConsumer, r.requestsProvider)
+	}
+	_ = w.Flush()
+	sb.WriteString("\npod startup SLI, creation to Running as watched, ms:\n")
+	w = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "N\tdirect p50\tp90\tp99\toffloaded p50\tp90\tp99\t\n")
+	for _, r := range results {
+		fmt.Fprintf(w, "%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", r.n,
+			r.startupDirect[0], r.startupDirect[1], r.startupDirect[2], r.startupOffloaded[0], r.startupOffloaded[1], r.startupOffloaded[2])
 	}
 	_ = w.Flush()
 	for _, rs := range bySize(results) {

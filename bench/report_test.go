@@ -28,9 +28,11 @@ type modeResults struct {
 }
 
 // writeReport writes path, a Markdown page with the machine, the versions,
-// the command, a table per CPU mode and two charts drawn with gonum/plot
-// next to it (<path without .md>/time.svg and rss.svg): the time until N
-// pods are Running, direct and offloaded, and the agents' RSS, against N.
+// the command, two tables per CPU mode (the figures, the pod startup SLI)
+// and three charts drawn with gonum/plot next to it (<path without
+// .md>/time.svg, rss.svg and startup.svg): the time until N pods are
+// Running, direct and offloaded, the agents' RSS, and the startup SLI's
+// p50 and p99, against N.
 func writeReport(path, command string, all []modeResults) error {
 	dir := strings.TrimSuffix(path, filepath.Ext(path))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -47,6 +49,13 @@ func writeReport(path, command string, all []modeResults) error {
 	}); err != nil {
 		return err
 	}
+	sliChart := filepath.Join(dir, "startup.svg")
+	if err := drawChart(sliChart, "Pod startup SLI: creation to Running, p50 and p99", "ms", all, func(r offloadResult) map[string]float64 {
+		return map[string]float64{"direct p50": r.startupDirect[0], "direct p99": r.startupDirect[2],
+			"offloaded p50": r.startupOffloaded[0], "offloaded p99": r.startupOffloaded[2]}
+	}); err != nil {
+		return err
+	}
 
 	var b strings.Builder
 	versions, _ := tools.Versions()
@@ -55,26 +64,44 @@ func writeReport(path, command string, all []modeResults) error {
 	fmt.Fprintf(&b, "- Command: `%s`\n", command)
 	fmt.Fprintf(&b, "- Machine: %s/%s, CPUs %s (%d), Kubernetes %s, kwok %s, Go %s\n", runtime.GOOS, runtime.GOARCH, cpus, runtime.NumCPU(), versions["KUBE_VERSION"], versions["KWOK_VERSION"], runtime.Version())
 	b.WriteString("- P1: time until N pods of one Deployment are Running, offloaded from the consumer ÷ created directly on the provider; P2: per-pod overhead (consumer Running − bound, minus remote Running − remote created); P3: `peer out-of-band` until the virtual node is Ready; P4: agent RSS; P5: `kubectl offload status` wall time.\n")
+	b.WriteString("- Pod startup SLI: p50, p90 and p99 of each pod's time from creation to Running, as a watch of its cluster observed both (Kubernetes' pod startup SLI, without image pulls: kwok runs no image); direct pods on the provider, offloaded ones on the consumer.\n")
+	b.WriteString("- KiB per pod: the consumer agent's RSS with the N pods, less its RSS before the first benchmark pod, ÷ N. Provider agents CPU s: what every offload-agent process of the provider used during the direct run, where no pod is a tenant's.\n")
 	b.WriteString("- Every benchmark pod runs on a kwok fake node of the provider; the agents run on real nodes.\n\n")
-	fmt.Fprintf(&b, "![%s](%s)\n![%s](%s)\n", "time until Running", filepath.Join(filepath.Base(dir), "time.svg"), "agent RSS", filepath.Join(filepath.Base(dir), "rss.svg"))
+	base := filepath.Base(dir)
+	fmt.Fprintf(&b, "![%s](%s)\n![%s](%s)\n![%s](%s)\n", "time until Running", filepath.Join(base, "time.svg"), "agent RSS", filepath.Join(base, "rss.svg"),
+		"pod startup SLI", filepath.Join(base, "startup.svg"))
 	for _, m := range all {
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n", m.mode.name, m.mode.describe())
-		b.WriteString("| N | runs | direct s | offloaded s | P1 ratio | P2 overhead p50 ms | P2 overhead p99 ms | consumer agent RSS MiB | agent CPU s | provider agent RSS MiB | machine CPU s direct/offloaded | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| N | runs | direct s | offloaded s | P1 ratio | P2 overhead p50 ms | P2 overhead p99 ms | consumer agent RSS MiB | KiB per pod | agent CPU s | provider agent RSS MiB | provider agents CPU s, direct run | machine CPU s direct/offloaded | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, rs := range bySize(m.results) {
 			med := func(f func(offloadResult) float64) float64 { return spreadOf(rs, f).median }
-			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.0f | %.1f/%.1f | %.1f, %.1f/%.1f |\n", rs[0].n, len(rs),
+			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.0f | %.1f | %.1f/%.1f | %.1f, %.1f/%.1f |\n", rs[0].n, len(rs),
 				spreadOf(rs, func(r offloadResult) float64 { return r.direct.Seconds() }).format(1),
 				spreadOf(rs, func(r offloadResult) float64 { return r.offloaded.Seconds() }).format(1),
 				spreadOf(rs, offloadResult.ratio).format(2),
 				spreadOf(rs, func(r offloadResult) float64 { return r.overhead[0] }).format(0),
 				spreadOf(rs, func(r offloadResult) float64 { return r.overhead[1] }).format(0),
 				spreadOf(rs, func(r offloadResult) float64 { return r.consumerRSS }).format(0),
+				med(offloadResult.perPodKiB),
 				med(func(r offloadResult) float64 { return r.agent }), med(func(r offloadResult) float64 { return r.providerRSS }),
+				med(func(r offloadResult) float64 { return r.providerAgentsDirect }),
 				med(func(r offloadResult) float64 { return r.machineDirect }), med(func(r offloadResult) float64 { return r.machineOffloaded }),
 				med(func(r offloadResult) float64 { return r.requestsDirect }), med(func(r offloadResult) float64 { return r.requestsConsumer }),
 				med(func(r offloadResult) float64 { return r.requestsProvider }))
 		}
 		b.WriteString("\nWith several runs a cell is the median [minimum–maximum]; the columns without a range are medians.\n")
+		b.WriteString("\nPod startup SLI, creation to Running, ms:\n\n| N | direct p50 | direct p90 | direct p99 | offloaded p50 | offloaded p90 | offloaded p99 |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, rs := range bySize(m.results) {
+			fmt.Fprintf(&b, "| %d |", rs[0].n)
+			for _, f := range []func(offloadResult) float64{
+				func(r offloadResult) float64 { return r.startupDirect[0] }, func(r offloadResult) float64 { return r.startupDirect[1] },
+				func(r offloadResult) float64 { return r.startupDirect[2] }, func(r offloadResult) float64 { return r.startupOffloaded[0] },
+				func(r offloadResult) float64 { return r.startupOffloaded[1] }, func(r offloadResult) float64 { return r.startupOffloaded[2] },
+			} {
+				fmt.Fprintf(&b, " %s |", spreadOf(rs, f).format(0))
+			}
+			b.WriteString("\n")
+		}
 		fmt.Fprintf(&b, "\nP3 peer out-of-band to a Ready virtual node: %s. P5 `kubectl offload status`: %s.\n", m.peer.Round(time.Millisecond), m.status.Round(time.Millisecond))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
@@ -112,10 +139,11 @@ func drawChart(path, title, unit string, all []modeResults, values func(offloadR
 	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, path)
 }
 
-func TestTheReportHasTheTableAndBothCharts(t *testing.T) {
+func TestTheReportHasTheTablesAndTheCharts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "benchmarks.md")
 	results := []offloadResult{
-		{n: 100, direct: 2 * time.Second, offloaded: 3 * time.Second, consumerRSS: 80, providerRSS: 60},
+		{n: 100, direct: 2 * time.Second, offloaded: 3 * time.Second, consumerRSS: 80, consumerIdleRSS: 70, providerRSS: 60,
+			startupDirect: [3]float64{400, 700, 900}, startupOffloaded: [3]float64{600, 900, 1200}, providerAgentsDirect: 0.4},
 		{n: 1000, direct: 10 * time.Second, offloaded: 11 * time.Second, consumerRSS: 130, providerRSS: 70},
 		{n: 1000, direct: 10 * time.Second, offloaded: 13 * time.Second, consumerRSS: 140, providerRSS: 70},
 		{n: 1000, direct: 10 * time.Second, offloaded: 12 * time.Second, consumerRSS: 120, providerRSS: 70},
@@ -131,12 +159,13 @@ func TestTheReportHasTheTableAndBothCharts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"`make bench-offload`", "## isolated", "## shared", "| 100 | 1 | 2.0 | 3.0 | 1.50 |", "| 1000 | 3 | 10.0 | 12.0 [11.0–13.0] | 1.20 [1.10–1.30] |", "(benchmarks/time.svg)", "(benchmarks/rss.svg)", "P5 `kubectl offload status`: 90ms"} {
+	for _, want := range []string{"`make bench-offload`", "## isolated", "## shared", "| 100 | 1 | 2.0 | 3.0 | 1.50 |", "| 1000 | 3 | 10.0 | 12.0 [11.0–13.0] | 1.20 [1.10–1.30] |", "(benchmarks/time.svg)", "(benchmarks/rss.svg)", "P5 `kubectl offload status`: 90ms",
+		"| 100 | 1 | 2.0 | 3.0 | 1.50 | 0 | 0 | 80 | 102.4 | 0.0 | 60 | 0.4 |", "| 100 | 400 | 700 | 900 | 600 | 900 | 1200 |", "(benchmarks/startup.svg)"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the report lacks %q:\n%s", want, md)
 		}
 	}
-	for _, chart := range []string{"time.svg", "rss.svg"} {
+	for _, chart := range []string{"time.svg", "rss.svg", "startup.svg"} {
 		svg, err := os.ReadFile(filepath.Join(filepath.Dir(path), "benchmarks", chart))
 		if err != nil || !strings.Contains(string(svg), "<svg") || !strings.Contains(string(svg), "isolated offloaded") && chart == "time.svg" {
 			t.Errorf("chart %s: %v, %d bytes", chart, err, len(svg))
