@@ -286,7 +286,8 @@ func (p *pair) waitCapacity(ctx context.Context, b *testing.B, n int) {
 
 // componentCPU returns the CPU seconds used so far by each control-plane
 // and node process of the benchmark clusters, keyed "cluster/component"
-// (component = binary name); the agents are "cluster/offload-agent".
+// (component = binary name); the agents are "cluster/offload-agent", and
+// the provider's "providerAgents SUBCOMMAND" (agentsCPU sums them).
 func componentCPU() map[string]float64 {
 	out := map[string]float64{}
 	entries, err := os.ReadDir("/proc")
@@ -322,11 +323,29 @@ func componentCPU() map[string]float64 {
 		if cluster == "" {
 			continue
 		}
+		name := cluster + "/" + filepath.Base(argv[0])
+		if name == providerAgents && len(argv) > 1 {
+			// The provider's agents one by one: controller-manager, auth,
+			// fabric, gateway.
+			name += " " + argv[1]
+		}
 		if cpu, err := machine.CPUSeconds(pid); err == nil {
-			out[cluster+"/"+filepath.Base(argv[0])] += cpu
+			out[name] += cpu
 		}
 	}
 	return out
+}
+
+// agentsCPU is the CPU seconds of the provider's agents in a componentCPU
+// reading.
+func agentsCPU(parts map[string]float64) float64 {
+	var sum float64
+	for k, v := range parts {
+		if k == providerAgents || strings.HasPrefix(k, providerAgents+" ") {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // cpuDelta renders the CPU seconds each component used between two

@@ -66,6 +66,18 @@ type offloadResult struct {
 	// offload-agent process of the provider) used in the direct run, where
 	// no pod is a tenant's.
 	providerAgentsDirect float64
+	// providerAgentsIdle is what the provider's agents used per second,
+	// in CPU seconds, before the direct run, with no pod to handle.
+	providerAgentsIdle float64
+}
+
+// idleWindow is how long measure reads the provider agents' idle CPU.
+const idleWindow = 10 * time.Second
+
+// ownPods is the CPU seconds the provider's own pods cost its agents in
+// the direct run: what they used, less their idle rate for as long.
+func (r offloadResult) ownPods() float64 {
+	return r.providerAgentsDirect - r.providerAgentsIdle*r.direct.Seconds()
 }
 
 // BenchmarkOffload compares a Deployment of N replicas run directly on the
@@ -348,6 +360,13 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	r := offloadResult{n: n, consumerIdleRSS: p.idleRSS}
 	name := fmt.Sprintf("bench-%d", n)
 
+	// What the provider's agents use with nothing to do, for as long as
+	// idleWindow: the direct run's figure less this rate is what the
+	// provider's own pods cost them.
+	idle0 := componentCPU()
+	time.Sleep(idleWindow)
+	r.providerAgentsIdle = (agentsCPU(componentCPU()) - agentsCPU(idle0)) / idleWindow.Seconds()
+
 	// Direct: the provider's own controllers, scheduler and kwok.
 	direct := newTracker(n)
 	stop := direct.watch(ctx, b, p.provider.Kube, directNS, name, local)
@@ -358,9 +377,10 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	profiledDirect()
 	r.machineDirect = machineBusySeconds() - busy0
 	parts1 := componentCPU()
-	r.providerAgentsDirect = parts1[providerAgents] - parts0[providerAgents]
+	r.providerAgentsDirect = agentsCPU(parts1) - agentsCPU(parts0)
 	r.startupDirect = direct.startup()
 	fmt.Printf("N=%d direct, CPU seconds by process: %s\n", n, cpuDelta(parts0, parts1))
+	fmt.Printf("N=%d direct, the provider's agents: %.2f CPU s, %.2f of it beyond their idle %.3f CPU s/s\n", n, r.providerAgentsDirect, r.ownPods(), r.providerAgentsIdle)
 	if _, perPod, line, err := requests.perPod(ctx, n); err == nil {
 		r.requestsDirect = perPod
 		fmt.Printf("N=%d direct, API requests: %s\n", n, line)
@@ -710,12 +730,12 @@ func quantiles(d []time.Duration, qs ...float64) []float64 {
 func summary(results []offloadResult) string {
 	var sb strings.Builder
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tKiB/pod\tagent CPU s\tprovider agent RSS MiB\tprovider agents CPU s direct\tmachine CPU s direct/offloaded\tAPI requests/pod direct, consumer/provider\t\n")
+	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tKiB/pod\tagent CPU s\tprovider agent RSS MiB\tprovider agents CPU s direct (beyond idle)\tmachine CPU s direct/offloaded\tAPI requests/pod direct, consumer/provider\t\n")
 	for _, r := range results {
-		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f/%.1f\t%.1f, %.1f/%.1f\t\n",
+		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.0f\t%.2f (%.2f)\t%.1f/%.1f\t%.1f, %.1f/%.1f\t\n",
 			r.n, r.direct.Seconds(), r.offloaded.Seconds(), r.ratio(),
 			r.overhead[0], r.overhead[1], r.createLeg[0], r.createLeg[1], r.statusLeg[0], r.statusLeg[1],
-			r.samples, r.notOffloaded, r.consumerRSS, r.perPodKiB(), r.agent, r.providerRSS, r.providerAgentsDirect, r.machineDirect, r.machineOffloaded,
+			r.samples, r.notOffloaded, r.consumerRSS, r.perPodKiB(), r.agent, r.providerRSS, r.providerAgentsDirect, r.ownPods(), r.machineDirect, r.machineOffloaded,
 			r.requestsDirect, r.requestsConsumer, r.requestsProvider)
 	}
 	_ = w.Flush()

@@ -100,7 +100,7 @@ func (r *Reflector) startPair(ctx context.Context, twin, ns string) (*pair, erro
 	lf := informers.NewSharedInformerFactoryWithOptions(r.opts.Consumer, 0, informers.WithNamespace(ns), strip)
 	rf := informers.NewSharedInformerFactoryWithOptions(r.opts.Provider, 0, informers.WithNamespace(twin),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }), strip)
-	pf := informers.NewSharedInformerFactoryWithOptions(r.opts.Consumer, 0, informers.WithNamespace(ns), strip,
+	pf := informers.NewSharedInformerFactoryWithOptions(r.opts.Consumer, 0, informers.WithNamespace(ns), informers.WithTransform(referencesOnly),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", r.opts.NodeName).String()
 		}))

@@ -28,6 +28,33 @@ const byReferenceIndex = "reference"
 // in byReferenceIndex.
 func referenceKey(kind, name string) string { return kind + "/" + name }
 
+// referencesOnly is the transform of the pod informers: a pod reduced to
+// its name, namespace, UID and resource version, and the ConfigMaps and
+// Secrets it references, each as one volume of that kind. The index and
+// the handlers read nothing else, and the informers would otherwise hold
+// another whole copy of every offloaded pod (the pod reflection holds its
+// own). reflection.ReferencedObjects of the result is that of the pod.
+func referencesOnly(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	cms, secrets := reflection.ReferencedObjects(pod)
+	out := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+	}}
+	if n := cms.Len() + secrets.Len(); n > 0 {
+		out.Spec.Volumes = make([]corev1.Volume, 0, n)
+	}
+	for _, n := range sets.List(cms) {
+		out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: n}}}})
+	}
+	for _, n := range sets.List(secrets) {
+		out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: n}}})
+	}
+	return out, nil
+}
+
 // podReferences is the index function of byReferenceIndex: one pass over
 // the pod for both kinds.
 func podReferences(obj any) ([]string, error) {

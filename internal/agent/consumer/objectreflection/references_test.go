@@ -126,3 +126,38 @@ func TestOnlyTheReferencesAPodEventChangesAreEnqueued(t *testing.T) {
 		t.Errorf("a deleted pod enqueued %v", got)
 	}
 }
+
+func TestThePodInformersKeepOnlyTheReferences(t *testing.T) {
+	pod := podUsing("p", "ns", "n", "settings", "creds")
+	pod.UID, pod.ResourceVersion = "u1", "7"
+	pod.Labels = map[string]string{"app": "p"}
+	pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "pull"}}
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{
+		ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "keys"}, Key: "k"}}}}
+	pod.Status.Phase = corev1.PodRunning
+	obj, err := referencesOnly(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := obj.(*corev1.Pod)
+	want, err := podReferences(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := podReferences(slim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) || len(want) != 4 {
+		t.Errorf("the slim pod references %v, the pod %v", got, want)
+	}
+	if slim.Name != "p" || slim.Namespace != "ns" || slim.UID != "u1" || slim.ResourceVersion != "7" {
+		t.Errorf("the slim pod lost its identity: %+v", slim.ObjectMeta)
+	}
+	if slim.Labels != nil || len(slim.Spec.Containers) != 0 || slim.Spec.NodeName != "" || slim.Status.Phase != "" {
+		t.Errorf("the slim pod keeps more than its references: %+v", slim)
+	}
+	if out, _ := referencesOnly("not a pod"); out != "not a pod" {
+		t.Errorf("a tombstone or another object changed: %v", out)
+	}
+}
