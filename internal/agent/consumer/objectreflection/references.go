@@ -28,41 +28,49 @@ const byReferenceIndex = "reference"
 // in byReferenceIndex.
 func referenceKey(kind, name string) string { return kind + "/" + name }
 
-// referencesOnly is the transform of the pod informers: a pod reduced to
-// its name, namespace, UID and resource version, and the ConfigMaps and
-// Secrets it references, each as one volume of that kind. The index and
-// the handlers read nothing else, and the informers would otherwise hold
-// another whole copy of every offloaded pod (the pod reflection holds its
-// own). reflection.ReferencedObjects of the result is that of the pod.
+// podRefs is what the pod informers keep of a pod: its name, namespace,
+// UID and resource version, and the ConfigMaps and Secrets it references
+// (reflection.ReferencedObjects), sorted. The index and the handlers read
+// nothing else; a *corev1.Pod, even empty, is about 1.4 KiB, and a whole
+// one, which the pod reflection holds already, several.
+type podRefs struct {
+	metav1.ObjectMeta
+	configMaps, secrets []string
+}
+
+// referencesOnly is the transform of the pod informers: a *corev1.Pod
+// becomes its podRefs. Anything else, such as a podRefs given again, is
+// returned as it is.
 func referencesOnly(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
 	cms, secrets := reflection.ReferencedObjects(pod)
-	out := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-	}}
-	if n := cms.Len() + secrets.Len(); n > 0 {
-		out.Spec.Volumes = make([]corev1.Volume, 0, n)
-	}
-	for _, n := range sets.List(cms) {
-		out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: n}}}})
-	}
-	for _, n := range sets.List(secrets) {
-		out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: n}}})
-	}
-	return out, nil
+	return &podRefs{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+		configMaps: sets.List(cms), secrets: sets.List(secrets),
+	}, nil
 }
 
-// podReferences is the index function of byReferenceIndex: one pass over
-// the pod for both kinds.
-func podReferences(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return nil, nil
+// references returns the ConfigMaps and Secrets obj references: a podRefs,
+// a pod, or the tombstone of either.
+func references(obj any) (configMaps, secrets sets.Set[string]) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
 	}
-	cms, secrets := reflection.ReferencedObjects(pod)
+	switch o := obj.(type) {
+	case *podRefs:
+		return sets.New(o.configMaps...), sets.New(o.secrets...)
+	case *corev1.Pod:
+		return reflection.ReferencedObjects(o)
+	}
+	return nil, nil
+}
+
+// podReferences is the index function of byReferenceIndex.
+func podReferences(obj any) ([]string, error) {
+	cms, secrets := references(obj)
 	keys := make([]string, 0, cms.Len()+secrets.Len())
 	for _, n := range sets.List(cms) {
 		keys = append(keys, referenceKey(kindConfigMap, n))
@@ -110,15 +118,6 @@ func (r *Reflector) referencedLive(ctx context.Context, p *pair, kind, name stri
 // it changes: most are status updates, which change none, and each
 // enqueued object's reconcile looks up every pod that references it.
 func (r *Reflector) referenceEnqueuer(twin string) cache.ResourceEventHandler {
-	references := func(obj any) (cms, secrets sets.Set[string]) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if pod, ok := obj.(*corev1.Pod); ok {
-			return reflection.ReferencedObjects(pod)
-		}
-		return nil, nil
-	}
 	enqueue := func(cms, secrets sets.Set[string]) {
 		for n := range cms {
 			r.queue.Add(key{kind: kindConfigMap, twin: twin, name: n})

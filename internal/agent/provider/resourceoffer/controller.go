@@ -69,6 +69,13 @@ type Reconciler struct {
 	// in a process (go test -count=2).
 	skipNameValidation bool
 
+	// usage is what the pods request, node by node, kept up to date by
+	// the events of the manager's pod informer once usageSynced says it
+	// has seen every pod. SetupWithManager sets both; without them, each
+	// count lists every pod.
+	usage       *Usage
+	usageSynced func() bool
+
 	mu       sync.Mutex
 	identity *peering.Identity
 	// counts is each Tenant's last count of the free resources, by name.
@@ -91,8 +98,18 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("the sharing percentage must be between 0 and 100, got %d", r.SharingPercentage)
 	}
 	r.identityReader = mgr.GetAPIReader()
+	pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("setting up the %s controller: the pod informer: %w", ControllerName, err)
+	}
+	usage := NewUsage()
+	registration, err := pods.AddEventHandler(usage.Handler())
+	if err != nil {
+		return fmt.Errorf("setting up the %s controller: counting the pods' requests: %w", ControllerName, err)
+	}
+	r.usage, r.usageSynced = usage, registration.HasSynced
 	enqueueTenants := handler.EnqueueRequestsFromMapFunc(r.allTenants)
-	err := ctrl.NewControllerManagedBy(mgr).
+	err = ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{SkipNameValidation: &r.skipNameValidation}).
 		For(&offloadv1alpha1.Tenant{}).
@@ -182,10 +199,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // share returns the tenant's share of the free resources, counted at most
 // once per MinUpdateInterval, and how long until the next count when it
-// is the last count's. Counting lists every node and pod of the cluster,
-// and the tenant's own pods do not change it: in an offloaded burst every
-// pod event would recount every pod and find the offer unchanged, so that
-// the LastUpdate throttle never held and the counts ran back to back.
+// is the last count's. Counting lists every node, and reads the pods'
+// requests from the Usage the pod informer keeps (every pod of the cluster
+// until it has synced), and the tenant's own pods do not change it: in an
+// offloaded burst every pod event would recount and find the offer
+// unchanged, so that the LastUpdate throttle never held and the counts ran
+// back to back.
 func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) (corev1.ResourceList, time.Duration, error) {
 	r.mu.Lock()
 	last, ok := r.counts[tenant.Name]
@@ -198,11 +217,17 @@ func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) 
 	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, 0, fmt.Errorf("listing nodes: %w", err)
 	}
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, 0, fmt.Errorf("listing pods: %w", err)
+	var free corev1.ResourceList
+	if r.usage != nil && r.usageSynced() {
+		free = freeOf(nodes.Items, r.usage, tenant.Spec.ClusterID, tenant.Spec.Policy)
+	} else {
+		var pods corev1.PodList
+		if err := r.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, 0, fmt.Errorf("listing pods: %w", err)
+		}
+		free = Free(nodes.Items, pods.Items, tenant.Spec.ClusterID, tenant.Spec.Policy)
 	}
-	share := Share(Free(nodes.Items, pods.Items, tenant.Spec.ClusterID, tenant.Spec.Policy), r.SharingPercentage)
+	share := Share(free, r.SharingPercentage)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.counts == nil {

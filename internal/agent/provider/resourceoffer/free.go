@@ -30,6 +30,11 @@ var offered = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, c
 // shrink as it uses it, or a consumer's virtual node would have less room
 // than the pods already bound to it.
 func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string, policy offloadv1alpha1.ConsumerPolicy) corev1.ResourceList {
+	return freeOf(nodes, usageOf(pods), tenant, policy)
+}
+
+// freeOf is Free with the pods' requests summed up in usage.
+func freeOf(nodes []corev1.Node, usage *Usage, tenant string, policy offloadv1alpha1.ConsumerPolicy) corev1.ResourceList {
 	usable := map[string]bool{}
 	total := map[corev1.ResourceName]*resource.Quantity{}
 	for _, r := range offered {
@@ -64,18 +69,7 @@ func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string, policy offloadv
 			}
 		}
 	}
-	for _, p := range pods {
-		if !usable[p.Spec.NodeName] || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed ||
-			(tenant != "" && p.Labels[offloadv1alpha1.LabelOriginClusterID] == tenant) {
-			continue
-		}
-		total[corev1.ResourcePods].Sub(*resource.NewQuantity(1, resource.DecimalSI))
-		for r, q := range podRequests(&p) {
-			if t, ok := total[r]; ok {
-				t.Sub(q)
-			}
-		}
-	}
+	usage.subtract(total, usable, tenant)
 	out := corev1.ResourceList{}
 	for r, q := range total {
 		if q.Sign() < 0 {
