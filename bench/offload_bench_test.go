@@ -235,6 +235,12 @@ func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResu
 				b.ReportMetric(r.requestsDirect, "req-per-pod-direct")
 				b.ReportMetric(r.requestsConsumer, "req-per-pod-consumer")
 				b.ReportMetric(r.requestsProvider, "req-per-pod-provider")
+				b.ReportMetric(r.perPodKiB(), "KiB-agent-per-pod")
+				b.ReportMetric(r.ownPods(), "s-provider-agents-cpu-own-pods")
+				b.ReportMetric(r.startupDirect[0], "ms-startup-direct-p50")
+				b.ReportMetric(r.startupDirect[2], "ms-startup-direct-p99")
+				b.ReportMetric(r.startupOffloaded[0], "ms-startup-offloaded-p50")
+				b.ReportMetric(r.startupOffloaded[2], "ms-startup-offloaded-p99")
 			}
 		})
 	}
