@@ -53,29 +53,37 @@ func referencesOnly(obj any) (any, error) {
 	}, nil
 }
 
-// references returns the ConfigMaps and Secrets obj references: a podRefs,
-// a pod, or the tombstone of either.
-func references(obj any) (configMaps, secrets sets.Set[string]) {
+// refsOf returns the podRefs obj is, or holds as a tombstone; nil for
+// anything else. The pod informers hold nothing but podRefs.
+func refsOf(obj any) *podRefs {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	switch o := obj.(type) {
-	case *podRefs:
-		return sets.New(o.configMaps...), sets.New(o.secrets...)
-	case *corev1.Pod:
-		return reflection.ReferencedObjects(o)
+	r, _ := obj.(*podRefs)
+	return r
+}
+
+// references returns the ConfigMaps and Secrets an informer's pod (a
+// podRefs or its tombstone) references.
+func references(obj any) (configMaps, secrets sets.Set[string]) {
+	r := refsOf(obj)
+	if r == nil {
+		return nil, nil
 	}
-	return nil, nil
+	return sets.New(r.configMaps...), sets.New(r.secrets...)
 }
 
 // podReferences is the index function of byReferenceIndex.
 func podReferences(obj any) ([]string, error) {
-	cms, secrets := references(obj)
-	keys := make([]string, 0, cms.Len()+secrets.Len())
-	for _, n := range sets.List(cms) {
+	r := refsOf(obj)
+	if r == nil {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(r.configMaps)+len(r.secrets))
+	for _, n := range r.configMaps {
 		keys = append(keys, referenceKey(kindConfigMap, n))
 	}
-	for _, n := range sets.List(secrets) {
+	for _, n := range r.secrets {
 		keys = append(keys, referenceKey(kindSecret, n))
 	}
 	return keys, nil
