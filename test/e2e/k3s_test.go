@@ -339,9 +339,20 @@ func expectSeedFlow(ctx context.Context, t *testing.T, consumer, provider *local
 	if !netip.MustParsePrefix(provider.PodCIDR()).Contains(netip.MustParseAddr(real.Status.PodIP)) {
 		t.Errorf("the offloaded pod's address on the provider is %s, outside its pod CIDR %s", real.Status.PodIP, provider.PodCIDR())
 	}
-	if want := addrs.ConsumerIP(real.Status.PodIP); want == "" || remotePod.Status.PodIP != want {
-		t.Errorf("the offloaded pod shows %s on the consumer, want %q, its view of %s", remotePod.Status.PodIP, want, real.Status.PodIP)
+	// The consumer's agent publishes it once it sees the tunnel up, which
+	// may follow the pod's readiness by a few seconds.
+	want := addrs.ConsumerIP(real.Status.PodIP)
+	if want == "" {
+		t.Fatalf("the tunnel has no view of the provider's address %s (mappings %v)", real.Status.PodIP, tunnel.Spec.Mappings)
 	}
+	waitFor(ctx, t, time.Minute, "the offloaded pod showing its view of the provider's address on the consumer", func(ctx context.Context) (bool, string) {
+		p, err := consumer.Kube.CoreV1().Pods(ns).Get(ctx, remotePod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		remotePod = *p
+		return p.Status.PodIP == want, fmt.Sprintf("it shows %q, want %q, its view of %s", p.Status.PodIP, want, real.Status.PodIP)
+	})
 	seen := answers(t, consumer, ns, clientPod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
 	if !seen[localPod.Name] || !seen[remotePod.Name] {
 		t.Errorf("Service web from a consumer pod answered from %v, want %s and %s", seen, localPod.Name, remotePod.Name)

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/kubectl-offload/kubectl-offload/test/framework/tools"
 )
 
@@ -17,6 +20,9 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	// The tests' controller-runtime clients log through klog, as the
+	// agent does, not a stack trace saying no logger was set.
+	ctrllog.SetLogger(klog.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	start := time.Now()
 	if err := tools.EnsureTools(ctx); err != nil {

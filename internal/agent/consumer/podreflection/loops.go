@@ -57,7 +57,8 @@ func (h *Handler) Run(ctx context.Context) error {
 }
 
 // addressesInterval is how often Run looks for a new address translation.
-const addressesInterval = 5 * time.Second
+// Options.Addresses caches its answer, so a look is cheap.
+const addressesInterval = time.Second
 
 // replay sends the status of every remote pod the informers know.
 func (h *Handler) replay() {

@@ -13,8 +13,14 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
 )
 
-// addressesTTL is how long a read of the peering's Tunnel is used.
-const addressesTTL = 5 * time.Second
+// addressesTTL is how long a read of the peering's Tunnel is used; one
+// that withholds addresses is read again after addressesWithheldTTL, so
+// pods show their addresses within a second or two of the tunnel coming
+// up.
+const (
+	addressesTTL         = 5 * time.Second
+	addressesWithheldTTL = time.Second
+)
 
 // addressesGrace is how long pod addresses stay published after a tunnel
 // that was up goes down. A gateway replaced by an upgrade or rescheduled
@@ -46,7 +52,11 @@ func tunnelAddresses(reader client.Reader, namespace, provider string, networked
 	return func() *reflection.Addresses {
 		mu.Lock()
 		defer mu.Unlock()
-		if time.Since(at) < addressesTTL {
+		ttl := addressesTTL
+		if cached.Withhold {
+			ttl = addressesWithheldTTL
+		}
+		if time.Since(at) < ttl {
 			return cached
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
