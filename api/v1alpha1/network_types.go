@@ -185,6 +185,19 @@ type TunnelStatus struct {
 	RxBytes int64 `json:"rxBytes,omitempty"`
 	// +optional
 	TxBytes int64 `json:"txBytes,omitempty"`
+	// RxPackets and TxPackets count the packets that crossed the tunnel:
+	// received from the peer and sent to it, as the tunnel device counts
+	// them. The userspace device counts TCP segments it coalesces (GRO and
+	// GSO) as one packet, so its counts can be far below the number of
+	// WireGuard packets.
+	// +optional
+	RxPackets int64 `json:"rxPackets,omitempty"`
+	// +optional
+	TxPackets int64 `json:"txPackets,omitempty"`
+	// FilteredPackets counts the packets the tenant filter dropped, both
+	// ways: traffic through the tunnel that the peering does not allow.
+	// +optional
+	FilteredPackets int64 `json:"filteredPackets,omitempty"`
 	// Connected says the peer answered the liveness probe within 10 s.
 	// +optional
 	Connected bool `json:"connected,omitempty"`

@@ -255,6 +255,7 @@ func TestOffloadedPodsRunInTheProvidersTwinNamespace(t *testing.T) {
 		expectDaemonSetsStayOffVirtualNodes(ctx, t, scope, consumer, provider, twin)
 	})
 	t.Run("remote failures shown", func(t *testing.T) { expectRemoteFailuresShown(ctx, t, consumer, provider) })
+	t.Run("metrics", func(t *testing.T) { expectMetrics(ctx, t, consumer, provider, "work", "metered") })
 	t.Run("spec updates", func(t *testing.T) { expectSpecUpdatesReachTheRemotePod(ctx, t, consumer, provider, twin) })
 	t.Run("kubectl debug", func(t *testing.T) { expectKubectlDebug(ctx, t, consumer, provider, "work", twin) })
 	t.Run("in-place resize", func(t *testing.T) { expectInPlaceResize(ctx, t, consumer, provider, "work", twin) })

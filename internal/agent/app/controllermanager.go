@@ -28,6 +28,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/webhook"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/fabric/network"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/metrics"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/incoming"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/remotenamespace"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/provider/resourceoffer"
@@ -122,7 +123,7 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the agent, which holds the Lease and the cluster identity (default: $POD_NAMESPACE).")
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "Name of this cluster, checked against the identity ConfigMap (default: $OFFLOAD_CLUSTER_NAME).")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus /metrics endpoint, such as ":8080"; "0" turns it off.`)
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus /metrics endpoint, such as ":8443", served over HTTPS to the clients the API server authorizes to get /metrics; "0" turns it off.`)
 	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress, `Address of Go's /debug/pprof profiling endpoints, such as "127.0.0.1:6060"; empty or "0" (the default) turns them off.`)
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Run the controllers on one replica at a time, elected through Lease "+offloadv1alpha1.ControllerManager+".")
 	fs.IntVar(&o.SharingPercentage, "sharing-percentage", o.SharingPercentage, "Percentage of this cluster's free cpu, memory and pods offered to each consumer.")
@@ -312,6 +313,9 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 				return err
 			}
 			if err := addStorage(mgr, r); err != nil {
+				return err
+			}
+			if err := metrics.Register(&metrics.Collector{Reader: mgr.GetClient(), Namespace: o.Namespace, Peers: r.PeerStats}); err != nil {
 				return err
 			}
 			if o.KubeletPort == 0 || o.NodeIP == "" {

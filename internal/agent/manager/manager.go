@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -34,7 +35,8 @@ type Options struct {
 	ClusterName string
 	// HealthProbeBindAddress is the address of /healthz and /readyz.
 	HealthProbeBindAddress string
-	// MetricsBindAddress is the address of /metrics; "0" turns it off.
+	// MetricsBindAddress is the address of /metrics, served over HTTPS to
+	// the clients RBAC allows (metricsOptions); "0" turns it off.
 	MetricsBindAddress string
 	// PprofBindAddress is the address of Go's /debug/pprof endpoints;
 	// empty or "0" turns them off (the default).
@@ -104,7 +106,7 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 		Scheme:                              scheme.Scheme,
 		Logger:                              o.Logger,
 		HealthProbeBindAddress:              o.HealthProbeBindAddress,
-		Metrics:                             metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Metrics:                             metricsOptions(o.MetricsBindAddress),
 		PprofBindAddress:                    o.PprofBindAddress,
 		LeaderElection:                      o.LeaderElection,
 		LeaderElectionResourceLockInterface: lock,
@@ -138,6 +140,20 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// metricsOptions serves /metrics at addr over HTTPS, to the clients the
+// API server authenticates (TokenReview) and authorizes to get the
+// non-resource URL /metrics (SubjectAccessReview), as kubelets and API
+// servers serve theirs: the peers' names, capacity and traffic are for
+// whom the cluster's RBAC lets read them. The certificate is self-signed,
+// made at start; scrapers skip its verification and rely on the bearer
+// token's authorization, as with the kubelet's.
+func metricsOptions(addr string) metricsserver.Options {
+	if addr == "" || addr == "0" {
+		return metricsserver.Options{BindAddress: "0"}
+	}
+	return metricsserver.Options{BindAddress: addr, SecureServing: true, FilterProvider: filters.WithAuthenticationAndAuthorization}
 }
 
 // ErrLeaderElectionLost is returned by Run when the replica lost its

@@ -75,6 +75,18 @@ func (h *Handler) replay() {
 	}
 }
 
+// ReflectedPods is how many remote pods the informers know: the pods
+// reflected to the provider that it still holds.
+func (h *Handler) ReflectedPods() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, ti := range h.twins {
+		n += len(ti.informer.GetStore().ListKeys())
+	}
+	return n
+}
+
 // collectOrphansOnce runs CollectOrphans over every consumer pod bound to
 // the virtual node and reports whether it succeeded.
 func (h *Handler) collectOrphansOnce(ctx context.Context) bool {

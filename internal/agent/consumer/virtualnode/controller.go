@@ -34,6 +34,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/providerclient"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/metrics"
 )
 
 // Reasons of the OutgoingPeering and VirtualNodeReady conditions.
@@ -243,9 +244,11 @@ func (r *Reconciler) disable(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 	return nil
 }
 
-// remove stops the runtime of name and deletes its node and Lease.
+// remove stops the runtime of name, deletes its node and Lease, and drops
+// its pod reflection's metrics.
 func (r *Reconciler) remove(ctx context.Context, name string) error {
 	r.stop(name)
+	metrics.ForPeer(name).Forget()
 	node := offloadv1alpha1.VirtualNodeName(name)
 	if r.KubeletPorts != nil {
 		r.KubeletPorts.ForgetNode(node)

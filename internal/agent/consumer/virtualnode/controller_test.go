@@ -45,6 +45,7 @@ type testPeering struct {
 	fc     *offloadv1alpha1.ForeignCluster
 	offer  *offloadv1alpha1.ResourceOffer
 	tenant string
+	r      *Reconciler
 }
 
 // peeringOption changes the cluster newPeering makes, or the controller,
@@ -114,6 +115,7 @@ func newPeering(t *testing.T, opts ...peeringOption) *testPeering {
 	}
 
 	r := &Reconciler{Namespace: install, PollInterval: 500 * time.Millisecond}
+	p.r = r
 	for _, opt := range opts {
 		opt(t, admin, providerName, r)
 	}
@@ -293,6 +295,10 @@ func TestTheVirtualNodeFollowsTheOfferAndTheForeignCluster(t *testing.T) {
 		n, err := p.node(ctx)
 		return err == nil && sameResources(n.Status.Capacity, p.offer.Spec.Resources) && sameResources(n.Status.Allocatable, p.offer.Spec.Resources)
 	})
+	// The metrics offer what the node does.
+	if stats := p.r.PeerStats(); len(stats) != 1 || stats[0].Peer != p.fc.Name || !sameResources(stats[0].Offered, p.offer.Spec.Resources) {
+		t.Errorf("the peers' stats are %+v, want %s offering %v", stats, p.fc.Name, p.offer.Spec.Resources)
+	}
 
 	// The provider stops serving the offer: the ping fails.
 	if err := p.admin.Delete(ctx, p.offer); err != nil {

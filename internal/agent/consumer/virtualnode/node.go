@@ -244,7 +244,7 @@ func (r *Reconciler) healthy(ctx context.Context, fc *offloadv1alpha1.ForeignClu
 // runtime's client of the offer: where the node's kubelet API is, and the
 // provider's version, which the node reports.
 func (r *Reconciler) newProvider(ctx context.Context, peer *peer) (*offerProvider, error) {
-	p := &offerProvider{remote: peer.offers, policy: &peer.policy, readTimeout: r.pollInterval(),
+	p := &offerProvider{remote: peer.offers, policy: &peer.policy, offered: &peer.offered, readTimeout: r.pollInterval(),
 		offer: types.NamespacedName{Namespace: peer.creds.Namespace, Name: peer.fc.Spec.ClusterName}}
 	var err error
 	if p.endpoint, err = r.endpoint(ctx, peer.node()); err != nil {

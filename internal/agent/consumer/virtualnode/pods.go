@@ -28,6 +28,7 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/objectreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/podreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/storage"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/metrics"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -84,7 +85,12 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	if err != nil {
 		return err
 	}
-	pc, err := r.newPodController(name, h, pods, broadcaster)
+	m, times := metrics.ForPeer(rt.peer.fc.Name), newPropagation()
+	if _, err := pods.Informer().AddEventHandler(times.handler()); err != nil {
+		return fmt.Errorf("following the pods of %q: %w", name, err)
+	}
+	pc, err := r.newPodController(name, instrumented{Handler: h, m: m, times: times}, podsClient{PodsGetter: r.podsKube().CoreV1(), m: m, times: times},
+		pods, broadcaster)
 	if err != nil {
 		return err
 	}
@@ -156,11 +162,11 @@ func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods corelister
 }
 
 // newPodController builds virtual-kubelet's PodController of node name
-// over h.
-func (r *Reconciler) newPodController(name string, h *podreflection.Handler, pods coreinformers.PodInformer, broadcaster record.EventBroadcaster) (*node.PodController, error) {
+// over h, writing the consumer's pods with podClient.
+func (r *Reconciler) newPodController(name string, h instrumented, podClient typedcorev1.PodsGetter, pods coreinformers.PodInformer, broadcaster record.EventBroadcaster) (*node.PodController, error) {
 	unstarted := informers.NewSharedInformerFactory(r.podsKube(), 0)
 	pc, err := node.NewPodController(node.PodControllerConfig{
-		PodClient:                 r.podsKube().CoreV1(),
+		PodClient:                 podClient,
 		PodInformer:               pods,
 		EventRecorder:             warningsOnly{broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name})},
 		Provider:                  h,

@@ -34,8 +34,10 @@ type offerProvider struct {
 	// readTimeout bounds a read of the offer.
 	readTimeout time.Duration
 
-	// policy, when set, receives the policy of every offer observed.
-	policy *atomic.Pointer[offloadv1alpha1.ConsumerPolicy]
+	// policy and offered, when set, receive the policy and the resources
+	// of every offer observed.
+	policy  *atomic.Pointer[offloadv1alpha1.ConsumerPolicy]
+	offered *atomic.Pointer[corev1.ResourceList]
 
 	mu        sync.Mutex
 	notify    func(*corev1.Node)
@@ -106,6 +108,10 @@ func (p *offerProvider) observe(offer *offloadv1alpha1.ResourceOffer) (func(*cor
 	if p.policy != nil {
 		policy := offer.Spec.Policy
 		p.policy.Store(&policy)
+	}
+	if p.offered != nil {
+		resources := offer.Spec.Resources.DeepCopy()
+		p.offered.Store(&resources)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,6 +61,9 @@ type peer struct {
 	// policy is the provider's policy for this cluster's pods, as the
 	// newest ResourceOffer read says; nil until one is read.
 	policy atomic.Pointer[offloadv1alpha1.ConsumerPolicy]
+	// offered is what the newest ResourceOffer read lends; nil until one
+	// is read.
+	offered atomic.Pointer[corev1.ResourceList]
 }
 
 // providerPolicy is the provider's policy for this cluster's pods; nil

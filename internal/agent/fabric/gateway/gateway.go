@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
@@ -60,6 +61,12 @@ type Status struct {
 	LastHandshake time.Time `json:"lastHandshake,omitzero"`
 	RxBytes       int64     `json:"rxBytes"`
 	TxBytes       int64     `json:"txBytes"`
+	// RxPackets and TxPackets are the tunnel device's own packet counts:
+	// what came from the peer, decrypted, and what this side sent into the
+	// tunnel. wireguard-go's TUN device counts coalesced TCP segments as
+	// one packet.
+	RxPackets int64 `json:"rxPackets"`
+	TxPackets int64 `json:"txPackets"`
 	// Connected says the peer answered the liveness probe recently.
 	Connected bool      `json:"connected"`
 	LastPong  time.Time `json:"lastPong,omitzero"`
@@ -401,10 +408,26 @@ func (g *Gateway) Status() Status {
 		}
 		st.LastHandshake, st.RxBytes, st.TxBytes = p.LastHandshakeTime, p.ReceiveBytes, p.TransmitBytes
 	}
+	st.RxPackets, st.TxPackets, _ = linkPackets(dev.name)
 	st.LastPong, st.RTT = g.live.snapshot()
 	st.Connected = g.live.connected(time.Now())
 	st.Filtered, _ = filteredPackets()
 	return st
+}
+
+// linkPackets reads the packets device name received and sent, from its
+// interface statistics: the kernel's WireGuard device and wireguard-go's
+// TUN device count alike, received being what came from the peer.
+func linkPackets(name string) (rx, tx int64, err error) {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	s := l.Attrs().Statistics
+	if s == nil {
+		return 0, 0, fmt.Errorf("device %s has no statistics", name)
+	}
+	return int64(s.RxPackets), int64(s.TxPackets), nil
 }
 
 // serveHTTP serves /healthz (the loop runs), /readyz (the tunnel is

@@ -215,6 +215,22 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 		if now.RxBytes-cst.RxBytes < 1<<20 || now.TxBytes <= cst.TxBytes {
 			t.Errorf("the consumer's tunnel counters: rx %d -> %d, tx %d -> %d; 1 MiB came in", cst.RxBytes, now.RxBytes, cst.TxBytes, now.TxBytes)
 		}
+		// The device's own packet counts grew on both sides, whichever
+		// implementation runs it (the provider's is userspace).
+		pnow, err := l.status("provider")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			side        string
+			before, now Status
+		}{{"consumer", cst, now}, {"provider", pst, pnow}} {
+			t.Logf("%s (%s): rx %d -> %d packets, tx %d -> %d", c.side, c.now.Implementation, c.before.RxPackets, c.now.RxPackets, c.before.TxPackets, c.now.TxPackets)
+			if c.now.RxPackets <= c.before.RxPackets || c.now.TxPackets <= c.before.TxPackets {
+				t.Errorf("the %s's tunnel device counted no traffic: rx %d -> %d packets, tx %d -> %d",
+					c.side, c.before.RxPackets, c.now.RxPackets, c.before.TxPackets, c.now.TxPackets)
+			}
+		}
 	})
 
 	t.Run("traffic recovers after a gateway crash and a restart", func(t *testing.T) {

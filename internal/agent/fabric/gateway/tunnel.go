@@ -100,7 +100,8 @@ func parseMappings(what string, ms []offloadv1alpha1.CIDRMapping) ([]Mapping, er
 func TunnelStatus(st Status, generation int64, old offloadv1alpha1.TunnelStatus) offloadv1alpha1.TunnelStatus {
 	out := offloadv1alpha1.TunnelStatus{
 		Implementation: string(st.Implementation), PublicKey: st.PublicKey, Endpoint: st.Endpoint,
-		RxBytes: st.RxBytes, TxBytes: st.TxBytes, Connected: st.Connected,
+		RxBytes: st.RxBytes, TxBytes: st.TxBytes, RxPackets: st.RxPackets, TxPackets: st.TxPackets,
+		FilteredPackets: int64(st.Filtered), Connected: st.Connected,
 		PathMTU: int32(st.PathMTU), MTU: int32(st.MTU),
 		LastHandshake: old.LastHandshake,
 	}
@@ -197,11 +198,11 @@ func (ic *InCluster) Load(ctx context.Context) (*Config, error) {
 const FieldManager = "offload-gateway"
 
 // statusRefresh is how often an unchanged status is written anyway, so the
-// byte counters and the handshake stay current.
+// byte and packet counters and the handshake stay current.
 const statusRefresh = 30 * time.Second
 
 // Report implements Options.Report: it writes the Tunnel's status when it
-// changed (byte counters aside) or statusRefresh passed.
+// changed (counters aside) or statusRefresh passed.
 func (ic *InCluster) Report(ctx context.Context, st Status) error {
 	t := &offloadv1alpha1.Tunnel{}
 	if err := ic.cache.Get(ctx, ic.key, t); err != nil {
@@ -223,8 +224,12 @@ func (ic *InCluster) Report(ctx context.Context, st Status) error {
 	return nil
 }
 
+// sameExceptCounters says a and b differ at most in their counters and in
+// their conditions' messages and transition times.
 func sameExceptCounters(a, b offloadv1alpha1.TunnelStatus) bool {
-	a.RxBytes, a.TxBytes, b.RxBytes, b.TxBytes = 0, 0, 0, 0
+	for _, s := range []*offloadv1alpha1.TunnelStatus{&a, &b} {
+		s.RxBytes, s.TxBytes, s.RxPackets, s.TxPackets, s.FilteredPackets = 0, 0, 0, 0, 0
+	}
 	strip := func(cs []metav1.Condition) []metav1.Condition {
 		out := make([]metav1.Condition, len(cs))
 		for i, c := range cs {

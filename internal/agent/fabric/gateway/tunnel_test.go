@@ -94,7 +94,7 @@ func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
 
 	// It reports, and its report becomes the Tunnel's status.
 	st := Status{Implementation: ImplementationUserspace, Endpoint: "192.0.2.1:31820", MTU: 1380, PathMTU: 1420,
-		LastHandshake: time.Now(), RxBytes: 2048, TxBytes: 1024, Connected: true}
+		LastHandshake: time.Now(), RxBytes: 2048, TxBytes: 1024, RxPackets: 20, TxPackets: 10, Filtered: 3, Connected: true}
 	if err := ic.Report(ctx, st); err != nil {
 		t.Fatalf("the gateway cannot write its status: %v", err)
 	}
@@ -105,6 +105,26 @@ func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
 	if tunnel.Status.Implementation != "userspace" || !tunnel.Status.Connected || tunnel.Status.RxBytes != 2048 ||
 		tunnel.Status.PathMTU != 1420 || tunnel.Status.LastHandshake == nil || ready == nil || ready.Status != metav1.ConditionTrue {
 		t.Errorf("Tunnel status: %+v", tunnel.Status)
+	}
+	// The CRD keeps the packet counters (the API server prunes fields its
+	// schema lacks).
+	if tunnel.Status.RxPackets != 20 || tunnel.Status.TxPackets != 10 || tunnel.Status.FilteredPackets != 3 {
+		t.Errorf("Tunnel status packets: rx %d, tx %d, filtered %d; want 20, 10, 3",
+			tunnel.Status.RxPackets, tunnel.Status.TxPackets, tunnel.Status.FilteredPackets)
+	}
+	// Counters that grew are no change: they wait for the refresh.
+	written := tunnel.ResourceVersion
+	more := st
+	more.RxBytes, more.TxBytes, more.RxPackets, more.TxPackets, more.Filtered = 4096, 2048, 40, 20, 5
+	if err := ic.Report(ctx, more); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(tunnel), tunnel); err != nil {
+		t.Fatal(err)
+	}
+	if tunnel.ResourceVersion != written || tunnel.Status.RxPackets != 20 {
+		t.Errorf("the counters alone were written at once: resource version %s then %s, rx packets %d",
+			written, tunnel.ResourceVersion, tunnel.Status.RxPackets)
 	}
 	// The network controller's report on the same status (phase and
 	// NetworkReady, its own fields) outlives the gateway's reports.
@@ -146,6 +166,37 @@ func TestTheGatewayReadsAndReportsOnlyItsOwnTunnel(t *testing.T) {
 	if tunnel.Status.Connected || tunnel.Status.LastHandshake == nil || !tunnel.Status.LastHandshake.Equal(handshake) {
 		t.Errorf("after a new gateway's first report, connected %t and last handshake %v; want false and %v, its predecessor's",
 			tunnel.Status.Connected, tunnel.Status.LastHandshake, handshake)
+	}
+}
+
+// TunnelStatus carries the gateway's counters into the Tunnel, and a status
+// whose counters alone changed is not written before the refresh.
+func TestTunnelStatusCarriesTheCountersThatAloneCauseNoWrite(t *testing.T) {
+	st := Status{Implementation: ImplementationKernel, PublicKey: "key", Endpoint: "192.0.2.1:31820", MTU: 1380, PathMTU: 1420,
+		LastHandshake: time.Now(), RxBytes: 2048, TxBytes: 1024, RxPackets: 20, TxPackets: 10, Filtered: 3, Connected: true}
+	got := TunnelStatus(st, 1, offloadv1alpha1.TunnelStatus{})
+	if got.RxBytes != 2048 || got.TxBytes != 1024 || got.RxPackets != 20 || got.TxPackets != 10 || got.FilteredPackets != 3 {
+		t.Errorf("counters: rx %d bytes %d packets, tx %d bytes %d packets, filtered %d; want 2048 20, 1024 10, 3",
+			got.RxBytes, got.RxPackets, got.TxBytes, got.TxPackets, got.FilteredPackets)
+	}
+
+	later := st
+	later.RxBytes, later.TxBytes, later.RxPackets, later.TxPackets, later.Filtered = 4096, 2048, 40, 20, 5
+	next := TunnelStatus(later, 1, got)
+	if !sameExceptCounters(got, next) {
+		t.Errorf("counters alone count as a change:\n%+v\n%+v", got, next)
+	}
+	for name, change := range map[string]func(*Status){
+		"connected":      func(s *Status) { s.Connected = false },
+		"endpoint":       func(s *Status) { s.Endpoint = "192.0.2.2:31820" },
+		"implementation": func(s *Status) { s.Implementation = ImplementationUserspace },
+		"path MTU":       func(s *Status) { s.PathMTU = 1400 },
+	} {
+		changed := later
+		change(&changed)
+		if sameExceptCounters(got, TunnelStatus(changed, 1, got)) {
+			t.Errorf("a changed %s counts as no change", name)
+		}
 	}
 }
 
