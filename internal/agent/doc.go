@@ -15,6 +15,9 @@
 //     controller.
 //   - children: the parts of a peering a controller owns, created, and
 //     replaced when an earlier owner of the same name left them.
+//   - metrics: what the controller-manager tells Prometheus about the
+//     peers, pod reflection and the tunnels (docs/metrics.md), beside
+//     controller-runtime's own metrics.
 //   - pki: the certificate authority and the serving certificates it
 //     issues and renews: the auth service's CA, which peers pin, the
 //     webhook's and the virtual nodes' kubelet API's. It imports neither
