@@ -53,6 +53,13 @@ func TestEmbeddedChartLoads(t *testing.T) {
 
 func render(t *testing.T, vals map[string]any) map[string]map[string]any {
 	t.Helper()
+	return renderFor(t, vals)
+}
+
+// renderFor renders the chart with vals for a cluster that also serves
+// apiVersions (such as "monitoring.coreos.com/v1/ServiceMonitor").
+func renderFor(t *testing.T, vals map[string]any, apiVersions ...string) map[string]map[string]any {
+	t.Helper()
 	files, err := loadFiles(Offload())
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +68,9 @@ func render(t *testing.T, vals map[string]any) map[string]map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	values, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{Name: "offload", Namespace: "offload-system", IsInstall: true}, nil)
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.APIVersions = append(caps.APIVersions, apiVersions...)
+	values, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{Name: "offload", Namespace: "offload-system", IsInstall: true}, caps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,5 +220,61 @@ func TestVirtualNodesTaintIsAnAgentFlag(t *testing.T) {
 	}
 	if got := args(map[string]any{"clusterName": "lint", "virtualNodes": map[string]any{"taint": false}}); !slices.Contains(got, any(untainted)) {
 		t.Errorf("with virtualNodes.taint=false the controller-manager's args are %v; want %s among them", got, untainted)
+	}
+}
+
+// TestMetricsAreServedToRBACAndScrapedWhereAnOperatorRuns: by default the
+// controller-manager serves /metrics, its Service and the reader role
+// exist, and a ServiceMonitor only where the cluster has the CRD;
+// metrics.enabled=false leaves all of it out.
+func TestMetricsAreServedToRBACAndScrapedWhereAnOperatorRuns(t *testing.T) {
+	const flag, serviceMonitor = "--metrics-bind-address=:8443", "ServiceMonitor/offload-controller-manager"
+	args := func(objs map[string]map[string]any) []any {
+		spec := objs["Deployment/offload-controller-manager"]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		return spec["containers"].([]any)[0].(map[string]any)["args"].([]any)
+	}
+	objs := render(t, map[string]any{"clusterName": "lint"})
+	if !slices.Contains(args(objs), any(flag)) {
+		t.Errorf("the controller-manager's args %v lack %s", args(objs), flag)
+	}
+	for _, want := range []string{"Service/offload-controller-manager-metrics", "ClusterRole/offload-metrics-reader"} {
+		if objs[want] == nil {
+			t.Errorf("no %s", want)
+		}
+	}
+	if role := objs["ClusterRole/offload-metrics-reader"]; role != nil {
+		if rules := fmt.Sprint(role["rules"]); rules != "[map[nonResourceURLs:[/metrics] verbs:[get]]]" {
+			t.Errorf("offload-metrics-reader grants %s, want get on /metrics only", rules)
+		}
+	}
+	if objs[serviceMonitor] != nil {
+		t.Errorf("a %s without the CRD in the cluster", serviceMonitor)
+	}
+	withOperator := renderFor(t, map[string]any{"clusterName": "lint"}, "monitoring.coreos.com/v1/ServiceMonitor")
+	sm := withOperator[serviceMonitor]
+	if sm == nil {
+		t.Fatalf("no %s where the cluster has the CRD", serviceMonitor)
+	}
+	selector := sm["spec"].(map[string]any)["selector"].(map[string]any)["matchLabels"].(map[string]any)
+	service := withOperator["Service/offload-controller-manager-metrics"]["metadata"].(map[string]any)["labels"].(map[string]any)
+	for k, v := range selector {
+		if service[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%v, which the metrics Service (labels %v) lacks", k, v, service)
+		}
+	}
+	if other := withOperator["Service/offload-webhook"]; other != nil {
+		labels := other["metadata"].(map[string]any)["labels"].(map[string]any)
+		if labels["offload.io/metrics"] != nil {
+			t.Errorf("the ServiceMonitor selects Service offload-webhook too")
+		}
+	}
+	off := renderFor(t, map[string]any{"clusterName": "lint", "metrics": map[string]any{"enabled": false}}, "monitoring.coreos.com/v1/ServiceMonitor")
+	if slices.Contains(args(off), any(flag)) {
+		t.Errorf("with metrics.enabled=false the args %v still have %s", args(off), flag)
+	}
+	for _, gone := range []string{"Service/offload-controller-manager-metrics", "ClusterRole/offload-metrics-reader", serviceMonitor} {
+		if off[gone] != nil {
+			t.Errorf("with metrics.enabled=false the chart still has %s", gone)
+		}
 	}
 }

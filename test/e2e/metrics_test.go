@@ -219,7 +219,7 @@ func expectMetrics(ctx context.Context, t *testing.T, consumer, provider *localc
 		return fmt.Sprintf("%s%v stays at %v", name, labels, a)
 	}
 	// The gateway refreshes the Tunnel's counters every 30 s.
-	waitFor(ctx, t, 90*time.Second, "the counters moving", func(context.Context) (bool, string) {
+	took := waitFor(ctx, t, 90*time.Second, "the counters moving", func(context.Context) (bool, string) {
 		after := endpoint.scrape(t, token)
 		var still []string
 		for _, s := range []string{
@@ -237,6 +237,7 @@ func expectMetrics(ctx context.Context, t *testing.T, consumer, provider *localc
 		}
 		return len(still) == 0, strings.Join(still, "; ")
 	})
+	t.Logf("metrics: every counter moved %s after one more pod was offloaded", took.Round(time.Millisecond))
 
 	// The provider's end of the tunnel, on its own controller-manager.
 	providerEndpoint := newMetricsEndpoint(t, provider)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -222,6 +224,43 @@ func (o onlyPeer) Collect(ch chan<- prometheus.Metric) {
 	for m := range all {
 		if labelled(m, o.peer) {
 			ch <- m
+		}
+	}
+}
+
+// TestTheDocsAndTheDashboardNameEveryMetricThereIs keeps docs/metrics.md
+// and the Grafana dashboard true: each names every metric of this
+// package, and none that is not.
+func TestTheDocsAndTheDashboardNameEveryMetricThereIs(t *testing.T) {
+	have := map[string]bool{}
+	descs := make(chan *prometheus.Desc, 100)
+	(&Collector{}).Describe(descs)
+	for _, v := range []prometheus.Collector{reflections, reflectionErrors, createPropagation, statusPropagation} {
+		v.Describe(descs)
+	}
+	close(descs)
+	fqName := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	for d := range descs {
+		have[fqName.FindStringSubmatch(d.String())[1]] = true
+	}
+	named := regexp.MustCompile(`\boffload_[a-z_]+`)
+	for _, doc := range []string{"../../../docs/metrics.md", "../../../docs/grafana/kubectl-offload.json"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, name := range named.FindAllString(string(b), -1) {
+			name = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+			seen[name] = true
+			if !have[name] {
+				t.Errorf("%s names %s, which the agent does not serve", doc, name)
+			}
+		}
+		for name := range have {
+			if !seen[name] {
+				t.Errorf("%s does not name %s", doc, name)
+			}
 		}
 	}
 }
