@@ -21,7 +21,13 @@ import (
 )
 
 // mountsUnder returns the mount points at or below dir, deepest first.
+// The kernel lists mount points by their real path: dir is resolved
+// first, so a directory reached through a symbolic link (a tool cache
+// linked into a checkout) still finds its mounts.
 func mountsUnder(dir string) []string {
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
