@@ -121,7 +121,7 @@ func scraperToken(ctx context.Context, t *testing.T, c *localcluster.Cluster, na
 		_ = c.Kube.CoreV1().ServiceAccounts(sa.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	if reader {
-		binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + name},
+		binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "offload-metrics-reader"},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: sa.Namespace}}}
 		if _, err := c.Kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {

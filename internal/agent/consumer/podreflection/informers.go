@@ -73,12 +73,7 @@ func (h *Handler) syncAll(ctx context.Context) ([]*twinInformer, error) {
 			return nil, err
 		}
 	}
-	h.mu.Lock()
-	all := make([]*twinInformer, 0, len(h.twins))
-	for _, ti := range h.twins {
-		all = append(all, ti)
-	}
-	h.mu.Unlock()
+	all := h.twinInformers()
 	sort.Slice(all, func(i, j int) bool { return all[i].twin < all[j].twin })
 	for _, ti := range all {
 		if err := waitSynced(ctx, ti); err != nil {

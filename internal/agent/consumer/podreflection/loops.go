@@ -60,15 +60,20 @@ func (h *Handler) Run(ctx context.Context) error {
 // Options.Addresses caches its answer, so a look is cheap.
 const addressesInterval = time.Second
 
-// replay sends the status of every remote pod the informers know.
-func (h *Handler) replay() {
+// twinInformers are the informers of the twin namespaces, as they are now.
+func (h *Handler) twinInformers() []*twinInformer {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	twins := make([]*twinInformer, 0, len(h.twins))
 	for _, ti := range h.twins {
 		twins = append(twins, ti)
 	}
-	h.mu.Unlock()
-	for _, ti := range twins {
+	return twins
+}
+
+// replay sends the status of every remote pod the informers know.
+func (h *Handler) replay() {
+	for _, ti := range h.twinInformers() {
 		for _, obj := range ti.informer.GetStore().List() {
 			h.remoteChanged(ti, obj)
 		}
@@ -78,10 +83,8 @@ func (h *Handler) replay() {
 // ReflectedPods is how many remote pods the informers know: the pods
 // reflected to the provider that it still holds.
 func (h *Handler) ReflectedPods() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	n := 0
-	for _, ti := range h.twins {
+	for _, ti := range h.twinInformers() {
 		n += len(ti.informer.GetStore().ListKeys())
 	}
 	return n
