@@ -69,8 +69,10 @@ func TestInstallUpgradeUninstallOnALocalCluster(t *testing.T) {
 		// its DaemonSet and ServiceAccount, and the gateways' pod template.
 		// The scheduling mutation is the webhook, with its Service, and where
 		// the API server serves them, two MutatingAdmissionPolicies. The
-		// StorageClass offload is the claims of offloaded pods'.
-		want := map[string]int{"CustomResourceDefinition": 9, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 2, "ConfigMap": 2,
+		// StorageClass offload is the claims of offloaded pods'. The
+		// controller-manager's metrics have a Service (and a ClusterRole to
+		// read them).
+		want := map[string]int{"CustomResourceDefinition": 9, "Deployment": 2, "DaemonSet": 1, "ServiceAccount": 3, "Service": 3, "ConfigMap": 2,
 			"MutatingWebhookConfiguration": 1, "MutatingAdmissionPolicy": 0, "MutatingAdmissionPolicyBinding": 0, "ValidatingAdmissionPolicy": 15,
 			"StorageClass": 1}
 		if schedulingPolicyServed(t, c) {

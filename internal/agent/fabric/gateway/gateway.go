@@ -396,6 +396,13 @@ func (g *Gateway) Status() Status {
 		return st
 	}
 	st.Implementation = dev.implementation
+	// The liveness is read before the device's counters: an answer of the
+	// peer follows a handshake and carries bytes, so a status that says
+	// connected also shows that handshake and those bytes. Read after, the
+	// first answer could land between the two reads, and the status say
+	// connected with no handshake yet.
+	lastPong, rtt := g.live.snapshot()
+	connected := g.live.connected(time.Now())
 	d, p, err := dev.peerStats()
 	if err != nil {
 		st.Error = err.Error()
@@ -408,9 +415,8 @@ func (g *Gateway) Status() Status {
 		}
 		st.LastHandshake, st.RxBytes, st.TxBytes = p.LastHandshakeTime, p.ReceiveBytes, p.TransmitBytes
 	}
+	st.LastPong, st.RTT, st.Connected = lastPong, rtt, connected
 	st.RxPackets, st.TxPackets, _ = linkPackets(dev.name)
-	st.LastPong, st.RTT = g.live.snapshot()
-	st.Connected = g.live.connected(time.Now())
 	st.Filtered, _ = filteredPackets()
 	return st
 }
