@@ -26,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -114,12 +115,22 @@ func (r Reflection) Forget() {
 	}
 }
 
+// apiReasons are the status reasons the Kubernetes API defines.
+var apiReasons = sets.New(metav1.StatusReasonUnauthorized, metav1.StatusReasonForbidden, metav1.StatusReasonNotFound,
+	metav1.StatusReasonAlreadyExists, metav1.StatusReasonConflict, metav1.StatusReasonGone, metav1.StatusReasonInvalid,
+	metav1.StatusReasonServerTimeout, metav1.StatusReasonStoreReadError, metav1.StatusReasonTimeout, metav1.StatusReasonTooManyRequests,
+	metav1.StatusReasonBadRequest, metav1.StatusReasonMethodNotAllowed, metav1.StatusReasonNotAcceptable,
+	metav1.StatusReasonRequestEntityTooLarge, metav1.StatusReasonUnsupportedMediaType, metav1.StatusReasonInternalError,
+	metav1.StatusReasonExpired, metav1.StatusReasonServiceUnavailable)
+
 // Reason is the reason label of err: the Kubernetes API's status reason
 // when the API server answered, Unreachable when it did not (a refused or
-// timed-out connection), Unknown otherwise. The label's values stay few:
-// the reasons are the API's fixed set.
+// timed-out connection), Unknown otherwise. The provider's API server
+// writes the reason, so only the reasons the API defines are kept: any
+// other is Unknown, and a provider cannot grow the label's values, and the
+// agent's memory, with reasons of its own.
 func Reason(err error) string {
-	if reason := apierrors.ReasonForError(err); reason != metav1.StatusReasonUnknown {
+	if reason := apierrors.ReasonForError(err); apiReasons.Has(reason) {
 		return string(reason)
 	}
 	var netErr net.Error

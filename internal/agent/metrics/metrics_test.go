@@ -38,6 +38,9 @@ func TestReasonIsTheAPIStatusReasonOrWhyNoAnswerCame(t *testing.T) {
 		{fmt.Errorf("dialing: %w", &net.OpError{Op: "dial", Err: errors.New("connection refused")}), "Unreachable"},
 		{fmt.Errorf("reading: %w", context.DeadlineExceeded), "Unreachable"},
 		{errors.New("the pod's DaemonSet keeps it off virtual nodes"), "Unknown"},
+		// A provider's API server that makes up reasons does not make up
+		// label values.
+		{&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 403, Reason: "Forbidden-" + metav1.StatusReason(rand.String(8))}}, "Unknown"},
 	} {
 		if got := Reason(tc.err); got != tc.want {
 			t.Errorf("Reason(%v) = %s, want %s", tc.err, got, tc.want)
