@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -285,23 +284,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-var (
-	registeredMu sync.Mutex
-	registered   *Collector
-)
-
-// Register registers c with controller-runtime's registry, in place of the
-// Collector registered before, if any.
+// Register registers c with controller-runtime's registry, once per
+// process: a controller-manager that loses its lease starts again as a new
+// process.
 func Register(c *Collector) error {
-	registeredMu.Lock()
-	defer registeredMu.Unlock()
-	if registered != nil {
-		ctrlmetrics.Registry.Unregister(registered)
-	}
 	if err := ctrlmetrics.Registry.Register(c); err != nil {
 		return fmt.Errorf("registering the peers' and tunnels' metrics: %w", err)
 	}
-	registered = c
 	return nil
 }
 

@@ -37,10 +37,7 @@ func (r *Reconciler) PeerStats() []metrics.PeerStats {
 		if offered := rt.peer.offered.Load(); offered != nil {
 			st.Offered = *offered
 		}
-		rt.mu.Lock()
-		run := rt.pods
-		rt.mu.Unlock()
-		if run != nil {
+		if run := rt.running(); run != nil {
 			st.Reflecting, st.Requested, st.Reflected = true, requested(run.pods), run.handler.ReflectedPods()
 		}
 		out = append(out, st)
@@ -76,23 +73,22 @@ func requested(lister corelisters.PodLister) corev1.ResourceList {
 }
 
 // instrumented is the peer's pod reflection as the PodController sees it:
-// the handler, with every step it takes recorded in the agent's metrics
-// (metrics.Reflection): the remote pods created, updated and deleted
-// (to_provider), and the propagation times. The consumer pods' statuses
-// and deletions, which the PodController writes itself, are recorded by
-// its pod client (podsClient).
+// the handler, with every step it takes recorded (observer): the remote
+// pods created, updated and deleted (to_provider), and the propagation
+// times. The consumer pods' statuses and deletions, which the
+// PodController writes itself, are recorded by its pod client
+// (podsClient).
 type instrumented struct {
 	*podreflection.Handler
-	m     metrics.Reflection
-	times *propagation
+	o *observer
 }
 
 func (i instrumented) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	err := i.Handler.CreatePod(ctx, pod)
-	i.m.Done(metrics.ToProvider, metrics.OperationCreate, err)
+	i.o.Done(metrics.ToProvider, metrics.OperationCreate, err)
 	if err == nil {
-		if seen, ok := i.times.take(i.times.bound, pod.UID); ok {
-			i.m.Created(time.Since(seen))
+		if d, ok := i.o.since(i.o.bound, pod.UID); ok {
+			i.o.Created(d)
 		}
 	}
 	return err
@@ -100,82 +96,87 @@ func (i instrumented) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 
 func (i instrumented) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	err := i.Handler.UpdatePod(ctx, pod)
-	i.m.Done(metrics.ToProvider, metrics.OperationUpdate, err)
+	i.o.Done(metrics.ToProvider, metrics.OperationUpdate, err)
 	return err
 }
 
 func (i instrumented) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	err := i.Handler.DeletePod(ctx, pod)
-	i.m.Done(metrics.ToProvider, metrics.OperationDelete, err)
+	i.o.Done(metrics.ToProvider, metrics.OperationDelete, err)
 	return err
 }
 
 // NotifyPods records when each status change arrived, then passes it on.
 func (i instrumented) NotifyPods(ctx context.Context, cb func(*corev1.Pod)) {
-	i.Handler.NotifyPods(ctx, i.times.notifying(cb))
+	i.Handler.NotifyPods(ctx, i.o.notifying(cb))
 }
 
-// propagation holds the start of each pod's propagations under way: when
-// the agent saw the consumer pod bound to the virtual node, until its
-// remote pod is created (bound), and when the newest status change of its
-// remote pod arrived, until the consumer pod's status is written
-// (notified). Entries go with the step that ends them or with the pod;
-// there are never more than the virtual node's pods.
-type propagation struct {
+// observer records one peer's pod reflection (metrics.Reflection) and
+// holds the start of each pod's propagations under way: when the agent saw
+// the consumer pod bound to the virtual node, until its remote pod is
+// created (bound), and when the newest status change of its remote pod
+// arrived, until the consumer pod's status is written (notified). Entries
+// go with the step that ends them or with the pod; there are never more
+// than the virtual node's pods.
+type observer struct {
+	metrics.Reflection
+
 	mu       sync.Mutex
 	bound    map[types.UID]time.Time
 	notified map[types.UID]time.Time
 }
 
-func newPropagation() *propagation {
-	return &propagation{bound: map[types.UID]time.Time{}, notified: map[types.UID]time.Time{}}
+func newObserver(peer string) *observer {
+	return &observer{Reflection: metrics.ForPeer(peer), bound: map[types.UID]time.Time{}, notified: map[types.UID]time.Time{}}
 }
 
 // notifying is cb, recording when each pod's status change arrived.
-func (p *propagation) notifying(cb func(*corev1.Pod)) func(*corev1.Pod) {
+func (o *observer) notifying(cb func(*corev1.Pod)) func(*corev1.Pod) {
 	return func(pod *corev1.Pod) {
-		p.put(p.notified, pod.UID, time.Now())
+		o.mu.Lock()
+		o.notified[pod.UID] = time.Now()
+		o.mu.Unlock()
 		cb(pod)
 	}
 }
 
-func (p *propagation) put(m map[types.UID]time.Time, uid types.UID, t time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m[uid] = t
-}
-
-func (p *propagation) take(m map[types.UID]time.Time, uid types.UID) (time.Time, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// since ends the propagation of uid that m holds and says how long it
+// took; false when none was under way.
+func (o *observer) since(m map[types.UID]time.Time, uid types.UID) (time.Duration, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	t, ok := m[uid]
+	if !ok {
+		return 0, false
+	}
 	delete(m, uid)
-	return t, ok
+	return time.Since(t), true
 }
 
 // handler is the event handler of the virtual node's pod informer that
 // starts and forgets the pods' propagations: a pod that arrives after the
 // informer's first list was bound just now; the pods of the first list
 // were bound before the agent started, and most were reflected then.
-func (p *propagation) handler() cache.ResourceEventHandler {
-	forget := func(obj any) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if pod, ok := obj.(*corev1.Pod); ok {
-			p.mu.Lock()
-			delete(p.bound, pod.UID)
-			delete(p.notified, pod.UID)
-			p.mu.Unlock()
-		}
-	}
+func (o *observer) handler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
 			if pod, ok := obj.(*corev1.Pod); ok && !initial {
-				p.put(p.bound, pod.UID, time.Now())
+				o.mu.Lock()
+				o.bound[pod.UID] = time.Now()
+				o.mu.Unlock()
 			}
 		},
-		DeleteFunc: forget,
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				o.mu.Lock()
+				delete(o.bound, pod.UID)
+				delete(o.notified, pod.UID)
+				o.mu.Unlock()
+			}
+		},
 	}
 }
 
@@ -184,17 +185,16 @@ func (p *propagation) handler() cache.ResourceEventHandler {
 // (to_consumer), with each status's propagation time.
 type podsClient struct {
 	typedcorev1.PodsGetter
-	m     metrics.Reflection
-	times *propagation
+	o *observer
 }
 
 func (c podsClient) Pods(namespace string) typedcorev1.PodInterface {
-	return podsOf{PodInterface: c.PodsGetter.Pods(namespace), c: c}
+	return podsOf{PodInterface: c.PodsGetter.Pods(namespace), o: c.o}
 }
 
 type podsOf struct {
 	typedcorev1.PodInterface
-	c podsClient
+	o *observer
 }
 
 func (p podsOf) UpdateStatus(ctx context.Context, pod *corev1.Pod, opts metav1.UpdateOptions) (*corev1.Pod, error) {
@@ -203,10 +203,10 @@ func (p podsOf) UpdateStatus(ctx context.Context, pod *corev1.Pod, opts metav1.U
 		// The pod is gone: nothing to write, nothing failed.
 		return out, err
 	}
-	p.c.m.Done(metrics.ToConsumer, metrics.OperationStatus, err)
+	p.o.Done(metrics.ToConsumer, metrics.OperationStatus, err)
 	if err == nil {
-		if at, ok := p.c.times.take(p.c.times.notified, pod.UID); ok {
-			p.c.m.StatusWritten(time.Since(at))
+		if d, ok := p.o.since(p.o.notified, pod.UID); ok {
+			p.o.StatusWritten(d)
 		}
 	}
 	return out, err
@@ -215,7 +215,7 @@ func (p podsOf) UpdateStatus(ctx context.Context, pod *corev1.Pod, opts metav1.U
 func (p podsOf) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
 	err := p.PodInterface.Delete(ctx, name, opts)
 	if !apierrors.IsNotFound(err) {
-		p.c.m.Done(metrics.ToConsumer, metrics.OperationDelete, err)
+		p.o.Done(metrics.ToConsumer, metrics.OperationDelete, err)
 	}
 	return err
 }

@@ -61,12 +61,12 @@ func TestThePodControllersWritesAreCountedWithTheirPropagationTime(t *testing.T)
 		}
 		return false, nil, nil
 	})
-	times := newPropagation()
-	c := podsClient{PodsGetter: kube.CoreV1(), m: metrics.ForPeer(peer), times: times}
-	t.Cleanup(metrics.ForPeer(peer).Forget)
+	o := newObserver(peer)
+	c := podsClient{PodsGetter: kube.CoreV1(), o: o}
+	t.Cleanup(o.Forget)
 
 	var notified []*corev1.Pod
-	times.notifying(func(p *corev1.Pod) { notified = append(notified, p) })(pod)
+	o.notifying(func(p *corev1.Pod) { notified = append(notified, p) })(pod)
 	if len(notified) != 1 {
 		t.Fatalf("the PodController was notified of %d pods, want 1", len(notified))
 	}
@@ -96,22 +96,22 @@ func TestThePodControllersWritesAreCountedWithTheirPropagationTime(t *testing.T)
 	if n := histogramCount(t, "offload_pod_status_propagation_seconds", peer); n != 1 {
 		t.Errorf("status propagations observed %d, want 1: the one notified", n)
 	}
-	if _, ok := times.take(times.notified, pod.UID); ok {
+	if _, ok := o.since(o.notified, pod.UID); ok {
 		t.Error("the written status's start is still held")
 	}
 
 	// A pod bound after the first list starts its create propagation; one
 	// of the first list does not; a deleted pod's starts go.
-	handler := times.handler().(cache.ResourceEventHandlerDetailedFuncs)
+	handler := o.handler().(cache.ResourceEventHandlerDetailedFuncs)
 	handler.AddFunc(podRequesting("old", "1", "1Mi", corev1.PodRunning), true)
 	handler.AddFunc(podRequesting("new", "1", "1Mi", corev1.PodPending), false)
 	handler.AddFunc(podRequesting("short-lived", "1", "1Mi", corev1.PodPending), false)
 	handler.DeleteFunc(cache.DeletedFinalStateUnknown{Obj: podRequesting("short-lived", "1", "1Mi", corev1.PodPending)})
-	times.mu.Lock()
-	_, old := times.bound["uid-old"]
-	_, bound := times.bound["uid-new"]
-	_, deleted := times.bound["uid-short-lived"]
-	times.mu.Unlock()
+	o.mu.Lock()
+	_, old := o.bound["uid-old"]
+	_, bound := o.bound["uid-new"]
+	_, deleted := o.bound["uid-short-lived"]
+	o.mu.Unlock()
 	if old || !bound || deleted {
 		t.Errorf("create propagations under way: first list %v, new %v, deleted %v; want only the new pod's", old, bound, deleted)
 	}

@@ -28,7 +28,6 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/objectreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/podreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/storage"
-	"github.com/kubectl-offload/kubectl-offload/internal/agent/metrics"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
@@ -85,12 +84,11 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	if err != nil {
 		return err
 	}
-	m, times := metrics.ForPeer(rt.peer.fc.Name), newPropagation()
-	if _, err := pods.Informer().AddEventHandler(times.handler()); err != nil {
+	o := newObserver(rt.peer.fc.Name)
+	if _, err := pods.Informer().AddEventHandler(o.handler()); err != nil {
 		return fmt.Errorf("following the pods of %q: %w", name, err)
 	}
-	pc, err := r.newPodController(name, instrumented{Handler: h, m: m, times: times}, podsClient{PodsGetter: r.podsKube().CoreV1(), m: m, times: times},
-		pods, broadcaster)
+	pc, err := r.newPodController(name, instrumented{Handler: h, o: o}, podsClient{PodsGetter: r.podsKube().CoreV1(), o: o}, pods, broadcaster)
 	if err != nil {
 		return err
 	}

@@ -134,6 +134,13 @@ type podsRun struct {
 	pods corelisters.PodLister
 }
 
+// running is the running pod reflection; nil while none runs.
+func (rt *peerRuntime) running() *podsRun {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.pods
+}
+
 // setPods records the running pod reflection, or forgets it when it is
 // nil and the one recorded is still was.
 func (rt *peerRuntime) setPods(run, was *podsRun) {

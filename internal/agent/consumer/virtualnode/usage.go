@@ -103,7 +103,5 @@ func (r *Reconciler) runtimeWhere(match func(*peer) bool) (rt *peerRuntime, run 
 	if rt == nil {
 		return nil, nil
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	return rt, rt.pods
+	return rt, rt.running()
 }

@@ -208,28 +208,38 @@ func (r *ConsumerReconciler) connect(ctx context.Context, fc *offloadv1alpha1.Fo
 	return tunnelPhase(tunnel)
 }
 
-// tunnelPhase reads the gateway's report. The client's end names the
-// provider's gateway it dials; the server's end, which dials nothing, the
-// consumer it serves.
+// tunnelPhase reads the gateway's report.
 func tunnelPhase(t *offloadv1alpha1.Tunnel) (offloadv1alpha1.PeeringPhase, metav1.Condition, error) {
 	ready := meta.FindStatusCondition(t.Status.Conditions, offloadv1alpha1.ConditionReady)
-	up := fmt.Sprintf("tunnel to %s up (%s); the provider's pods are %s here", t.Spec.Endpoint, t.Status.Implementation, describe(t.Spec.Mappings))
-	down := fmt.Sprintf("the provider's gateway at %s does not answer through the tunnel: run kubectl offload status peer %s", t.Spec.Endpoint, t.Spec.ClusterName)
-	if t.Spec.Role == offloadv1alpha1.TunnelServer {
-		up = fmt.Sprintf("tunnel from consumer %s up (%s); its pods are %s here", t.Spec.ClusterName, t.Status.Implementation, describe(t.Spec.Mappings))
-		down = fmt.Sprintf("consumer %s's gateway does not answer through the tunnel: run kubectl offload status peer %s", t.Spec.ClusterName, t.Spec.ClusterName)
-	}
 	switch {
 	case ready == nil:
 		return offloadv1alpha1.PhasePending, metav1.Condition{Status: metav1.ConditionFalse, Reason: "GatewayStarting",
 			Message: fmt.Sprintf("waiting for gateway %s to report", offloadv1alpha1.GatewayName(t.Name))}, nil
 	case ready.Status == metav1.ConditionTrue:
-		return offloadv1alpha1.PhaseEstablished, metav1.Condition{Status: metav1.ConditionTrue, Reason: offloadv1alpha1.ReasonTunnelConnected, Message: up}, nil
+		return offloadv1alpha1.PhaseEstablished, metav1.Condition{Status: metav1.ConditionTrue, Reason: offloadv1alpha1.ReasonTunnelConnected,
+			Message: tunnelMessage(t, true)}, nil
 	case ready.Reason == offloadv1alpha1.ReasonTunnelDisconnected:
-		return offloadv1alpha1.PhaseDisconnected, metav1.Condition{Status: metav1.ConditionFalse, Reason: offloadv1alpha1.ReasonTunnelDisconnected, Message: down}, nil
+		return offloadv1alpha1.PhaseDisconnected, metav1.Condition{Status: metav1.ConditionFalse, Reason: offloadv1alpha1.ReasonTunnelDisconnected,
+			Message: tunnelMessage(t, false)}, nil
 	default:
 		return offloadv1alpha1.PhasePending, metav1.Condition{Status: metav1.ConditionFalse, Reason: ready.Reason, Message: ready.Message}, nil
 	}
+}
+
+// tunnelMessage says that t is up, or that its peer does not answer. The
+// client's end names the provider's gateway it dials; the server's end,
+// which dials nothing, the consumer it serves.
+func tunnelMessage(t *offloadv1alpha1.Tunnel, up bool) string {
+	server := t.Spec.Role == offloadv1alpha1.TunnelServer
+	switch {
+	case up && server:
+		return fmt.Sprintf("tunnel from consumer %s up (%s); its pods are %s here", t.Spec.ClusterName, t.Status.Implementation, describe(t.Spec.Mappings))
+	case up:
+		return fmt.Sprintf("tunnel to %s up (%s); the provider's pods are %s here", t.Spec.Endpoint, t.Status.Implementation, describe(t.Spec.Mappings))
+	case server:
+		return fmt.Sprintf("consumer %s's gateway does not answer through the tunnel: run kubectl offload status peer %s", t.Spec.ClusterName, t.Spec.ClusterName)
+	}
+	return fmt.Sprintf("the provider's gateway at %s does not answer through the tunnel: run kubectl offload status peer %s", t.Spec.Endpoint, t.Spec.ClusterName)
 }
 
 // recordNetwork writes the peering's network on Tunnel t, phase and
