@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,8 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/charts"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
@@ -31,10 +34,10 @@ const (
 	directNS = "direct"
 	// virtualNodeLabel marks the consumer's virtual nodes.
 	virtualNodeLabel = offloadv1alpha1.LabelType + "=" + offloadv1alpha1.TypeVirtualNode
-	// agentMemoryLimit and agentCPULimit replace the chart's defaults for the
-	// controller-manager, so that its limits do not shape the figures.
-	agentMemoryLimit = "1Gi"
-	agentCPULimit    = "2"
+	// agentCPULimit replaces the chart's default CPU limit of the
+	// controller-manager, so that it does not shape the figures. Its memory
+	// limit stays the chart's (chartMemoryLimit): P4 holds under it.
+	agentCPULimit = "2"
 	// consumerName and providerName are the clusters' names.
 	consumerName, providerName = "bench-consumer", "bench-provider"
 	// providerAgents is componentCPU's key of the provider's agents: every
@@ -100,7 +103,6 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 	install := []string{"--network=false"}
 	for _, v := range []string{
 		"sharingPercentage=100",
-		"controllerManager.resources.limits.memory=" + agentMemoryLimit,
 		"controllerManager.resources.limits.cpu=" + agentCPULimit,
 	} {
 		install = append(install, "--set", v)
@@ -367,4 +369,26 @@ func cpuDelta(before, after map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s %.1f", u.name, u.s))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// chartMemoryLimit is the controller-manager's memory limit as the chart
+// sets it by default, or "unknown".
+func chartMemoryLimit() string {
+	data, err := fs.ReadFile(charts.Offload(), "values.yaml")
+	if err != nil {
+		return "unknown"
+	}
+	var v struct {
+		ControllerManager struct {
+			Resources struct {
+				Limits struct {
+					Memory string `json:"memory"`
+				} `json:"limits"`
+			} `json:"resources"`
+		} `json:"controllerManager"`
+	}
+	if yaml.Unmarshal(data, &v) != nil || v.ControllerManager.Resources.Limits.Memory == "" {
+		return "unknown"
+	}
+	return v.ControllerManager.Resources.Limits.Memory
 }

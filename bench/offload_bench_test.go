@@ -765,7 +765,7 @@ func summary(results []offloadResult) string {
 			spreadOf(rs, func(r offloadResult) float64 { return r.overhead[1] }).format(0),
 			spreadOf(rs, func(r offloadResult) float64 { return r.consumerRSS }).format(0))
 	}
-	fmt.Fprintf(&sb, "agent controller-manager limits: memory %s, cpu %s\n", agentMemoryLimit, agentCPULimit)
+	fmt.Fprintf(&sb, "agent controller-manager limits: memory %s (the chart's), cpu %s\n", chartMemoryLimit(), agentCPULimit)
 	return sb.String()
 }
 

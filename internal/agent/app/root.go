@@ -54,6 +54,7 @@ debugging, pass --kubeconfig or set KUBECONFIG.`,
 // Run executes the agent command line and returns the process exit code.
 // The components run until ctx is cancelled, which main does on SIGTERM.
 func Run(ctx context.Context, out, errOut io.Writer, args []string) int {
+	setMemoryLimit(os.Getenv)
 	root := NewRootCmd(out, errOut)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

@@ -3,52 +3,54 @@ package podreflection
 import (
 	"context"
 	"testing"
+	"time"
 
-	"github.com/virtual-kubelet/virtual-kubelet/node"
+	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/podcontroller"
 	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
-// runPodController runs virtual-kubelet's PodController for the virtual
-// node with e's handler, wired as the agent wires it, until the test ends.
+// runPodController runs the agent's pod controller for the virtual node
+// with e's handler, wired as the agent wires it, until the test ends.
 func runPodController(t *testing.T, e *env) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	onNode := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.node).String()
 	}))
-	all := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, informers.WithNamespace(e.consumer))
-	pc, err := node.NewPodController(node.PodControllerConfig{
-		PodClient:                 e.kube.CoreV1(),
-		PodInformer:               onNode.Core().V1().Pods(),
-		EventRecorder:             &record.FakeRecorder{},
-		Provider:                  e.h,
-		ConfigMapInformer:         all.Core().V1().ConfigMaps(),
-		SecretInformer:            all.Core().V1().Secrets(),
-		ServiceInformer:           all.Core().V1().Services(),
-		SkipDownwardAPIResolution: true,
+	pods := onNode.Core().V1().Pods()
+	pc, err := podcontroller.New(podcontroller.Config{
+		Pods:     pods.Informer(),
+		Lister:   pods.Lister(),
+		Client:   e.kube.CoreV1(),
+		Provider: e.h,
+		Events:   &record.FakeRecorder{},
+		RateLimiter: func() workqueue.TypedRateLimiter[string] {
+			return workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second)
+		},
+		Logger: testr.New(t),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	onNode.Start(ctx.Done())
-	all.Start(ctx.Done())
 	go func() { _ = pc.Run(ctx, 2) }()
 	t.Cleanup(func() {
 		cancel()
 		<-pc.Done()
 		onNode.Shutdown()
-		all.Shutdown()
 	})
 	select {
 	case <-pc.Ready():
 	case <-pc.Done():
-		t.Fatalf("the PodController stopped: %v", pc.Err())
+		t.Fatalf("the pod controller stopped: %v", pc.Err())
 	}
 }
 

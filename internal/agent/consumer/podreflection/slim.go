@@ -1,12 +1,7 @@
 package podreflection
 
 import (
-	"maps"
-	"slices"
-
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
 )
@@ -79,58 +74,4 @@ func cpuAndMemory(l corev1.ResourceList) corev1.ResourceList {
 		}
 	}
 	return out
-}
-
-// PodVersions is the transform of the informer of the consumer pods bound
-// to a virtual node. It drops managed fields, and a new version of a pod
-// shares its spec, labels, annotations, owner references and finalizers
-// with the version Store holds, when they are equal. The virtual-kubelet
-// PodController keeps the version of each pod it last reflected, and the
-// status the handler last sent it: without sharing, each would hold a copy
-// of the pod's spec, most of its size, besides the informer's own.
-//
-// Objects in an informer's store are never written to, which makes
-// sharing their parts safe.
-type PodVersions struct {
-	// Store is the informer's store; set it once the informer exists,
-	// before it starts.
-	Store cache.Store
-}
-
-// Transform is the cache.TransformFunc of v.
-func (v *PodVersions) Transform(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	p.ManagedFields = nil
-	if v.Store == nil {
-		return p, nil
-	}
-	item, exists, err := v.Store.GetByKey(cache.MetaObjectToName(p).String())
-	if err != nil || !exists {
-		return p, nil
-	}
-	prev, ok := item.(*corev1.Pod)
-	if !ok || prev.UID != p.UID {
-		return p, nil
-	}
-	// Semantic: two decodings of one quantity differ in their cached
-	// string once someone printed one.
-	if apiequality.Semantic.DeepEqual(prev.Spec, p.Spec) {
-		p.Spec = prev.Spec
-	}
-	if maps.Equal(prev.Labels, p.Labels) {
-		p.Labels = prev.Labels
-	}
-	if maps.Equal(prev.Annotations, p.Annotations) {
-		p.Annotations = prev.Annotations
-	}
-	if apiequality.Semantic.DeepEqual(prev.OwnerReferences, p.OwnerReferences) {
-		p.OwnerReferences = prev.OwnerReferences
-	}
-	if slices.Equal(prev.Finalizers, p.Finalizers) {
-		p.Finalizers = prev.Finalizers
-	}
-	return p, nil
 }

@@ -8,8 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/virtual-kubelet/virtual-kubelet/node"
-	"golang.org/x/time/rate"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -23,9 +22,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/objectreflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/podcontroller"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/podreflection"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/storage"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
@@ -56,27 +57,18 @@ func reflectionConfig(cfg *rest.Config) *rest.Config {
 // once when Reconciler.PodWorkers is zero.
 const DefaultPodWorkers = 32
 
-// runPodController runs virtual-kubelet's PodController for the peer's
-// virtual node over a podreflection.Handler, and the handler's own loops
-// (orphan collection, token renewal) once the PodController is ready,
-// until ctx is cancelled or the PodController fails.
-//
-// The PodController wants ConfigMap, Secret and Service informers to
-// resolve the downward API and service environment variables. Pod
-// reflection leaves both to the provider's kubelet (it copies the objects
-// instead), so it skips that resolution and gets informers that are never
-// started: the agent reads Secrets only in offloaded namespaces, never
-// cluster-wide.
+// runPodController runs the pod controller of the peer's virtual node
+// (podcontroller) over a podreflection.Handler, and the handler's own loops
+// (orphan collection, token renewal) once the controller is ready, until
+// ctx is cancelled or the controller fails.
 func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	name := rt.peer.node()
-	versions := &podreflection.PodVersions{}
 	onNode := informers.NewSharedInformerFactoryWithOptions(r.podsKube(), 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
-	}), informers.WithTransform(versions.Transform))
+	}), informers.WithTransform(crcache.TransformStripManagedFields()))
 	pods := onNode.Core().V1().Pods()
-	versions.Store = pods.Informer().GetStore()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.podsKube().CoreV1().Events("")})
 	defer broadcaster.Shutdown()
@@ -88,7 +80,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	if _, err := pods.Informer().AddEventHandler(o.handler()); err != nil {
 		return fmt.Errorf("following the pods of %q: %w", name, err)
 	}
-	pc, err := r.newPodController(name, instrumented{Handler: h, o: o}, podsClient{PodsGetter: r.podsKube().CoreV1(), o: o}, pods, broadcaster)
+	pc, err := r.newPodController(name, instrumented{Handler: h, o: o}, podsClient{PodsGetter: r.podsKube().CoreV1(), o: o}, pods, broadcaster, log.FromContext(ctx).WithName("podcontroller"))
 	if err != nil {
 		return err
 	}
@@ -159,56 +151,23 @@ func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods corelister
 	return h, nil
 }
 
-// newPodController builds virtual-kubelet's PodController of node name
-// over h, writing the consumer's pods with podClient.
-func (r *Reconciler) newPodController(name string, h instrumented, podClient typedcorev1.PodsGetter, pods coreinformers.PodInformer, broadcaster record.EventBroadcaster) (*node.PodController, error) {
-	unstarted := informers.NewSharedInformerFactory(r.podsKube(), 0)
-	pc, err := node.NewPodController(node.PodControllerConfig{
-		PodClient:                 podClient,
-		PodInformer:               pods,
-		EventRecorder:             warningsOnly{broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name})},
-		Provider:                  h,
-		ConfigMapInformer:         unstarted.Core().V1().ConfigMaps(),
-		SecretInformer:            unstarted.Core().V1().Secrets(),
-		ServiceInformer:           unstarted.Core().V1().Services(),
-		SkipDownwardAPIResolution: true,
-		// virtual-kubelet's default limiter lets 10 pods a second through
-		// once a burst of 100 is spent, on every enqueue, not only retries:
-		// a 1000-replica Deployment would take a minute and a half to start.
-		// The clients' rate limits (reflectionQPS) protect the API servers.
-		SyncPodsFromKubernetesRateLimiter:    queueRateLimiter(),
-		DeletePodsFromKubernetesRateLimiter:  queueRateLimiter(),
-		SyncPodStatusFromProviderRateLimiter: queueRateLimiter(),
+// newPodController builds the pod controller of node name over h,
+// writing the consumer's pods with podClient. It records Warning events
+// only: the failures of the provider, as a kubelet would.
+func (r *Reconciler) newPodController(name string, h instrumented, podClient typedcorev1.PodsGetter, pods coreinformers.PodInformer, broadcaster record.EventBroadcaster, logger logr.Logger) (*podcontroller.Controller, error) {
+	pc, err := podcontroller.New(podcontroller.Config{
+		Pods:        pods.Informer(),
+		Lister:      pods.Lister(),
+		Client:      podClient,
+		Provider:    h,
+		Events:      broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name}),
+		RateLimiter: queueRateLimiter,
+		Logger:      logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the pod controller of %q: %w", name, err)
 	}
 	return pc, nil
-}
-
-// warningsOnly records the Warning events of a recorder and drops the
-// Normal ones. The PodController records "Create pod in provider
-// successfully" and its like for every pod it creates, updates or deletes:
-// a write to the consumer's API server per pod and step that tells a user
-// nothing a kubelet would tell. Its failures stay.
-type warningsOnly struct{ record.EventRecorder }
-
-func (w warningsOnly) Event(obj runtime.Object, eventType, reason, message string) {
-	if eventType == corev1.EventTypeWarning {
-		w.EventRecorder.Event(obj, eventType, reason, message)
-	}
-}
-
-func (w warningsOnly) Eventf(obj runtime.Object, eventType, reason, format string, args ...any) {
-	if eventType == corev1.EventTypeWarning {
-		w.EventRecorder.Eventf(obj, eventType, reason, format, args...)
-	}
-}
-
-func (w warningsOnly) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventType, reason, format string, args ...any) {
-	if eventType == corev1.EventTypeWarning {
-		w.EventRecorder.AnnotatedEventf(obj, annotations, eventType, reason, format, args...)
-	}
 }
 
 // runObjectReflection reflects the ConfigMaps, Secrets, Services and
@@ -253,12 +212,11 @@ func (r *Reconciler) consumerClusterID(ctx context.Context) (string, error) {
 	return id.ID, nil
 }
 
-// queueRateLimiter is the rate limiter of the PodController's queues: per
-// pod, exponential backoff of failures from 5 ms to 30 s; overall, a
-// bucket well above what the clients may send.
-func queueRateLimiter() workqueue.TypedRateLimiter[any] {
-	return workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[any](5*time.Millisecond, 30*time.Second),
-		&workqueue.TypedBucketRateLimiter[any]{Limiter: rate.NewLimiter(rate.Limit(10*reflectionQPS), 10*reflectionBurst)},
-	)
+// queueRateLimiter is the rate limiter of the pod controller's queues: per
+// pod, exponential backoff of failures from 5 ms to 30 s. Only retries
+// wait: the clients' rate limits (reflectionQPS) protect the API servers,
+// and a limit on every enqueue would make a 1000-replica Deployment wait
+// on the queue.
+func queueRateLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second)
 }

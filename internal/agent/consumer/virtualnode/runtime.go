@@ -87,7 +87,7 @@ type step struct {
 // NotReady, but never stops the pods of the node, nor the reverse.
 //   - node controller: the virtual node and its Lease, following the offer
 //     and pinging the provider (node.go);
-//   - pod controller: virtual-kubelet's PodController over a
+//   - pod controller: the agent's pod controller (podcontroller) over a
 //     podreflection.Handler, whose own loops collect orphans and renew the
 //     service-account tokens of offloaded pods (pods.go);
 //   - object reflection: the ConfigMaps, Secrets, Services and
