@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // Provider runs pods elsewhere: virtual-kubelet's PodLifecycleHandler, and
@@ -207,7 +208,7 @@ func (c *Controller) updated(oldObj, newObj any) {
 	if !ok1 || !ok2 {
 		return
 	}
-	if !specEqual(o, n) || !ptrEqual(o.DeletionGracePeriodSeconds, n.DeletionGracePeriodSeconds) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) {
+	if !specEqual(o, n) || !ptr.Equal(o.DeletionGracePeriodSeconds, n.DeletionGracePeriodSeconds) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) {
 		c.enqueue(n)
 	}
 }
@@ -230,14 +231,10 @@ func specEqual(a, b *corev1.Pod) bool {
 	return apiequality.Semantic.DeepEqual(a.Spec.Containers, b.Spec.Containers) &&
 		apiequality.Semantic.DeepEqual(a.Spec.InitContainers, b.Spec.InitContainers) &&
 		apiequality.Semantic.DeepEqual(a.Spec.EphemeralContainers, b.Spec.EphemeralContainers) &&
-		ptrEqual(a.Spec.ActiveDeadlineSeconds, b.Spec.ActiveDeadlineSeconds) &&
+		ptr.Equal(a.Spec.ActiveDeadlineSeconds, b.Spec.ActiveDeadlineSeconds) &&
 		apiequality.Semantic.DeepEqual(a.Spec.Tolerations, b.Spec.Tolerations) &&
 		apiequality.Semantic.DeepEqual(a.Labels, b.Labels) &&
 		apiequality.Semantic.DeepEqual(a.Annotations, b.Annotations)
-}
-
-func ptrEqual[T comparable](a, b *T) bool {
-	return a == b || (a != nil && b != nil && *a == *b)
 }
 
 // syncPod brings the pod of key to the Provider: it deletes the remote
