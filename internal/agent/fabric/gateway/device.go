@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -27,6 +28,13 @@ type wgDevice struct {
 	// userspace only: the wireguard-go device and its UAPI listener.
 	dev  *device.Device
 	uapi net.Listener
+
+	// mu orders removing a peer with reading the counters: rx and tx are
+	// what the peers removed so far had counted. WireGuard counts per
+	// peer, and a peer removed and added again (a dropped session, another
+	// peer key) starts from zero; the tunnel's counters must only grow.
+	mu     sync.Mutex
+	rx, tx int64
 }
 
 // newDevice creates the device name with mtu. auto tries the kernel first
@@ -155,15 +163,32 @@ func (d *wgDevice) configure(cfg *Config, key wgtypes.Key) error {
 		return fmt.Errorf("opening wgctrl: %w", err)
 	}
 	defer func() { _ = c.Close() }()
-	if err := c.ConfigureDevice(d.name, wgtypes.Config{
-		PrivateKey:   &key,
-		ListenPort:   &port,
-		ReplacePeers: true,
-		Peers:        []wgtypes.PeerConfig{peer},
-	}); err != nil {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// The peer is updated in place, which keeps its session and counters
+	// across a reload; any other peer (the key changed) is removed.
+	dev, err := c.Device(d.name)
+	if err != nil {
+		return fmt.Errorf("reading WireGuard device %s: %w", d.name, err)
+	}
+	peers := []wgtypes.PeerConfig{peer}
+	for i := range dev.Peers {
+		if p := &dev.Peers[i]; p.PublicKey != peerKey {
+			peers = append(peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, Remove: true})
+			d.carry(p)
+		}
+	}
+	if err := c.ConfigureDevice(d.name, wgtypes.Config{PrivateKey: &key, ListenPort: &port, Peers: peers}); err != nil {
 		return fmt.Errorf("configuring WireGuard device %s: %w", d.name, err)
 	}
 	return nil
+}
+
+// carry adds the counters of p, about to be removed, to the device's. d.mu
+// is held.
+func (d *wgDevice) carry(p *wgtypes.Peer) {
+	d.rx += p.ReceiveBytes
+	d.tx += p.TransmitBytes
 }
 
 // resetPeer removes the peer, dropping its session, and configures it
@@ -177,7 +202,17 @@ func (d *wgDevice) resetPeer(cfg *Config, key wgtypes.Key) error {
 	if err != nil {
 		return fmt.Errorf("opening wgctrl: %w", err)
 	}
-	err = c.ConfigureDevice(d.name, wgtypes.Config{Peers: []wgtypes.PeerConfig{{PublicKey: peerKey, Remove: true}}})
+	d.mu.Lock()
+	dev, err := c.Device(d.name)
+	if err == nil {
+		for i := range dev.Peers {
+			if p := &dev.Peers[i]; p.PublicKey == peerKey {
+				d.carry(p)
+			}
+		}
+		err = c.ConfigureDevice(d.name, wgtypes.Config{Peers: []wgtypes.PeerConfig{{PublicKey: peerKey, Remove: true}}})
+	}
+	d.mu.Unlock()
 	_ = c.Close()
 	if err != nil {
 		return fmt.Errorf("removing the peer of %s: %w", d.name, err)
@@ -185,13 +220,16 @@ func (d *wgDevice) resetPeer(cfg *Config, key wgtypes.Key) error {
 	return d.configure(cfg, key)
 }
 
-// peerStats reads the device and its peer.
+// peerStats reads the device and its peer, whose byte counters include
+// what the peers removed before it had counted.
 func (d *wgDevice) peerStats() (*wgtypes.Device, *wgtypes.Peer, error) {
 	c, err := wgctrl.New()
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() { _ = c.Close() }()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	dev, err := c.Device(d.name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading WireGuard device %s: %w", d.name, err)
@@ -199,7 +237,10 @@ func (d *wgDevice) peerStats() (*wgtypes.Device, *wgtypes.Peer, error) {
 	if len(dev.Peers) == 0 {
 		return dev, nil, nil
 	}
-	return dev, &dev.Peers[0], nil
+	p := &dev.Peers[0]
+	p.ReceiveBytes += d.rx
+	p.TransmitBytes += d.tx
+	return dev, p, nil
 }
 
 // close removes the device.

@@ -233,6 +233,64 @@ func TestGatewaysConnectTwoClustersWithTheSamePodCIDR(t *testing.T) {
 		}
 	})
 
+	t.Run("the byte counters only grow, across a reload and a dropped session", func(t *testing.T) {
+		before, err := l.status("consumer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		grew := func(what string) {
+			t.Helper()
+			now, err := l.status("consumer")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now.RxBytes < before.RxBytes || now.TxBytes < before.TxBytes {
+				t.Errorf("after %s the consumer's counters went back: rx %d -> %d, tx %d -> %d",
+					what, before.RxBytes, now.RxBytes, before.TxBytes, now.TxBytes)
+			}
+		}
+		// A reload updates the peer in place.
+		reloaded := *consumer
+		reloaded.MTU = before.MTU - 8
+		l.writeConfig("consumer", &reloaded)
+		defer l.writeConfig("consumer", consumer)
+		if _, err := framework.Poll(t.Context(), 100*time.Millisecond, 30*time.Second, func(context.Context) (bool, string) {
+			st, err := l.status("consumer")
+			return err == nil && st.MTU == reloaded.MTU, fmt.Sprintf("MTU %d, %v", st.MTU, err)
+		}); err != nil {
+			t.Fatalf("the consumer's gateway did not reload its configuration: %v", err)
+		}
+		grew("a reload")
+		// A partition long enough that the client drops the session and
+		// adds the peer again, which alone zeroes the handshake time.
+		l.Sh("ip", "-n", cn, "link", "set", "ul", "down")
+		defer l.Sh("ip", "-n", cn, "link", "set", "ul", "up")
+		if _, err := framework.Poll(t.Context(), 100*time.Millisecond, 30*time.Second, func(context.Context) (bool, string) {
+			st, err := l.status("consumer")
+			return err == nil && st.LastHandshake.IsZero(), fmt.Sprintf("last handshake %v, %v", st.LastHandshake, err)
+		}); err != nil {
+			t.Fatalf("the consumer's gateway did not drop the session of its unanswering peer: %v", err)
+		}
+		l.Sh("ip", "-n", cn, "link", "set", "ul", "up")
+		if _, err := framework.Poll(t.Context(), 100*time.Millisecond, 30*time.Second, func(context.Context) (bool, string) {
+			st, err := l.status("consumer")
+			return err == nil && !st.LastHandshake.IsZero(), fmt.Sprintf("last handshake %v, %v", st.LastHandshake, err)
+		}); err != nil {
+			t.Fatalf("no new session after the partition healed: %v", err)
+		}
+		grew("a dropped session")
+		// And the new session counts what crosses it.
+		if before, err = l.status("consumer"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := netlab.CallRaw(cpod, "10.70.1.5:8081", 0); err != nil || !bytes.Equal(got, netlab.Mebibyte()) {
+			t.Fatalf("1 MiB through the new session: %d bytes, %v", len(got), err)
+		}
+		if now, err := l.status("consumer"); err != nil || now.RxBytes-before.RxBytes < 1<<20 {
+			t.Errorf("1 MiB came in through the new session: rx %d -> %d, %v", before.RxBytes, now.RxBytes, err)
+		}
+	})
+
 	t.Run("traffic recovers after a gateway crash and a restart", func(t *testing.T) {
 		for _, c := range []struct {
 			name string

@@ -78,6 +78,13 @@ func newLab(t *testing.T) *lab {
 // startGateway runs the gateway of cfg inside namespace ns.
 func (l *lab) startGateway(name, ns string, cfg *Config) {
 	l.t.Helper()
+	l.run(name, ns, l.writeConfig(name, cfg))
+}
+
+// writeConfig writes the configuration file of gateway name, which a
+// running gateway reloads, and returns its path.
+func (l *lab) writeConfig(name string, cfg *Config) string {
+	l.t.Helper()
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		l.t.Fatal(err)
@@ -86,7 +93,7 @@ func (l *lab) startGateway(name, ns string, cfg *Config) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		l.t.Fatal(err)
 	}
-	l.run(name, ns, path)
+	return path
 }
 
 func (l *lab) run(name, ns, config string) {
