@@ -5,8 +5,11 @@
 // pods are gone.
 //
 // It keeps virtual-kubelet's PodController's behaviours (the Provider is
-// one of its PodLifecycleHandlers) without its copies of every pod: the
-// informer's copy is the only one. virtual-kubelet's keeps the version of
+// one of its PodLifecycleHandlers, less GetPods) without its copies of
+// every pod: the informer's copy is the only one. The remote pods whose
+// consumer pods went while the controller did not run are the Provider's
+// to collect (podreflection's orphan collection): virtual-kubelet's start
+// built the consumer's view of every remote pod at once to find them. virtual-kubelet's keeps the version of
 // each pod it last reflected and a deep copy of the last status notified,
 // besides the informer's, which made the agent's memory grow by about two
 // pods' worth for every pod offloaded. Here a notified status is held only
@@ -38,8 +41,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Provider runs pods elsewhere: virtual-kubelet's PodLifecycleHandler, and
-// its asynchronous notification of statuses. Its errors follow
+// Provider runs pods elsewhere: virtual-kubelet's PodLifecycleHandler, less
+// GetPods, and its asynchronous notification of statuses. Its errors follow
 // virtual-kubelet's errdefs: NotFound is a pod it does not have.
 type Provider interface {
 	// CreatePod creates the remote pod of pod.
@@ -51,8 +54,6 @@ type Provider interface {
 	// GetPod returns the remote pod of namespace/name as the consumer
 	// sees it, or a NotFound error.
 	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
-	// GetPods returns every remote pod, as the consumer sees it.
-	GetPods(ctx context.Context) ([]*corev1.Pod, error)
 	// NotifyPods registers the function the Provider calls with a
 	// consumer pod and its new status whenever a remote pod changes.
 	NotifyPods(ctx context.Context, notify func(*corev1.Pod))
@@ -153,7 +154,6 @@ func (c *Controller) Run(ctx context.Context, workers int) (err error) {
 		return fmt.Errorf("following the virtual node's pods: %w", err)
 	}
 	defer func() { _ = c.cfg.Pods.RemoveEventHandler(reg) }()
-	c.deleteDangling(ctx)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() { c.work(ctx, c.sync, c.syncPod) })
@@ -423,24 +423,6 @@ func (c *Controller) removePod(ctx context.Context, key string) error {
 		return nil
 	}
 	return err
-}
-
-// deleteDangling deletes, once at start, the remote pods whose consumer
-// pods are gone: deleted while the controller did not run.
-func (c *Controller) deleteDangling(ctx context.Context) {
-	remotes, err := c.cfg.Provider.GetPods(ctx)
-	if err != nil {
-		c.cfg.Logger.Info("Could not list the remote pods to delete those left behind", "error", err.Error())
-		return
-	}
-	for _, r := range remotes {
-		if _, err := c.cfg.Lister.Pods(r.Namespace).Get(r.Name); !apierrors.IsNotFound(err) {
-			continue
-		}
-		if err := c.cfg.Provider.DeletePod(ctx, r); err != nil && !errdefs.IsNotFound(err) {
-			c.cfg.Logger.Info("Could not delete a remote pod left behind", "pod", klog.KObj(r), "error", err.Error())
-		}
-	}
 }
 
 // running reports whether a container of the pod of st runs: one that is

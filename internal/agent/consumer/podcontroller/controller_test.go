@@ -80,16 +80,6 @@ func (p *provider) GetPod(_ context.Context, ns, name string) (*corev1.Pod, erro
 	return nil, errdefs.NotFound("no such pod")
 }
 
-func (p *provider) GetPods(context.Context) ([]*corev1.Pod, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []*corev1.Pod
-	for _, pod := range p.pods {
-		out = append(out, pod.DeepCopy())
-	}
-	return out, nil
-}
-
 func (p *provider) NotifyPods(_ context.Context, f func(*corev1.Pod)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -135,7 +125,7 @@ type env struct {
 
 // newEnv starts a controller over an API server's pods on a node of its
 // own, with pods already on the provider.
-func newEnv(t *testing.T, remote ...*corev1.Pod) *env {
+func newEnv(t *testing.T) *env {
 	t.Helper()
 	cfg := envtest.APIServer(t)
 	admin := envtest.NewClient(t, cfg)
@@ -145,10 +135,6 @@ func newEnv(t *testing.T, remote ...*corev1.Pod) *env {
 	}
 	e := &env{kube: kube, ns: envtest.NewNamespace(t, admin, "consumer"), node: "offload-" + rand.String(6),
 		p: &provider{pods: map[string]*corev1.Pod{}}, events: record.NewFakeRecorder(100)}
-	for _, r := range remote {
-		r.Namespace = e.ns
-		e.p.pods[e.ns+"/"+r.Name] = r
-	}
 	ctx, cancel := context.WithCancel(t.Context())
 	onNode := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.node).String()
@@ -311,9 +297,3 @@ func TestADeletedPodGoesAfterItsRemotePodEndsOrItsGracePeriod(t *testing.T) {
 	}
 }
 
-func TestRemotePodsLeftBehindAreDeletedAtStart(t *testing.T) {
-	e := newEnv(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "left-behind"}})
-	framework.Eventually(t, waitTimeout, "the remote pod left behind is deleted", func(context.Context) bool {
-		return e.p.deleted(e.ns + "/left-behind")
-	})
-}

@@ -23,7 +23,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/virtual-kubelet/virtual-kubelet/node"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -34,6 +33,7 @@ import (
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/objectreflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/podcontroller"
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
 )
 
@@ -109,10 +109,9 @@ type Options struct {
 	Logger klog.Logger
 }
 
-// Handler is the node.PodLifecycleHandler and node.PodNotifier of one
-// virtual node. Create it with New, start it with Start before the
-// PodController runs, and run its own loops with Run once the
-// PodController is ready.
+// Handler is the podcontroller.Provider of one virtual node. Create it
+// with New, start it with Start before the pod controller runs, and run
+// its own loops with Run once the pod controller is ready.
 type Handler struct {
 	opts Options
 
@@ -134,10 +133,7 @@ type Handler struct {
 	refusals map[types.UID]*refusals
 }
 
-var (
-	_ node.PodLifecycleHandler = (*Handler)(nil)
-	_ node.PodNotifier         = (*Handler)(nil)
-)
+var _ podcontroller.Provider = (*Handler)(nil)
 
 // New checks opts and returns a Handler.
 func New(opts Options) (*Handler, error) {

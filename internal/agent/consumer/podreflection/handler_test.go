@@ -281,28 +281,6 @@ func TestDeletePodRemovesTheRemotePodAndReportsATerminalStatus(t *testing.T) {
 	})
 }
 
-func TestGetPodsListsOnlyThePodsOfThisConsumer(t *testing.T) {
-	e := newEnv(t)
-	ctx := t.Context()
-	local := e.localPod(t, "web")
-	if err := e.h.CreatePod(ctx, local); err != nil {
-		t.Fatal(err)
-	}
-	e.remotePod(t, "other", "another-consumer", string(uuid.NewUUID()))
-
-	framework.Eventually(t, waitTimeout, "GetPods lists the consumer's pod", func(ctx context.Context) bool {
-		pods, err := e.h.GetPods(ctx)
-		return err == nil && len(pods) == 1
-	})
-	pods, err := e.h.GetPods(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pods) != 1 || pods[0].Namespace != e.consumer || pods[0].Name != "web" || pods[0].UID != local.UID {
-		t.Fatalf("GetPods = %v, want only %s/web", pods, e.consumer)
-	}
-}
-
 func TestCollectOrphansDeletesOnlyRemotePodsWithoutAConsumerPod(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()

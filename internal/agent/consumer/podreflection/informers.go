@@ -222,7 +222,7 @@ func (h *Handler) statusPod(ctx context.Context, ti *twinInformer, remote *corev
 	return p
 }
 
-// consumerView is remote as the consumer sees it, for GetPod and GetPods
+// consumerView is remote as the consumer sees it, for GetPod
 // (reflection.ConsumerView), or nil when remote is not the consumer's.
 func (h *Handler) consumerView(ctx context.Context, ti *twinInformer, remote *corev1.Pod) *corev1.Pod {
 	if _, ok := reflection.IsRemoteOf(remote, h.opts.ConsumerClusterID); !ok {

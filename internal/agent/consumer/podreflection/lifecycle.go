@@ -257,28 +257,6 @@ func (h *Handler) GetPodStatus(ctx context.Context, namespace, name string) (*co
 	return &p.Status, nil
 }
 
-// GetPods returns the consumer's view of every remote pod of the consumer
-// in every twin namespace of the provider.
-func (h *Handler) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
-	twins, err := h.syncAll(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []*corev1.Pod
-	for _, ti := range twins {
-		remotes, err := ti.lister.Pods(ti.twin).List(everything)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range remotes {
-			if p := h.consumerView(ctx, ti, r); p != nil {
-				out = append(out, p)
-			}
-		}
-	}
-	return out, nil
-}
-
 // asInvalidInput marks the errors of pods that cannot be offloaded so the
 // PodController does not retry them.
 func asInvalidInput(err error) error {

@@ -37,13 +37,7 @@ func (h *Handler) CollectOrphans(ctx context.Context, localPods []*corev1.Pod) e
 		if err != nil {
 			return err
 		}
-		remotes := make([]corev1.Pod, 0, len(cached))
-		for _, r := range cached {
-			remotes = append(remotes, *r)
-		}
-		orphans := reflection.Orphans(remotes, uids, h.opts.ConsumerClusterID)
-		for i := range orphans {
-			orphan := &orphans[i]
+		for _, orphan := range reflection.Orphans(cached, uids, h.opts.ConsumerClusterID) {
 			if h.stillLocal(ctx, ti, orphan) {
 				continue
 			}

@@ -35,16 +35,16 @@ func IsRemoteOf(remote *corev1.Pod, clusterID string) (types.UID, bool) {
 // consumers, pods that cannot be attributed and pods already terminating are
 // never returned. localUIDs must come from a full list of the consumer's pods
 // taken after remotes was listed (docs/architecture.md, Failure policy), or a pod created
-// in between would look orphaned.
-func Orphans(remotes []corev1.Pod, localUIDs sets.Set[types.UID], clusterID string) []corev1.Pod {
-	var out []corev1.Pod
-	for i := range remotes {
-		r := &remotes[i]
+// in between would look orphaned. The pods returned are remotes' own, not
+// copies: an informer's, read only.
+func Orphans(remotes []*corev1.Pod, localUIDs sets.Set[types.UID], clusterID string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, r := range remotes {
 		uid, ok := IsRemoteOf(r, clusterID)
 		if !ok || r.DeletionTimestamp != nil || localUIDs.Has(uid) {
 			continue
 		}
-		out = append(out, *r.DeepCopy())
+		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Namespace != out[j].Namespace {

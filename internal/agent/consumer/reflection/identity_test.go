@@ -51,7 +51,7 @@ func TestIsRemoteOf(t *testing.T) {
 func TestOrphans(t *testing.T) {
 	terminating := remotePod("gone-terminating", consumerID, "uid-t")
 	terminating.DeletionTimestamp = &t0
-	remotes := []corev1.Pod{
+	pods := []corev1.Pod{
 		remotePod("zeta-orphan", consumerID, "uid-z"),
 		remotePod("alive", consumerID, "uid-alive"),
 		remotePod("other-consumer", "other", "uid-o"),
@@ -59,9 +59,11 @@ func TestOrphans(t *testing.T) {
 		remotePod("alpha-orphan", consumerID, "uid-a"),
 		terminating,
 	}
-	before := make([]corev1.Pod, len(remotes))
-	for i := range remotes {
-		remotes[i].DeepCopyInto(&before[i])
+	remotes := make([]*corev1.Pod, len(pods))
+	before := make([]corev1.Pod, len(pods))
+	for i := range pods {
+		remotes[i] = &pods[i]
+		pods[i].DeepCopyInto(&before[i])
 	}
 	got := reflection.Orphans(remotes, sets.New[types.UID]("uid-alive"), consumerID)
 	var names []string
@@ -69,7 +71,7 @@ func TestOrphans(t *testing.T) {
 		names = append(names, p.Name)
 	}
 	assertEqual(t, "orphans", []string{"alpha-orphan", "zeta-orphan"}, names)
-	assertEqual(t, "input", before, remotes)
+	assertEqual(t, "input", before, pods)
 
 	if got := reflection.Orphans(remotes, sets.New[types.UID]("uid-alive", "uid-z", "uid-a"), consumerID); len(got) != 0 {
 		t.Errorf("with every consumer pod present, orphans = %v", got)
@@ -83,7 +85,7 @@ func TestARemotePodIsRecognisedAfterARestart(t *testing.T) {
 	if !ok || uid != local.UID {
 		t.Fatalf("IsRemoteOf(RemotePod(local)) = %q, %v", uid, ok)
 	}
-	if o := reflection.Orphans([]corev1.Pod{*remote}, sets.New(local.UID), consumerID); len(o) != 0 {
+	if o := reflection.Orphans([]*corev1.Pod{remote}, sets.New(local.UID), consumerID); len(o) != 0 {
 		t.Errorf("the reflection of a live pod is an orphan: %v", o)
 	}
 }
