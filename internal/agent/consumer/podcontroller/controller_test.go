@@ -296,4 +296,3 @@ func TestADeletedPodGoesAfterItsRemotePodEndsOrItsGracePeriod(t *testing.T) {
 		t.Errorf("the ended pod took %s to go", took)
 	}
 }
-
