@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
@@ -92,9 +93,12 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 	for _, obj := range o.NamespacedObjects {
 		byObject[obj] = cache.ByObject{Namespaces: map[string]cache.Config{o.Namespace: {}}}
 	}
-	// Every pod of the cluster, slimmed: the consumer's offloaded pods are
-	// held again, whole, by the virtual nodes' pod controllers.
-	byObject[&corev1.Pod{}] = cache.ByObject{Transform: SlimPod}
+	// Every pod of the cluster bound to a node, slimmed: the consumer's
+	// offloaded pods are held again, whole, by the virtual nodes' pod
+	// controllers. Every reader counts or addresses bound pods only (the
+	// offer, the network filters), so the API server leaves out a pod's
+	// creation event and a pending pod costs nothing.
+	byObject[&corev1.Pod{}] = cache.ByObject{Transform: SlimPod, Field: fields.OneTermNotEqualSelector("spec.nodeName", "")}
 	var lock resourcelock.Interface
 	if o.LeaderElection {
 		var err error

@@ -1,7 +1,9 @@
 package manager
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -9,6 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
+	"github.com/kubectl-offload/kubectl-offload/test/framework/envtest"
 )
 
 func TestASlimPodKeepsWhatTheControllersRead(t *testing.T) {
@@ -58,5 +64,34 @@ func TestASlimPodKeepsWhatTheControllersRead(t *testing.T) {
 	}
 	if other, _ := SlimPod(&corev1.Node{}); other == nil {
 		t.Error("SlimPod dropped an object that is not a pod")
+	}
+}
+
+func TestTheCacheHoldsBoundPodsOnly(t *testing.T) {
+	cfg := envtest.APIServer(t)
+	c := envtest.NewClient(t, cfg)
+	ns := envtest.NewNamespace(t, c, "cache")
+	mgr, err := New(cfg, testOptions(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = mgr.GetCache().Start(ctx) }()
+	pod := func(name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}
+	}
+	for _, p := range []*corev1.Pod{pod("pending", ""), pod("bound", "node-1")} {
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pods corev1.PodList
+	framework.Eventually(t, time.Minute, "the bound pod in the cache", func(ctx context.Context) bool {
+		return mgr.GetCache().List(ctx, &pods, client.InNamespace(ns)) == nil && len(pods.Items) > 0
+	})
+	if len(pods.Items) != 1 || pods.Items[0].Name != "bound" || pods.Items[0].Spec.Containers[0].Image != "" {
+		t.Errorf("the cache holds %+v; want only the bound pod, slimmed", pods.Items)
 	}
 }
