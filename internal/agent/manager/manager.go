@@ -120,9 +120,9 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 		// rollout does not wait for the Lease to expire.
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &shutdown,
-		// The cache holds every Pod and Node of the cluster; managed fields
-		// are a third of a pod's size and no controller reads them. Pods
-		// keep only what the controllers read (SlimPod).
+		// The cache holds every bound Pod and every Node of the cluster;
+		// managed fields are a third of a pod's size and no controller
+		// reads them. Pods keep only what the controllers read (SlimPod).
 		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: byObject},
 	})
 	if err != nil {

@@ -200,7 +200,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // share returns the tenant's share of the free resources, counted at most
 // once per MinUpdateInterval, and how long until the next count when it
 // is the last count's. Counting lists every node, and reads the pods'
-// requests from the Usage the pod informer keeps (every pod of the cluster
+// requests from the Usage the pod informer keeps (every bound pod of the cluster
 // until it has synced), and the tenant's own pods do not change it: in an
 // offloaded burst every pod event would recount and find the offer
 // unchanged, so that the LastUpdate throttle never held and the counts ran
