@@ -36,7 +36,6 @@ type provider struct {
 	mu      sync.Mutex
 	pods    map[string]*corev1.Pod // by namespace/name
 	creates int
-	deletes []string
 	refuse  error
 	notify  func(*corev1.Pod)
 }
@@ -63,7 +62,6 @@ func (p *provider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	key := pod.Namespace + "/" + pod.Name
-	p.deletes = append(p.deletes, key)
 	if _, ok := p.pods[key]; !ok {
 		return errdefs.NotFound("no such pod")
 	}
@@ -91,17 +89,6 @@ func (p *provider) has(key string) bool {
 	defer p.mu.Unlock()
 	_, ok := p.pods[key]
 	return ok
-}
-
-func (p *provider) deleted(key string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, d := range p.deletes {
-		if d == key {
-			return true
-		}
-	}
-	return false
 }
 
 // send notifies status for pod, as the Provider does when its remote pod
