@@ -172,23 +172,27 @@ func (d *wgDevice) configure(cfg *Config, key wgtypes.Key) error {
 		return fmt.Errorf("reading WireGuard device %s: %w", d.name, err)
 	}
 	peers := []wgtypes.PeerConfig{peer}
-	for i := range dev.Peers {
-		if p := &dev.Peers[i]; p.PublicKey != peerKey {
+	var removed []wgtypes.Peer
+	for _, p := range dev.Peers {
+		if p.PublicKey != peerKey {
 			peers = append(peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, Remove: true})
-			d.carry(p)
+			removed = append(removed, p)
 		}
 	}
 	if err := c.ConfigureDevice(d.name, wgtypes.Config{PrivateKey: &key, ListenPort: &port, Peers: peers}); err != nil {
 		return fmt.Errorf("configuring WireGuard device %s: %w", d.name, err)
 	}
+	d.carry(removed...)
 	return nil
 }
 
-// carry adds the counters of p, about to be removed, to the device's. d.mu
-// is held.
-func (d *wgDevice) carry(p *wgtypes.Peer) {
-	d.rx += p.ReceiveBytes
-	d.tx += p.TransmitBytes
+// carry adds the counters of peers, removed, to the device's. d.mu is
+// held.
+func (d *wgDevice) carry(peers ...wgtypes.Peer) {
+	for _, p := range peers {
+		d.rx += p.ReceiveBytes
+		d.tx += p.TransmitBytes
+	}
 }
 
 // resetPeer removes the peer, dropping its session, and configures it
@@ -205,12 +209,14 @@ func (d *wgDevice) resetPeer(cfg *Config, key wgtypes.Key) error {
 	d.mu.Lock()
 	dev, err := c.Device(d.name)
 	if err == nil {
-		for i := range dev.Peers {
-			if p := &dev.Peers[i]; p.PublicKey == peerKey {
+		err = c.ConfigureDevice(d.name, wgtypes.Config{Peers: []wgtypes.PeerConfig{{PublicKey: peerKey, Remove: true}}})
+	}
+	if err == nil {
+		for _, p := range dev.Peers {
+			if p.PublicKey == peerKey {
 				d.carry(p)
 			}
 		}
-		err = c.ConfigureDevice(d.name, wgtypes.Config{Peers: []wgtypes.PeerConfig{{PublicKey: peerKey, Remove: true}}})
 	}
 	d.mu.Unlock()
 	_ = c.Close()
