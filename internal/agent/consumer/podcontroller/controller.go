@@ -6,15 +6,16 @@
 //
 // It keeps virtual-kubelet's PodController's behaviours (the Provider is
 // one of its PodLifecycleHandlers, less GetPods) without its copies of
-// every pod: the informer's copy is the only one. The remote pods whose
-// consumer pods went while the controller did not run are the Provider's
-// to collect (podreflection's orphan collection): virtual-kubelet's start
-// built the consumer's view of every remote pod at once to find them. virtual-kubelet's keeps the version of
-// each pod it last reflected and a deep copy of the last status notified,
-// besides the informer's, which made the agent's memory grow by about two
-// pods' worth for every pod offloaded. Here a notified status is held only
-// until it is written, and a pod that did not change is recognised by
-// comparing it with its remote pod, which the Provider has at hand.
+// every pod: the informer's copy is the only one. virtual-kubelet's keeps
+// the version of each pod it last reflected and a deep copy of the last
+// status notified, besides the informer's, which made the agent's memory
+// grow by about two pods' worth for every pod offloaded. Here a notified
+// status is held only until it is written, and a pod that did not change is
+// recognised by comparing it with its remote pod, which the Provider has at
+// hand. The remote pods whose consumer pods went while the controller did
+// not run are the Provider's to collect (podreflection's orphan
+// collection): virtual-kubelet's start built the consumer's view of every
+// remote pod at once to find them.
 package podcontroller
 
 import (

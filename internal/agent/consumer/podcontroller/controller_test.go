@@ -111,7 +111,7 @@ type env struct {
 }
 
 // newEnv starts a controller over an API server's pods on a node of its
-// own, with pods already on the provider.
+// own.
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	cfg := envtest.APIServer(t)
