@@ -281,6 +281,26 @@ func TestDeletePodRemovesTheRemotePodAndReportsATerminalStatus(t *testing.T) {
 	})
 }
 
+func TestGetPodShowsOnlyThePodsOfThisConsumer(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	// Made first: the informer sees events in order, so if it took this pod
+	// in, it has it by the time it has the consumer's.
+	e.remotePod(t, "other", "another-consumer", string(uuid.NewUUID()))
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+
+	framework.Eventually(t, waitTimeout, "GetPod shows the consumer's pod", func(ctx context.Context) bool {
+		p, err := e.h.GetPod(ctx, e.consumer, "web")
+		return err == nil && p.UID == local.UID
+	})
+	if p, err := e.h.GetPod(ctx, e.consumer, "other"); !errdefs.IsNotFound(err) {
+		t.Errorf("GetPod of another consumer's pod = %v, %v; want NotFound", p, err)
+	}
+}
+
 func TestCollectOrphansDeletesOnlyRemotePodsWithoutAConsumerPod(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
