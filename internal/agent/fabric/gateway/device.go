@@ -133,10 +133,67 @@ func ensureTUNNode() error {
 }
 
 // configure applies the WireGuard part of cfg: keys, port and the one peer.
+// The peer is updated in place, which keeps its session and counters across
+// a reload; any other peer (the key changed) is removed.
 func (d *wgDevice) configure(cfg *Config, key wgtypes.Key) error {
+	return d.apply(cfg, key, false)
+}
+
+// resetPeer removes the peer, dropping its session, and configures it
+// again.
+func (d *wgDevice) resetPeer(cfg *Config, key wgtypes.Key) error {
+	return d.apply(cfg, key, true)
+}
+
+// apply is configure, and with reset resetPeer. d.mu is held throughout, so
+// the counters are never read between a peer's removal and its return.
+func (d *wgDevice) apply(cfg *Config, key wgtypes.Key, reset bool) error {
+	peer, err := peerConfig(cfg)
+	if err != nil {
+		return err
+	}
+	port := cfg.ListenPort
+	c, err := wgctrl.New()
+	if err != nil {
+		return fmt.Errorf("opening wgctrl: %w", err)
+	}
+	defer func() { _ = c.Close() }()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dev, err := c.Device(d.name)
+	if err != nil {
+		return fmt.Errorf("reading WireGuard device %s: %w", d.name, err)
+	}
+	peers := []wgtypes.PeerConfig{peer}
+	var removed, same []wgtypes.Peer
+	for _, p := range dev.Peers {
+		if p.PublicKey == peer.PublicKey {
+			same = append(same, p)
+			continue
+		}
+		peers = append(peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, Remove: true})
+		removed = append(removed, p)
+	}
+	if reset {
+		// The removal is a configuration of its own, before the peer
+		// comes back without its session.
+		if err := c.ConfigureDevice(d.name, wgtypes.Config{Peers: []wgtypes.PeerConfig{{PublicKey: peer.PublicKey, Remove: true}}}); err != nil {
+			return fmt.Errorf("removing the peer of %s: %w", d.name, err)
+		}
+		d.carry(same...)
+	}
+	if err := c.ConfigureDevice(d.name, wgtypes.Config{PrivateKey: &key, ListenPort: &port, Peers: peers}); err != nil {
+		return fmt.Errorf("configuring WireGuard device %s: %w", d.name, err)
+	}
+	d.carry(removed...)
+	return nil
+}
+
+// peerConfig is the WireGuard configuration of cfg's peer.
+func peerConfig(cfg *Config) (wgtypes.PeerConfig, error) {
 	peerKey, err := wgtypes.ParseKey(cfg.PeerPublicKey)
 	if err != nil {
-		return fmt.Errorf("peer public key: %w", err)
+		return wgtypes.PeerConfig{}, fmt.Errorf("peer public key: %w", err)
 	}
 	_, peerTunnel := cfg.tunnelAddrs()
 	allowed := []net.IPNet{{IP: peerTunnel.AsSlice(), Mask: net.CIDRMask(32, 32)}}
@@ -153,37 +210,11 @@ func (d *wgDevice) configure(cfg *Config, key wgtypes.Key) error {
 	if cfg.PeerEndpoint != "" {
 		ep, err := net.ResolveUDPAddr("udp", cfg.PeerEndpoint)
 		if err != nil {
-			return fmt.Errorf("resolving the peer endpoint %s: %w", cfg.PeerEndpoint, err)
+			return wgtypes.PeerConfig{}, fmt.Errorf("resolving the peer endpoint %s: %w", cfg.PeerEndpoint, err)
 		}
 		peer.Endpoint = ep
 	}
-	port := cfg.ListenPort
-	c, err := wgctrl.New()
-	if err != nil {
-		return fmt.Errorf("opening wgctrl: %w", err)
-	}
-	defer func() { _ = c.Close() }()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	// The peer is updated in place, which keeps its session and counters
-	// across a reload; any other peer (the key changed) is removed.
-	dev, err := c.Device(d.name)
-	if err != nil {
-		return fmt.Errorf("reading WireGuard device %s: %w", d.name, err)
-	}
-	peers := []wgtypes.PeerConfig{peer}
-	var removed []wgtypes.Peer
-	for _, p := range dev.Peers {
-		if p.PublicKey != peerKey {
-			peers = append(peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, Remove: true})
-			removed = append(removed, p)
-		}
-	}
-	if err := c.ConfigureDevice(d.name, wgtypes.Config{PrivateKey: &key, ListenPort: &port, Peers: peers}); err != nil {
-		return fmt.Errorf("configuring WireGuard device %s: %w", d.name, err)
-	}
-	d.carry(removed...)
-	return nil
+	return peer, nil
 }
 
 // carry adds the counters of peers, removed, to the device's. d.mu is
@@ -193,37 +224,6 @@ func (d *wgDevice) carry(peers ...wgtypes.Peer) {
 		d.rx += p.ReceiveBytes
 		d.tx += p.TransmitBytes
 	}
-}
-
-// resetPeer removes the peer, dropping its session, and configures it
-// again.
-func (d *wgDevice) resetPeer(cfg *Config, key wgtypes.Key) error {
-	peerKey, err := wgtypes.ParseKey(cfg.PeerPublicKey)
-	if err != nil {
-		return err
-	}
-	c, err := wgctrl.New()
-	if err != nil {
-		return fmt.Errorf("opening wgctrl: %w", err)
-	}
-	d.mu.Lock()
-	dev, err := c.Device(d.name)
-	if err == nil {
-		err = c.ConfigureDevice(d.name, wgtypes.Config{Peers: []wgtypes.PeerConfig{{PublicKey: peerKey, Remove: true}}})
-	}
-	if err == nil {
-		for _, p := range dev.Peers {
-			if p.PublicKey == peerKey {
-				d.carry(p)
-			}
-		}
-	}
-	d.mu.Unlock()
-	_ = c.Close()
-	if err != nil {
-		return fmt.Errorf("removing the peer of %s: %w", d.name, err)
-	}
-	return d.configure(cfg, key)
 }
 
 // peerStats reads the device and its peer, whose byte counters include
