@@ -6,8 +6,10 @@
 //
 // It keeps virtual-kubelet's PodController's behaviours (the Provider is
 // one of its PodLifecycleHandlers, less GetPods) without its copies of
-// every pod: the informer's copy is the only one. virtual-kubelet's keeps
-// the version of each pod it last reflected and a deep copy of the last
+// every pod: the informer's copy is the only one, and it may be slim (the
+// whole pod is read from the API server for the Provider, once per remote
+// pod created or updated). virtual-kubelet's keeps the version of each pod
+// it last reflected and a deep copy of the last
 // status notified, besides the informer's, which made the agent's memory
 // grow by about two pods' worth for every pod offloaded. Here a notified
 // status is held only until it is written, and a pod that did not change is
@@ -76,10 +78,14 @@ const maxRetries = 20
 // Config is what a Controller is built from.
 type Config struct {
 	// Pods is the informer of the consumer's pods bound to the virtual
-	// node; Lister lists them from it.
+	// node; Lister lists them from it. Its pods may be slim (a transform):
+	// what specEqual compares, the metadata and the status are enough. The
+	// Provider is given the whole pod, read from Client, to create or
+	// update a remote pod.
 	Pods   cache.SharedIndexInformer
 	Lister corelisters.PodLister
-	// Client writes the consumer's pods: their statuses and deletions.
+	// Client reads the consumer's pods whole, and writes their statuses
+	// and deletions.
 	Client typedcorev1.PodsGetter
 	// Provider runs the pods.
 	Provider Provider
@@ -300,22 +306,43 @@ func (c *Controller) deleteGone(ctx context.Context, ns, name string) error {
 // and a Warning event.
 func (c *Controller) createOrUpdate(ctx context.Context, pod *corev1.Pod) error {
 	remote, _ := c.cfg.Provider.GetPod(ctx, pod.Namespace, pod.Name)
-	// The Provider gets a copy: the informer's is never written to.
+	if remote != nil && specEqual(remote, pod) {
+		return nil
+	}
+	whole, err := c.whole(ctx, pod)
+	if whole == nil || err != nil {
+		return err
+	}
 	if remote != nil {
-		if specEqual(remote, pod) {
-			return nil
-		}
-		if err := c.cfg.Provider.UpdatePod(ctx, pod.DeepCopy()); err != nil {
+		if err := c.cfg.Provider.UpdatePod(ctx, whole); err != nil {
 			c.providerFailed(ctx, pod, EventUpdateFailed, err)
 			return err
 		}
 		return nil
 	}
-	if err := c.cfg.Provider.CreatePod(ctx, pod.DeepCopy()); err != nil {
+	if err := c.cfg.Provider.CreatePod(ctx, whole); err != nil {
 		c.providerFailed(ctx, pod, EventCreateFailed, err)
 		return err
 	}
 	return nil
+}
+
+// whole reads pod whole, for the Provider: the informer may keep slim
+// pods (Config.Pods). It reads at the informer's resourceVersion or later,
+// which the API server serves from its watch cache. A pod that is gone or
+// was replaced gives nil: its own events bring what follows.
+func (c *Controller) whole(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	got, err := c.cfg.Client.Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{ResourceVersion: pod.ResourceVersion})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading pod %s: %w", klog.KObj(pod), err)
+	}
+	if got.UID != pod.UID {
+		return nil, nil
+	}
+	return got, nil
 }
 
 // providerFailed records err, the Provider's failure to create or update

@@ -73,7 +73,8 @@ func (p *provider) GetPod(_ context.Context, ns, name string) (*corev1.Pod, erro
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pod, ok := p.pods[ns+"/"+name]; ok {
-		return pod.DeepCopy(), nil
+		// As the consumer sees it: compared with the informer's slim pod.
+		return slim(pod.DeepCopy()), nil
 	}
 	return nil, errdefs.NotFound("no such pod")
 }
@@ -125,7 +126,7 @@ func newEnv(t *testing.T) *env {
 	ctx, cancel := context.WithCancel(t.Context())
 	onNode := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.node).String()
-	}))
+	}), informers.WithTransform(func(obj any) (any, error) { return slim(obj.(*corev1.Pod)), nil }))
 	pods := onNode.Core().V1().Pods()
 	c, err := New(Config{Pods: pods.Informer(), Lister: pods.Lister(), Client: kube.CoreV1(), Provider: e.p, Events: e.events,
 		RateLimiter: func() workqueue.TypedRateLimiter[string] {
@@ -148,6 +149,16 @@ func newEnv(t *testing.T) *env {
 		t.Fatalf("the controller stopped: %v", c.Err())
 	}
 	return e
+}
+
+// slim is what the informer keeps of pod, as podreflection's transform
+// does: no volumes, no environment.
+func slim(pod *corev1.Pod) *corev1.Pod {
+	pod.Spec.Volumes = nil
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].Env = nil
+	}
+	return pod
 }
 
 // pod creates a pod bound to the node.
@@ -281,5 +292,53 @@ func TestADeletedPodGoesAfterItsRemotePodEndsOrItsGracePeriod(t *testing.T) {
 	})
 	if took := time.Since(start); took > waitTimeout {
 		t.Errorf("the ended pod took %s to go", took)
+	}
+}
+
+func TestTheProviderGetsTheWholePodThoughTheInformerKeepsItSlim(t *testing.T) {
+	e := newEnv(t)
+	whole := func(p *corev1.Pod) bool {
+		return len(p.Spec.Volumes) == 1 && len(p.Spec.Containers[0].Env) == 1
+	}
+	_, err := e.kube.CoreV1().Pods(e.ns).Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "whole"},
+		Spec: corev1.PodSpec{NodeName: e.node,
+			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
+				Env: []corev1.EnvVar{{Name: "GREETING", Value: "hello"}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := func() *corev1.Pod {
+		e.p.mu.Lock()
+		defer e.p.mu.Unlock()
+		return e.p.pods[e.ns+"/whole"]
+	}
+	framework.Eventually(t, waitTimeout, "the remote pod exists", func(context.Context) bool { return remote() != nil })
+	if got := remote(); !whole(got) {
+		t.Errorf("CreatePod got volumes %v and environment %v, want the pod's own", got.Spec.Volumes, got.Spec.Containers[0].Env)
+	}
+
+	// An update too: a new image reaches the Provider with the whole pod.
+	p, err := e.get(t.Context(), "whole")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Containers[0].Image = "registry.k8s.io/pause:3.9"
+	if _, err := e.kube.CoreV1().Pods(e.ns).Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, waitTimeout, "the new image reaches the remote pod", func(context.Context) bool {
+		return remote().Spec.Containers[0].Image == "registry.k8s.io/pause:3.9"
+	})
+	if got := remote(); !whole(got) {
+		t.Errorf("UpdatePod got volumes %v and environment %v, want the pod's own", got.Spec.Volumes, got.Spec.Containers[0].Env)
+	}
+	e.p.mu.Lock()
+	creates := e.p.creates
+	e.p.mu.Unlock()
+	if creates != 1 {
+		t.Errorf("CreatePod was called %d times, want 1", creates)
 	}
 }

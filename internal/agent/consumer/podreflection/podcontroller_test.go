@@ -24,7 +24,7 @@ func runPodController(t *testing.T, e *env) {
 	ctx, cancel := context.WithCancel(t.Context())
 	onNode := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.node).String()
-	}))
+	}), informers.WithTransform(SlimConsumerPod))
 	pods := onNode.Core().V1().Pods()
 	pc, err := podcontroller.New(podcontroller.Config{
 		Pods:     pods.Informer(),

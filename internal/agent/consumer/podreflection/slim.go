@@ -75,3 +75,74 @@ func cpuAndMemory(l corev1.ResourceList) corev1.ResourceList {
 	}
 	return out
 }
+
+// SlimConsumerPod is the transform of the informer of the consumer's pods
+// bound to the virtual node: a pod with only what the pod controller and
+// the handler read from that cache. The metadata (less managedFields) and
+// the status stay whole: a status is written with them, and the API server
+// takes a status update's labels and annotations. Of the spec stay
+//   - what a pod update can change, which the consumer's view of the remote
+//     pod is compared with: the containers' names, images, resources and
+//     restart and resize policies, the ephemeral containers' names and
+//     images, the deadline and the tolerations;
+//   - what a status is made of: the readiness gates, the restart policy;
+//   - what renewing a token reads: the service account, the
+//     service-account token volumes, the claims;
+//   - the scheduler's arithmetic: the node, the overhead, the pod's
+//     resources.
+//
+// Environment, mounts, probes and the volumes' sources, most of a spec,
+// go: the pod controller reads the whole pod from the API server to create
+// or update its remote pod.
+func SlimConsumerPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	s := &p.Spec
+	slim := corev1.PodSpec{
+		NodeName: s.NodeName, ServiceAccountName: s.ServiceAccountName, RestartPolicy: s.RestartPolicy,
+		ActiveDeadlineSeconds: s.ActiveDeadlineSeconds, Tolerations: s.Tolerations, ReadinessGates: s.ReadinessGates,
+		Overhead: s.Overhead, Resources: s.Resources,
+		Containers: consumerContainers(s.Containers), InitContainers: consumerContainers(s.InitContainers),
+	}
+	for _, e := range s.EphemeralContainers {
+		slim.EphemeralContainers = append(slim.EphemeralContainers, corev1.EphemeralContainer{
+			EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: e.Name, Image: e.Image}})
+	}
+	for _, v := range s.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			slim.Volumes = append(slim.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
+		case v.Projected != nil:
+			// Its service-account tokens only, which tell whether the
+			// pod needs a token reflected.
+			var tokens []corev1.VolumeProjection
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil {
+					tokens = append(tokens, corev1.VolumeProjection{ServiceAccountToken: src.ServiceAccountToken})
+				}
+			}
+			if tokens != nil {
+				slim.Volumes = append(slim.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: tokens}}})
+			}
+		}
+	}
+	// In place: the informer hands the transform an object of its own.
+	p.Spec = slim
+	p.ManagedFields = nil
+	return p, nil
+}
+
+// consumerContainers keeps the names, images, resources and restart and
+// resize policies of cs.
+func consumerContainers(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Image: c.Image, Resources: c.Resources, RestartPolicy: c.RestartPolicy, ResizePolicy: c.ResizePolicy}
+	}
+	return out
+}

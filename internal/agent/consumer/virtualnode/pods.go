@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/objectreflection"
@@ -67,7 +66,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	name := rt.peer.node()
 	onNode := informers.NewSharedInformerFactoryWithOptions(r.podsKube(), 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
-	}), informers.WithTransform(crcache.TransformStripManagedFields()))
+	}), informers.WithTransform(podreflection.SlimConsumerPod))
 	pods := onNode.Core().V1().Pods()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.podsKube().CoreV1().Events("")})
