@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/slim"
 )
 
 // SlimPod is the cache transform of Pods: a pod with only the fields the
@@ -39,14 +40,15 @@ func SlimPod(obj any) (any, error) {
 	return out, nil
 }
 
-// slimContainers keeps the names, resources and restart policies of cs.
+// slimContainers keeps the names, resources (shared with other pods,
+// slim.Resources) and restart policies of cs.
 func slimContainers(cs []corev1.Container) []corev1.Container {
 	if len(cs) == 0 {
 		return nil
 	}
 	out := make([]corev1.Container, len(cs))
 	for i, c := range cs {
-		out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy}
+		out[i] = corev1.Container{Name: c.Name, Resources: slim.Requirements(c.Resources), RestartPolicy: c.RestartPolicy}
 	}
 	return out
 }

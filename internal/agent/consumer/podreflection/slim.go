@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubectl-offload/kubectl-offload/internal/agent/consumer/reflection"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/slim"
 )
 
 // slimRemotePod is the transform of the twin namespaces' pod informers: a
@@ -49,7 +50,7 @@ func slimRemotePod(obj any) (any, error) {
 }
 
 // slimContainers keeps the names, images, and cpu and memory requests and
-// limits of cs.
+// limits of cs, the lists shared with other pods (slim.Resources).
 func slimContainers(cs []corev1.Container) []corev1.Container {
 	if len(cs) == 0 {
 		return nil
@@ -57,7 +58,8 @@ func slimContainers(cs []corev1.Container) []corev1.Container {
 	out := make([]corev1.Container, len(cs))
 	for i, c := range cs {
 		out[i] = corev1.Container{Name: c.Name, Image: c.Image,
-			Resources: corev1.ResourceRequirements{Requests: cpuAndMemory(c.Resources.Requests), Limits: cpuAndMemory(c.Resources.Limits)}}
+			Resources: corev1.ResourceRequirements{Requests: slim.Resources(cpuAndMemory(c.Resources.Requests)),
+				Limits: slim.Resources(cpuAndMemory(c.Resources.Limits))}}
 	}
 	return out
 }
@@ -100,20 +102,20 @@ func SlimConsumerPod(obj any) (any, error) {
 		return obj, nil
 	}
 	s := &p.Spec
-	slim := corev1.PodSpec{
+	spec := corev1.PodSpec{
 		NodeName: s.NodeName, ServiceAccountName: s.ServiceAccountName, RestartPolicy: s.RestartPolicy,
 		ActiveDeadlineSeconds: s.ActiveDeadlineSeconds, Tolerations: s.Tolerations, ReadinessGates: s.ReadinessGates,
 		Overhead: s.Overhead, Resources: s.Resources,
 		Containers: consumerContainers(s.Containers), InitContainers: consumerContainers(s.InitContainers),
 	}
 	for _, e := range s.EphemeralContainers {
-		slim.EphemeralContainers = append(slim.EphemeralContainers, corev1.EphemeralContainer{
+		spec.EphemeralContainers = append(spec.EphemeralContainers, corev1.EphemeralContainer{
 			EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: e.Name, Image: e.Image}})
 	}
 	for _, v := range s.Volumes {
 		switch {
 		case v.PersistentVolumeClaim != nil:
-			slim.Volumes = append(slim.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
+			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
 		case v.Projected != nil:
 			// Its service-account tokens only, which tell whether the
 			// pod needs a token reflected.
@@ -124,25 +126,26 @@ func SlimConsumerPod(obj any) (any, error) {
 				}
 			}
 			if tokens != nil {
-				slim.Volumes = append(slim.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: tokens}}})
+				spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: tokens}}})
 			}
 		}
 	}
 	// In place: the informer hands the transform an object of its own.
-	p.Spec = slim
+	p.Spec = spec
 	p.ManagedFields = nil
 	return p, nil
 }
 
-// consumerContainers keeps the names, images, resources and restart and
-// resize policies of cs.
+// consumerContainers keeps the names, images, resources (shared with other
+// pods, slim.Resources) and restart and resize policies of cs.
 func consumerContainers(cs []corev1.Container) []corev1.Container {
 	if len(cs) == 0 {
 		return nil
 	}
 	out := make([]corev1.Container, len(cs))
 	for i, c := range cs {
-		out[i] = corev1.Container{Name: c.Name, Image: c.Image, Resources: c.Resources, RestartPolicy: c.RestartPolicy, ResizePolicy: c.ResizePolicy}
+		out[i] = corev1.Container{Name: c.Name, Image: c.Image, Resources: slim.Requirements(c.Resources),
+			RestartPolicy: c.RestartPolicy, ResizePolicy: c.ResizePolicy}
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/slim"
 )
 
 // Usage is what the pods bound to each node request, by node and by the
@@ -68,7 +69,7 @@ func (u *Usage) set(key string, pod *corev1.Pod) {
 	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return
 	}
-	p := podUse{node: pod.Spec.NodeName, origin: pod.Labels[offloadv1alpha1.LabelOriginClusterID], requests: podRequests(pod)}
+	p := podUse{node: pod.Spec.NodeName, origin: pod.Labels[offloadv1alpha1.LabelOriginClusterID], requests: slim.Resources(podRequests(pod))}
 	u.pods[key] = p
 	byOrigin := u.nodes[p.node]
 	if byOrigin == nil {
