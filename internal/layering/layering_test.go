@@ -71,7 +71,7 @@ func TestTheCLIAndTheAgentDoNotImportEachOther(t *testing.T) {
 // internal/agent/consumer never imports one under internal/agent/provider,
 // nor the reverse. What both use is in internal/agent/fabric (each side's
 // network), in the shared packages at internal/agent's root, or in a leaf.
-var sharedAgentPackages = []string{"app", "manager", "summary", "ssa", "pki", "children", "metrics"}
+var sharedAgentPackages = []string{"app", "manager", "summary", "ssa", "pki", "children", "metrics", "slim"}
 
 func TestAConsumersPackageNeverImportsAProvidersNorTheReverse(t *testing.T) {
 	side := func(pkg string) string {
