@@ -36,8 +36,13 @@ const (
 	virtualNodeLabel = offloadv1alpha1.LabelType + "=" + offloadv1alpha1.TypeVirtualNode
 	// agentCPULimit replaces the chart's default CPU limit of the
 	// controller-manager, so that it does not shape the figures. Its memory
-	// limit stays the chart's (chartMemoryLimit): P4 holds under it.
+	// limit stays the chart's (chartMemoryLimit): P4 holds under it, unless
+	// OFFLOAD_BENCH_AGENT_MEMORY replaces it (to try a smaller N against a
+	// proportionally smaller limit).
 	agentCPULimit = "2"
+	// agentMemoryEnv replaces the chart's memory limit of the
+	// controller-manager.
+	agentMemoryEnv = "OFFLOAD_BENCH_AGENT_MEMORY"
 	// consumerName and providerName are the clusters' names.
 	consumerName, providerName = "bench-consumer", "bench-provider"
 	// providerAgents is componentCPU's key of the provider's agents: every
@@ -109,6 +114,9 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 	}
 	if m := os.Getenv(schedulingEnv); m != "" {
 		install = append(install, "--set", "webhook.mode="+m)
+	}
+	if m := os.Getenv(agentMemoryEnv); m != "" {
+		install = append(install, "--set", "controllerManager.resources.limits.memory="+m)
 	}
 	if os.Getenv("OFFLOAD_BENCH_PROFILE") != "" {
 		install = append(install, "--set", "controllerManager.pprofBindAddress=:"+strconv.Itoa(agentPprofPort))
@@ -372,8 +380,11 @@ func cpuDelta(before, after map[string]float64) string {
 }
 
 // chartMemoryLimit is the controller-manager's memory limit as the chart
-// sets it by default, or "unknown".
+// sets it by default, or "unknown"; OFFLOAD_BENCH_AGENT_MEMORY when set.
 func chartMemoryLimit() string {
+	if m := os.Getenv(agentMemoryEnv); m != "" {
+		return m + " (" + agentMemoryEnv + ")"
+	}
 	data, err := fs.ReadFile(charts.Offload(), "values.yaml")
 	if err != nil {
 		return "unknown"

@@ -69,6 +69,11 @@ type offloadResult struct {
 	// providerAgentsIdle is what the provider's agents used per second,
 	// in CPU seconds, before the direct run, with no pod to handle.
 	providerAgentsIdle float64
+	// deleted is how long deleting the offloaded Deployment took, until
+	// its consumer and remote pods were gone; deleteRestarts how many
+	// times the consumer's agent restarted meanwhile (OOMKilled, say).
+	deleted        time.Duration
+	deleteRestarts int32
 }
 
 // idleWindow is how long measure reads the provider agents' idle CPU.
@@ -120,8 +125,10 @@ func BenchmarkOffload(b *testing.B) {
 	if path := os.Getenv("OFFLOAD_BENCH_REPORT"); path != "" && len(all) > 0 {
 		runs, _ := benchRuns(os.Getenv("OFFLOAD_BENCH_RUNS"))
 		command := fmt.Sprintf("OFFLOAD_BENCH_N=%s OFFLOAD_BENCH_CPUS=%s OFFLOAD_BENCH_RUNS=%d make bench-offload", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), ","), "[]"), cpuModeNames(modes), runs)
-		if m := os.Getenv(schedulingEnv); m != "" {
-			command = schedulingEnv + "=" + m + " " + command
+		for _, env := range []string{schedulingEnv, agentMemoryEnv} {
+			if m := os.Getenv(env); m != "" {
+				command = env + "=" + m + " " + command
+			}
 		}
 		if err := writeReport(path, command, all); err != nil {
 			b.Fatalf("writing the report: %v", err)
@@ -436,12 +443,45 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	if r.notOffloaded = offloaded.elsewhere(); r.notOffloaded > 0 {
 		b.Logf("N=%d: %d consumer pods were bound to a node other than %s (the webhook missed them?): the offloaded figures include them", n, r.notOffloaded, p.virtualNode)
 	}
+	// The burst's figures now: the deletion that follows may fail the run.
+	fmt.Printf("N=%d, this run before its deletion:%s", n, summary([]offloadResult{r}))
+	restarts, _ = agentRestarts(ctx, p.consumer)
+	profiling := p.profileAgentEvery(ctx, b, name+"-deleting", 20*time.Second)
+	start := time.Now()
 	p.deleteDeployment(ctx, b, p.consumer, offloadedNS, name, timeout)
+	r.deleted = time.Since(start)
+	profiling()
+	if now, err := agentRestarts(ctx, p.consumer); err == nil {
+		r.deleteRestarts = now - restarts
+	}
+	fmt.Printf("N=%d offloaded, deleting the Deployment: %s, consumer agent restarts meanwhile: %d\n", n, r.deleted.Round(time.Millisecond), r.deleteRestarts)
 	stopLocal()
 	stopRemote()
 	waitDeletesSettled(ctx, b, p.provider)
 	b.Logf("N=%d offloaded: %d pods Running on the consumer in %s; %d pods with every timestamp", n, n, r.offloaded.Round(time.Millisecond), r.samples)
 	return r
+}
+
+// profileAgentEvery, when the benchmark profiles, takes a heap profile of
+// the consumer's agent every interval in the background, as
+// NAME-NN-CLUSTER-offload-agent-heap.pprof; stop stops it.
+func (p *pair) profileAgentEvery(ctx context.Context, b *testing.B, name string, interval time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for i := 1; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				profileAgent(ctx, b, p.consumer, fmt.Sprintf("%s-%02d", name, i), "heap", "gc=1")
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // mustStartRequests reads both API servers' request counts, or fails b.
@@ -753,6 +793,11 @@ func summary(results []offloadResult) string {
 			r.startupDirect[0], r.startupDirect[1], r.startupDirect[2], r.startupOffloaded[0], r.startupOffloaded[1], r.startupOffloaded[2])
 	}
 	_ = w.Flush()
+	for _, r := range results {
+		if r.deleted > 0 {
+			fmt.Fprintf(&sb, "N=%d: deleting the offloaded Deployment took %s; the consumer's agent restarted %d times meanwhile\n", r.n, r.deleted.Round(time.Second), r.deleteRestarts)
+		}
+	}
 	for _, rs := range bySize(results) {
 		if len(rs) < 2 {
 			continue
