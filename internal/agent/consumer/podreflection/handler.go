@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +59,13 @@ type Options struct {
 	// from the PodController's pod informer. Optional: without it, consumer
 	// pods are read from Consumer.
 	LocalPods corev1listers.PodLister
+	// LocalPodsSynced reports whether LocalPods' informer has listed the
+	// pods once. Optional. With it, the handler reads no consumer pod from
+	// Consumer for the remote pods' changes: before the sync it leaves
+	// them to the replay that follows it (NotifyPods), after the sync a pod
+	// LocalPods lacks is gone. Without it, every remote pod whose consumer
+	// pod LocalPods lacks costs a read: in a mass deletion, every one.
+	LocalPodsSynced cache.InformerSynced
 
 	// ConsumerClusterID is the consumer's cluster ID, the value of the
 	// origin cluster label on everything the handler creates.
@@ -173,6 +181,17 @@ func (h *Handler) Start(ctx context.Context) error {
 	h.mu.Unlock()
 	_, err := h.syncAll(ctx)
 	return err
+}
+
+// stopped is closed once the context Start was given is done; never
+// before Start.
+func (h *Handler) stopped() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx == nil {
+		return nil
+	}
+	return h.ctx.Done()
 }
 
 // addresses is the current address translation.

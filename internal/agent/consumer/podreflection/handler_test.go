@@ -3,6 +3,7 @@ package podreflection
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -173,6 +174,123 @@ func TestARemotePodNoKubeletReportedOnCostsTheConsumerNoStatusWrite(t *testing.T
 		}
 	case <-time.After(waitTimeout):
 		t.Fatal("the provider's Unschedulable condition was not notified")
+	}
+}
+
+// podReads counts the GETs of single pods that go through it.
+type podReads struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (c *podReads) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/pods/") {
+		c.n.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// localPodsOf makes the handler list consumer pods from an informer of
+// the consumer, as the virtual node's PodController has; start starts it.
+func localPodsOf(t *testing.T) (tweak func(*Options), informer *cache.SharedIndexInformer, start func()) {
+	var f informers.SharedInformerFactory
+	informer = new(cache.SharedIndexInformer)
+	return func(o *Options) {
+		f = informers.NewSharedInformerFactory(o.Consumer, 0)
+		o.LocalPods = f.Core().V1().Pods().Lister()
+		*informer = f.Core().V1().Pods().Informer()
+		o.LocalPodsSynced = (*informer).HasSynced
+	}, informer, func() { f.Start(t.Context().Done()) }
+}
+
+// In a mass deletion, the remote pods' last changes and deletions come
+// after their consumer pods are gone: once LocalPods has synced, the
+// handler knows they are gone without asking the consumer's API server,
+// and sends nothing for them.
+func TestTheChangesOfARemotePodWhoseConsumerPodIsGoneCostTheConsumerNoRead(t *testing.T) {
+	tweak, informer, start := localPodsOf(t)
+	e := newEnv(t, tweak)
+	start()
+	ctx := t.Context()
+	reads := &podReads{}
+	e.consumerThrough(t, func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads })
+	e.notify(t)
+	inLocalPods := func(name string, want bool) {
+		framework.Eventually(t, waitTimeout, fmt.Sprintf("LocalPods knowing of %s: %v", name, want), func(context.Context) bool {
+			_, ok, _ := (*informer).GetStore().GetByKey(e.consumer + "/" + name)
+			return ok == want
+		})
+	}
+	for _, name := range []string{"web", "marker"} {
+		local := e.localPod(t, name)
+		inLocalPods(name, true)
+		if err := e.h.CreatePod(ctx, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.kube.CoreV1().Pods(e.consumer).Delete(ctx, "web", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	inLocalPods("web", false)
+	reads.n.Store(0)
+	// The provider's kubelet reports on the remote pod, then it goes.
+	remote := e.getRemote(ctx, t, "web")
+	remote.Status.Phase = corev1.PodRunning
+	if _, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(ctx, remote, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.kube.CoreV1().Pods(e.twin).Delete(ctx, "web", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	// The handler takes a twin namespace's events in order: once the
+	// marker's status is notified, web's were handled.
+	marker := e.getRemote(ctx, t, "marker")
+	marker.Status.Phase = corev1.PodRunning
+	if _, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(ctx, marker, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got := e.waitNotified(t, "a status", func(*corev1.Pod) bool { return true })
+		if got.Name == "web" {
+			t.Errorf("a status was notified for pod web, which is gone: %+v", got.Status)
+		}
+		if got.Name == "marker" && got.Status.Phase == corev1.PodRunning {
+			break
+		}
+	}
+	if n := reads.n.Load(); n != 0 {
+		t.Errorf("the handler read %d pods from the consumer's API server for a remote pod whose consumer pod LocalPods no longer has", n)
+	}
+}
+
+// Before LocalPods has synced, a remote pod's change would cost a read of
+// its consumer pod, which LocalPods does not know yet: the handler leaves
+// it to the replay that follows the sync, which finds the pod there. A
+// restarted agent has every remote pod to go through at once.
+func TestRemotePodsChangedBeforeLocalPodsSyncedAreSentByTheReplayAfter(t *testing.T) {
+	tweak, _, start := localPodsOf(t)
+	e := newEnv(t, tweak)
+	ctx := t.Context()
+	reads := &podReads{}
+	e.consumerThrough(t, func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads })
+	e.notify(t)
+	local := e.localPod(t, "web")
+	if err := e.h.CreatePod(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	reads.n.Store(0)
+	remote := e.getRemote(ctx, t, "web")
+	remote.Status.Phase = corev1.PodRunning
+	if _, err := e.kube.CoreV1().Pods(e.twin).UpdateStatus(ctx, remote, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start()
+	got := e.waitNotified(t, "the pod is Running, replayed once LocalPods synced", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	if got.UID != local.UID {
+		t.Errorf("notified pod UID %s, want the consumer pod's %s", got.UID, local.UID)
+	}
+	if n := reads.n.Load(); n != 0 {
+		t.Errorf("the handler read %d pods from the consumer's API server before LocalPods synced", n)
 	}
 }
 

@@ -169,11 +169,23 @@ func (e *env) getRemote(ctx context.Context, t *testing.T, name string) *corev1.
 // gets the transport to the API server: to count or fault requests.
 func (e *env) providerThrough(t *testing.T, wrap func(http.RoundTripper) http.RoundTripper) {
 	t.Helper()
+	e.h.opts.Provider = e.through(t, wrap)
+}
+
+// consumerThrough makes the handler reach the consumer through wrap.
+func (e *env) consumerThrough(t *testing.T, wrap func(http.RoundTripper) http.RoundTripper) {
+	t.Helper()
+	e.h.opts.Consumer = e.through(t, wrap)
+}
+
+// through is a client of the test API server through wrap.
+func (e *env) through(t *testing.T, wrap func(http.RoundTripper) http.RoundTripper) kubernetes.Interface {
+	t.Helper()
 	cfg := rest.CopyConfig(e.cfg)
 	cfg.WrapTransport = wrap
-	provider, err := kubernetes.NewForConfig(cfg)
+	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.h.opts.Provider = provider
+	return c
 }

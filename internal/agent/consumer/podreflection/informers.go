@@ -97,7 +97,9 @@ func waitSynced(ctx context.Context, ti *twinInformer) error {
 // remoteChanged tells the PodController about the new status of a remote pod.
 func (h *Handler) remoteChanged(ti *twinInformer, obj any) {
 	remote, ok := obj.(*corev1.Pod)
-	if !ok {
+	if !ok || !h.localPodsSynced() {
+		// The replay that follows the sync sends it (NotifyPods): the
+		// informer's store has it.
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
@@ -158,6 +160,12 @@ func (h *Handler) remoteDeleted(ti *twinInformer, obj any) {
 	h.send(p)
 }
 
+// localPodsSynced reports whether LocalPods has synced, or true when the
+// handler cannot know (no LocalPodsSynced).
+func (h *Handler) localPodsSynced() bool {
+	return h.opts.LocalPodsSynced == nil || h.opts.LocalPodsSynced()
+}
+
 // send calls the PodController's callback, if it registered one.
 func (h *Handler) send(p *corev1.Pod) {
 	h.mu.Lock()
@@ -170,8 +178,9 @@ func (h *Handler) send(p *corev1.Pod) {
 
 // NotifyPods registers cb, which the handler calls with the consumer pod
 // and its new status whenever a remote pod changes. The pods the informers
-// already know are replayed at once, so statuses observed before the
-// PodController started are not lost.
+// already know are replayed as soon as LocalPods has synced (at once
+// without LocalPodsSynced), so statuses observed before the PodController
+// started are not lost.
 func (h *Handler) NotifyPods(_ context.Context, cb func(*corev1.Pod)) {
 	h.mu.Lock()
 	h.notify = cb
@@ -189,6 +198,9 @@ func (h *Handler) localPod(ctx context.Context, ti *twinInformer, remote *corev1
 	var local *corev1.Pod
 	if h.opts.LocalPods != nil {
 		local, _ = h.opts.LocalPods.Pods(ti.consumer).Get(remote.Name)
+		if local == nil && h.opts.LocalPodsSynced != nil && h.opts.LocalPodsSynced() {
+			return nil // listed, and gone since
+		}
 	}
 	if local == nil {
 		var err error

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
 )
 
 // DefaultTokenRenewInterval is how often Run checks the service-account
@@ -73,6 +74,11 @@ func (h *Handler) twinInformers() []*twinInformer {
 
 // replay sends the status of every remote pod the informers know.
 func (h *Handler) replay() {
+	// Until LocalPods has synced, remoteChanged sends nothing: the replay
+	// must come after.
+	if !h.localPodsSynced() && !cache.WaitForCacheSync(h.stopped(), h.opts.LocalPodsSynced) {
+		return
+	}
 	for _, ti := range h.twinInformers() {
 		for _, obj := range ti.informer.GetStore().List() {
 			h.remoteChanged(ti, obj)

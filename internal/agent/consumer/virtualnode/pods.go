@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -71,7 +70,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.podsKube().CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	h, err := r.newPodHandler(ctx, rt.peer, pods.Lister(), broadcaster)
+	h, err := r.newPodHandler(ctx, rt.peer, pods, broadcaster)
 	if err != nil {
 		return err
 	}
@@ -114,7 +113,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 
 // newPodHandler builds the peer's podreflection.Handler over the pods of
 // its virtual node, and starts its watch of the remote pods.
-func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods corelisters.PodLister, broadcaster record.EventBroadcaster) (*podreflection.Handler, error) {
+func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods coreinformers.PodInformer, broadcaster record.EventBroadcaster) (*podreflection.Handler, error) {
 	consumerID, err := r.consumerClusterID(ctx)
 	if err != nil {
 		return nil, err
@@ -124,7 +123,8 @@ func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods corelister
 		Provider:          p.provider,
 		Consumer:          r.podsKube(),
 		ConsumerReader:    r.Client,
-		LocalPods:         pods,
+		LocalPods:         pods.Lister(),
+		LocalPodsSynced:   pods.Informer().HasSynced,
 		ConsumerClusterID: consumerID,
 		ProviderClusterID: p.fc.Spec.ClusterID,
 		VirtualNodeName:   name,
