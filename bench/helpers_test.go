@@ -401,5 +401,5 @@ func chartMemoryLimit() string {
 	if yaml.Unmarshal(data, &v) != nil || v.ControllerManager.Resources.Limits.Memory == "" {
 		return "unknown"
 	}
-	return v.ControllerManager.Resources.Limits.Memory
+	return v.ControllerManager.Resources.Limits.Memory + " (the chart's)"
 }

@@ -74,6 +74,13 @@ type offloadResult struct {
 	// times the consumer's agent restarted meanwhile (OOMKilled, say).
 	deleted        time.Duration
 	deleteRestarts int32
+	// restartReady is how long the consumer's agent took, deleted with N
+	// pods offloaded, until its replacement was Ready; restartRSS the
+	// replacement's peak RSS in MiB over restartWindow after that, and
+	// restartOOM how many times it restarted in that time.
+	restartReady time.Duration
+	restartRSS   float64
+	restartOOM   int32
 }
 
 // idleWindow is how long measure reads the provider agents' idle CPU.
@@ -445,6 +452,10 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	}
 	// The burst's figures now: the deletion that follows may fail the run.
 	fmt.Printf("N=%d, this run before its deletion:%s", n, summary([]offloadResult{r}))
+	r.restartReady, r.restartRSS, r.restartOOM = p.restartAgent(ctx, b)
+	fmt.Printf("N=%d offloaded, the consumer's agent deleted: its replacement Ready in %s; over the %s after, RSS peak %.0f MiB, restarts %d\n",
+		n, r.restartReady.Round(time.Millisecond), restartWindow, r.restartRSS, r.restartOOM)
+	profileAgent(ctx, b, p.consumer, name+"-restarted", "heap", "gc=1")
 	restarts, _ = agentRestarts(ctx, p.consumer)
 	profiling := p.profileAgentEvery(ctx, b, name+"-deleting", 20*time.Second)
 	start := time.Now()
@@ -460,6 +471,69 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	waitDeletesSettled(ctx, b, p.provider)
 	b.Logf("N=%d offloaded: %d pods Running on the consumer in %s; %d pods with every timestamp", n, n, r.offloaded.Round(time.Millisecond), r.samples)
 	return r
+}
+
+// restartWindow is how long restartAgent watches a replacement agent once
+// it is Ready: the time it takes to go through every pod again.
+const restartWindow = 60 * time.Second
+
+// restartAgent deletes the consumer's agent pod and returns how long its
+// replacement took to be Ready, then its peak RSS (MiB) and its restarts
+// over restartWindow: a restarted agent lists every pod of both sides and
+// goes through each once.
+func (p *pair) restartAgent(ctx context.Context, b *testing.B) (ready time.Duration, rss float64, restarts int32) {
+	b.Helper()
+	list, err := agentPods(ctx, p.consumer)
+	if err != nil || len(list.Items) != 1 {
+		b.Fatalf("the consumer's controller-manager pod: %v (%d pods)", err, len(list.Items))
+	}
+	old := list.Items[0].Name
+	start := time.Now()
+	if err := p.consumer.Kube.CoreV1().Pods(installNS).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	var current *corev1.Pod
+	if err := poll(ctx, 5*time.Minute, func(ctx context.Context) (bool, string) {
+		list, err := agentPods(ctx, p.consumer)
+		if err != nil {
+			return false, err.Error()
+		}
+		for i := range list.Items {
+			if q := &list.Items[i]; q.Name != old && q.DeletionTimestamp == nil && podReady(q) {
+				current = q
+				return true, ""
+			}
+		}
+		return false, "no replacement Ready"
+	}); err != nil {
+		b.Fatalf("the consumer's agent after its deletion: %v", err)
+	}
+	ready = time.Since(start)
+	end := time.Now().Add(restartWindow)
+	for time.Now().Before(end) {
+		if pid, err := machine.AgentPID(p.consumer.Name); err == nil {
+			if m, err := machine.RSSMiB(pid); err == nil {
+				rss = max(rss, m)
+			}
+		}
+		time.Sleep(time.Second) // a sampling interval, not a wait for a state
+	}
+	if q, err := p.consumer.Kube.CoreV1().Pods(installNS).Get(ctx, current.Name, metav1.GetOptions{}); err == nil {
+		for _, st := range q.Status.ContainerStatuses {
+			restarts += st.RestartCount
+		}
+	}
+	return ready, rss, restarts
+}
+
+// podReady reports whether pod q has condition Ready.
+func podReady(q *corev1.Pod) bool {
+	for _, c := range q.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // profileAgentEvery, when the benchmark profiles, takes a heap profile of
@@ -794,6 +868,10 @@ func summary(results []offloadResult) string {
 	}
 	_ = w.Flush()
 	for _, r := range results {
+		if r.restartReady > 0 {
+			fmt.Fprintf(&sb, "N=%d: the consumer's agent, deleted with the pods offloaded, was Ready again in %s; over the %s after, RSS peak %.0f MiB, %d restarts\n",
+				r.n, r.restartReady.Round(100*time.Millisecond), restartWindow, r.restartRSS, r.restartOOM)
+		}
 		if r.deleted > 0 {
 			fmt.Fprintf(&sb, "N=%d: deleting the offloaded Deployment took %s; the consumer's agent restarted %d times meanwhile\n", r.n, r.deleted.Round(time.Second), r.deleteRestarts)
 		}
@@ -810,7 +888,7 @@ func summary(results []offloadResult) string {
 			spreadOf(rs, func(r offloadResult) float64 { return r.overhead[1] }).format(0),
 			spreadOf(rs, func(r offloadResult) float64 { return r.consumerRSS }).format(0))
 	}
-	fmt.Fprintf(&sb, "agent controller-manager limits: memory %s (the chart's), cpu %s\n", chartMemoryLimit(), agentCPULimit)
+	fmt.Fprintf(&sb, "agent controller-manager limits: memory %s, cpu %s\n", chartMemoryLimit(), agentCPULimit)
 	return sb.String()
 }
 
