@@ -13,7 +13,8 @@ import (
 // arithmetic: containers, init containers and their restart policy,
 // overhead, pod-level resources); the network controllers read its labels,
 // node, host network, addresses and deletion. Annotations, volumes,
-// environment, probes and container statuses, most of a pod's size, go.
+// environment, probes, conditions and container statuses, most of a pod's
+// size, go: on a consumer, every offloaded pod is one of these.
 //
 // The cache never writes a pod back, so nothing is lost on the API server;
 // a controller that needs another field of a pod reads it with the
@@ -32,11 +33,11 @@ func SlimPod(obj any) (any, error) {
 			Overhead: p.Spec.Overhead, Resources: p.Spec.Resources,
 		},
 		Status: corev1.PodStatus{
-			Phase: p.Status.Phase, Conditions: p.Status.Conditions, Reason: p.Status.Reason,
-			HostIP: p.Status.HostIP, HostIPs: p.Status.HostIPs, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
+			Phase: p.Status.Phase, HostIP: p.Status.HostIP, HostIPs: p.Status.HostIPs, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
 		},
 	}
-	out.OwnerReferences = p.OwnerReferences
+	// The pods of a ReplicaSet carry the same labels and owner.
+	out.Labels, out.OwnerReferences = slim.Labels(out.Labels), slim.OwnerReferences(p.OwnerReferences)
 	return out, nil
 }
 

@@ -43,6 +43,7 @@ func TestASlimPodKeepsWhatTheControllersRead(t *testing.T) {
 		Status: corev1.PodStatus{
 			Phase: corev1.PodRunning, PodIP: "10.0.0.5", PodIPs: []corev1.PodIP{{IP: "10.0.0.5"}}, HostIP: "192.0.2.1",
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true}},
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 		},
 	}
 	got, err := SlimPod(pod.DeepCopy())
@@ -59,7 +60,7 @@ func TestASlimPodKeepsWhatTheControllersRead(t *testing.T) {
 		t.Errorf("the slim pod lost a field the controllers read: %+v", slim)
 	}
 	if slim.Annotations != nil || slim.ManagedFields != nil || slim.Spec.Volumes != nil || slim.Spec.Containers[0].Env != nil ||
-		slim.Spec.Containers[0].Image != "" || slim.Status.ContainerStatuses != nil {
+		slim.Spec.Containers[0].Image != "" || slim.Status.ContainerStatuses != nil || slim.Status.Conditions != nil {
 		t.Errorf("the slim pod kept fields no controller reads: %+v", slim)
 	}
 	if other, _ := SlimPod(&corev1.Node{}); other == nil {

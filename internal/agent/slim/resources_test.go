@@ -40,16 +40,13 @@ func TestEqualListsAreOneList(t *testing.T) {
 	}
 }
 
-// Past maxSharedLists different lists, the table starts over: its size is
+// Past maxShared different lists, the table starts over: its size is
 // bounded, whatever pods ask for.
 func TestTheListsKeptAreBounded(t *testing.T) {
-	for i := range 3 * maxSharedLists {
+	for i := range 3 * maxShared {
 		Resources(list(fmt.Sprintf("%dm", i+1), "1Mi"))
 	}
-	shared.Lock()
-	n := len(shared.lists)
-	shared.Unlock()
-	if n > maxSharedLists {
-		t.Errorf("%d lists kept, want at most %d", n, maxSharedLists)
+	if n := lists.size(); n > maxShared {
+		t.Errorf("%d lists kept, want at most %d", n, maxShared)
 	}
 }

@@ -29,7 +29,7 @@ func slimRemotePod(obj any) (any, error) {
 		TypeMeta:   p.TypeMeta,
 		ObjectMeta: reflection.SlimMeta(&p.ObjectMeta),
 		Spec: corev1.PodSpec{
-			NodeName: p.Spec.NodeName, ActiveDeadlineSeconds: p.Spec.ActiveDeadlineSeconds, Tolerations: p.Spec.Tolerations,
+			NodeName: p.Spec.NodeName, ActiveDeadlineSeconds: p.Spec.ActiveDeadlineSeconds, Tolerations: slim.Tolerations(p.Spec.Tolerations),
 			Containers: slimContainers(p.Spec.Containers), InitContainers: slimContainers(p.Spec.InitContainers),
 		},
 		Status: p.Status,
@@ -104,7 +104,7 @@ func SlimConsumerPod(obj any) (any, error) {
 	s := &p.Spec
 	spec := corev1.PodSpec{
 		NodeName: s.NodeName, ServiceAccountName: s.ServiceAccountName, RestartPolicy: s.RestartPolicy,
-		ActiveDeadlineSeconds: s.ActiveDeadlineSeconds, Tolerations: s.Tolerations, ReadinessGates: s.ReadinessGates,
+		ActiveDeadlineSeconds: s.ActiveDeadlineSeconds, Tolerations: slim.Tolerations(s.Tolerations), ReadinessGates: s.ReadinessGates,
 		Overhead: s.Overhead, Resources: s.Resources,
 		Containers: consumerContainers(s.Containers), InitContainers: consumerContainers(s.InitContainers),
 	}
@@ -133,6 +133,8 @@ func SlimConsumerPod(obj any) (any, error) {
 	// In place: the informer hands the transform an object of its own.
 	p.Spec = spec
 	p.ManagedFields = nil
+	// The pods of a ReplicaSet carry the same labels and owner.
+	p.Labels, p.OwnerReferences = slim.Labels(p.Labels), slim.OwnerReferences(p.OwnerReferences)
 	return p, nil
 }
 

@@ -2,6 +2,7 @@ package podreflection
 
 import (
 	"context"
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -138,5 +139,19 @@ func TestTheSlimConsumerPodAnswersItsReadersAsTheWholePod(t *testing.T) {
 			names = append(names, v.Name)
 		}
 		t.Errorf("the slim pod keeps volumes %v and containers %+v, want the token and claim volumes and no environment, mounts or probes", names, slim.Spec.Containers)
+	}
+	// Another pod of the ReplicaSet: one copy of their labels, owner,
+	// tolerations and resources serves both.
+	sibling := whole.DeepCopy()
+	sibling.Name, sibling.UID = "web-2", "u2"
+	got, err = SlimConsumerPod(sibling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := got.(*corev1.Pod)
+	if &other.Spec.Tolerations[0] != &slim.Spec.Tolerations[0] || &other.OwnerReferences[0] != &slim.OwnerReferences[0] ||
+		reflect.ValueOf(other.Labels).UnsafePointer() != reflect.ValueOf(slim.Labels).UnsafePointer() ||
+		reflect.ValueOf(other.Spec.Containers[0].Resources.Requests).UnsafePointer() != reflect.ValueOf(slim.Spec.Containers[0].Resources.Requests).UnsafePointer() {
+		t.Error("two pods of one ReplicaSet keep two copies of their labels, owner, tolerations or resources")
 	}
 }
