@@ -48,6 +48,9 @@ type offloadResult struct {
 	overhead, createLeg, statusLeg  [2]float64 // p50 and p99, ms
 	samples, notOffloaded           int
 	consumerRSS, providerRSS, agent float64 // MiB, MiB, CPU seconds
+	// consumerAnonRSS is the anonymous part of consumerRSS, in MiB: less
+	// the resident pages of the agent's binary.
+	consumerAnonRSS float64
 	// consumerIdleRSS is the consumer agent's RSS, in MiB, before the
 	// first benchmark pod: peered, with nothing offloaded.
 	consumerIdleRSS float64
@@ -585,6 +588,7 @@ func (p *pair) agentFigures(ctx context.Context, b *testing.B, r *offloadResult,
 	}
 	if cur, err := machine.AgentPID(p.consumer.Name); err == nil {
 		r.consumerRSS, _ = machine.RSSMiB(cur)
+		r.consumerAnonRSS, _ = machine.AnonRSSMiB(cur)
 	}
 	profileAgent(ctx, b, p.consumer, fmt.Sprintf("bench-%d", r.n), "heap", "gc=1")
 	if prov, err := machine.AgentPID(p.provider.Name); err == nil {
@@ -850,12 +854,12 @@ func quantiles(d []time.Duration, qs ...float64) []float64 {
 func summary(results []offloadResult) string {
 	var sb strings.Builder
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS MiB\tKiB/pod\tagent CPU s\tprovider agent RSS MiB\tprovider agents CPU s direct (beyond idle)\tmachine CPU s direct/offloaded\tAPI requests/pod direct, consumer/provider\t\n")
+	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS (anonymous) MiB\tKiB/pod\tagent CPU s\tprovider agent RSS MiB\tprovider agents CPU s direct (beyond idle)\tmachine CPU s direct/offloaded\tAPI requests/pod direct, consumer/provider\t\n")
 	for _, r := range results {
-		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.0f\t%.2f (%.2f)\t%.1f/%.1f\t%.1f, %.1f/%.1f\t\n",
+		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f (%.0f)\t%.1f\t%.1f\t%.0f\t%.2f (%.2f)\t%.1f/%.1f\t%.1f, %.1f/%.1f\t\n",
 			r.n, r.direct.Seconds(), r.offloaded.Seconds(), r.ratio(),
 			r.overhead[0], r.overhead[1], r.createLeg[0], r.createLeg[1], r.statusLeg[0], r.statusLeg[1],
-			r.samples, r.notOffloaded, r.consumerRSS, r.perPodKiB(), r.agent, r.providerRSS, r.providerAgentsDirect, r.ownPods(), r.machineDirect, r.machineOffloaded,
+			r.samples, r.notOffloaded, r.consumerRSS, r.consumerAnonRSS, r.perPodKiB(), r.agent, r.providerRSS, r.providerAgentsDirect, r.ownPods(), r.machineDirect, r.machineOffloaded,
 			r.requestsDirect, r.requestsConsumer, r.requestsProvider)
 	}
 	_ = w.Flush()

@@ -63,7 +63,7 @@ func writeReport(path, command string, all []modeResults) error {
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `BenchmarkOffload` (bench/offload_bench_test.go) on %s; do not edit by hand.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- Command: `%s`\n", command)
 	fmt.Fprintf(&b, "- Machine: %s/%s, CPUs %s (%d), Kubernetes %s, kwok %s, Go %s\n", runtime.GOOS, runtime.GOARCH, cpus, runtime.NumCPU(), versions["KUBE_VERSION"], versions["KWOK_VERSION"], runtime.Version())
-	b.WriteString("- P1: time until N pods of one Deployment are Running, offloaded from the consumer ÷ created directly on the provider; P2: per-pod overhead (consumer Running − bound, minus remote Running − remote created); P3: `peer out-of-band` until the virtual node is Ready; P4: agent RSS; P5: `kubectl offload status` wall time.\n")
+	b.WriteString("- P1: time until N pods of one Deployment are Running, offloaded from the consumer ÷ created directly on the provider; P2: per-pod overhead (consumer Running − bound, minus remote Running − remote created); P3: `peer out-of-band` until the virtual node is Ready; P4: agent RSS (VmRSS; anonymous: less the resident pages of the agent's binary); P5: `kubectl offload status` wall time.\n")
 	b.WriteString("- Pod startup SLI: p50, p90 and p99 of each pod's time from creation to Running, as a watch of its cluster observed both (Kubernetes' pod startup SLI, without image pulls: kwok runs no image); direct pods on the provider, offloaded ones on the consumer.\n")
 	b.WriteString("- KiB per pod: the consumer agent's RSS with the N pods, less its RSS before the first benchmark pod, ÷ N. Provider agents CPU s: what every offload-agent process of the provider used during the direct run, where no pod is a tenant's, and in brackets what is left of it once their idle rate (measured for 10 s before the run) is taken out: what the provider's own pods cost them.\n")
 	b.WriteString("- Every benchmark pod runs on a kwok fake node of the provider; the agents run on real nodes.\n\n")
@@ -72,17 +72,17 @@ func writeReport(path, command string, all []modeResults) error {
 		"pod startup SLI", filepath.Join(base, "startup.svg"))
 	for _, m := range all {
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n", m.mode.name, m.mode.describe())
-		b.WriteString("| N | runs | direct s | offloaded s | P1 ratio | P2 overhead p50 ms | P2 overhead p99 ms | consumer agent RSS MiB | KiB per pod | agent CPU s | provider agent RSS MiB | provider agents CPU s, direct run (beyond idle) | machine CPU s direct/offloaded | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| N | runs | direct s | offloaded s | P1 ratio | P2 overhead p50 ms | P2 overhead p99 ms | consumer agent RSS MiB | anonymous MiB | KiB per pod | agent CPU s | provider agent RSS MiB | provider agents CPU s, direct run (beyond idle) | machine CPU s direct/offloaded | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, rs := range bySize(m.results) {
 			med := func(f func(offloadResult) float64) float64 { return spreadOf(rs, f).median }
-			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.0f | %.2f (%.2f) | %.1f/%.1f | %.1f, %.1f/%.1f |\n", rs[0].n, len(rs),
+			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %.0f | %.1f | %.1f | %.0f | %.2f (%.2f) | %.1f/%.1f | %.1f, %.1f/%.1f |\n", rs[0].n, len(rs),
 				spreadOf(rs, func(r offloadResult) float64 { return r.direct.Seconds() }).format(1),
 				spreadOf(rs, func(r offloadResult) float64 { return r.offloaded.Seconds() }).format(1),
 				spreadOf(rs, offloadResult.ratio).format(2),
 				spreadOf(rs, func(r offloadResult) float64 { return r.overhead[0] }).format(0),
 				spreadOf(rs, func(r offloadResult) float64 { return r.overhead[1] }).format(0),
 				spreadOf(rs, func(r offloadResult) float64 { return r.consumerRSS }).format(0),
-				med(offloadResult.perPodKiB),
+				med(func(r offloadResult) float64 { return r.consumerAnonRSS }), med(offloadResult.perPodKiB),
 				med(func(r offloadResult) float64 { return r.agent }), med(func(r offloadResult) float64 { return r.providerRSS }),
 				med(func(r offloadResult) float64 { return r.providerAgentsDirect }), med(offloadResult.ownPods),
 				med(func(r offloadResult) float64 { return r.machineDirect }), med(func(r offloadResult) float64 { return r.machineOffloaded }),
@@ -151,7 +151,7 @@ func drawChart(path, title, unit string, all []modeResults, values func(offloadR
 func TestTheReportHasTheTablesAndTheCharts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "benchmarks.md")
 	results := []offloadResult{
-		{n: 100, direct: 2 * time.Second, offloaded: 3 * time.Second, consumerRSS: 80, consumerIdleRSS: 70, providerRSS: 60,
+		{n: 100, direct: 2 * time.Second, offloaded: 3 * time.Second, consumerRSS: 80, consumerAnonRSS: 50, consumerIdleRSS: 70, providerRSS: 60,
 			startupDirect: [3]float64{400, 700, 900}, startupOffloaded: [3]float64{600, 900, 1200}, providerAgentsDirect: 0.4, providerAgentsIdle: 0.05,
 			restartReady: 2300 * time.Millisecond, restartRSS: 95, deleted: 40 * time.Second},
 		{n: 1000, direct: 10 * time.Second, offloaded: 11 * time.Second, consumerRSS: 130, providerRSS: 70},
@@ -170,7 +170,7 @@ func TestTheReportHasTheTablesAndTheCharts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"`make bench-offload`", "## isolated", "## shared", "| 100 | 1 | 2.0 | 3.0 | 1.50 |", "| 1000 | 3 | 10.0 | 12.0 [11.0–13.0] | 1.20 [1.10–1.30] |", "(benchmarks/time.svg)", "(benchmarks/rss.svg)", "P5 `kubectl offload status`: 90ms",
-		"| 100 | 1 | 2.0 | 3.0 | 1.50 | 0 | 0 | 80 | 102.4 | 0.0 | 60 | 0.40 (0.30) |", "| 100 | 400 | 700 | 900 | 600 | 900 | 1200 |", "(benchmarks/startup.svg)", "| 100 | 2.3 | 95 | 0 | 40 | 0 |"} {
+		"| 100 | 1 | 2.0 | 3.0 | 1.50 | 0 | 0 | 80 | 50 | 102.4 | 0.0 | 60 | 0.40 (0.30) |", "| 100 | 400 | 700 | 900 | 600 | 900 | 1200 |", "(benchmarks/startup.svg)", "| 100 | 2.3 | 95 | 0 | 40 | 0 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the report lacks %q:\n%s", want, md)
 		}

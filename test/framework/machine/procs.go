@@ -96,15 +96,26 @@ func CPUSeconds(pid int) (float64, error) {
 
 // RSSMiB returns VmRSS of pid in MiB.
 func RSSMiB(pid int) (float64, error) {
+	return statusMiB(pid, "VmRSS")
+}
+
+// AnonRSSMiB returns RssAnon of pid in MiB: its resident memory less the
+// pages of files it maps, such as its own binary's.
+func AnonRSSMiB(pid int) (float64, error) {
+	return statusMiB(pid, "RssAnon")
+}
+
+// statusMiB returns field (a size in kB) of /proc/PID/status in MiB.
+func statusMiB(pid int, field string) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
 			kb, err := strconv.ParseFloat(f[1], 64)
 			return kb / 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
