@@ -177,18 +177,6 @@ func TestARemotePodNoKubeletReportedOnCostsTheConsumerNoStatusWrite(t *testing.T
 	}
 }
 
-// podReads counts the GETs of single pods that go through it.
-type podReads struct {
-	next http.RoundTripper
-	n    atomic.Int32
-}
-
-func (c *podReads) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/pods/") {
-		c.n.Add(1)
-	}
-	return c.next.RoundTrip(r)
-}
 
 // localPodsOf makes the handler list consumer pods from an informer of
 // the consumer, as the virtual node's PodController has; start starts it.
@@ -212,7 +200,7 @@ func TestTheChangesOfARemotePodWhoseConsumerPodIsGoneCostTheConsumerNoRead(t *te
 	e := newEnv(t, tweak)
 	start()
 	ctx := t.Context()
-	reads := &podReads{}
+	reads := &readsOf{of: "/pods/"}
 	e.consumerThrough(t, func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads })
 	e.notify(t)
 	inLocalPods := func(name string, want bool) {
@@ -271,7 +259,7 @@ func TestRemotePodsChangedBeforeLocalPodsSyncedAreSentByTheReplayAfter(t *testin
 	tweak, _, start := localPodsOf(t)
 	e := newEnv(t, tweak)
 	ctx := t.Context()
-	reads := &podReads{}
+	reads := &readsOf{of: "/pods/"}
 	e.consumerThrough(t, func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads })
 	e.notify(t)
 	local := e.localPod(t, "web")

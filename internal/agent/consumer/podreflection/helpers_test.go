@@ -3,6 +3,8 @@ package podreflection
 import (
 	"context"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,6 +172,21 @@ func (e *env) getRemote(ctx context.Context, t *testing.T, name string) *corev1.
 func (e *env) providerThrough(t *testing.T, wrap func(http.RoundTripper) http.RoundTripper) {
 	t.Helper()
 	e.h.opts.Provider = e.through(t, wrap)
+}
+
+// readsOf counts the GETs of single objects that pass through it whose
+// path holds of ("/pods/", "/secrets/").
+type readsOf struct {
+	of   string
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (c *readsOf) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, c.of) {
+		c.n.Add(1)
+	}
+	return c.next.RoundTrip(r)
 }
 
 // consumerThrough makes the handler reach the consumer through wrap.

@@ -3,8 +3,6 @@ package podreflection
 import (
 	"context"
 	"net/http"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,25 +115,13 @@ func TestTokenDueWhenOfAnotherPodOrNearItsExpiry(t *testing.T) {
 	}
 }
 
-// secretReads counts the Secret GETs that pass through it.
-type secretReads struct {
-	next http.RoundTripper
-	n    atomic.Int32
-}
-
-func (c *secretReads) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/secrets/") {
-		c.n.Add(1)
-	}
-	return c.next.RoundTrip(r)
-}
 
 // RenewTokens reads no token Secret whose token the handler wrote and
 // knows is not due, and still renews the ones that are.
 func TestRenewTokensReadsOnlyTheSecretsThatAreDue(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	reads := &secretReads{}
+	reads := &readsOf{of: "/secrets/"}
 	e.providerThrough(t, func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads })
 	local := tokenPod(t, e, "api-client")
 	if err := e.h.CreatePod(ctx, local); err != nil {
