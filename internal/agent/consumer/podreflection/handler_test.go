@@ -177,7 +177,6 @@ func TestARemotePodNoKubeletReportedOnCostsTheConsumerNoStatusWrite(t *testing.T
 	}
 }
 
-
 // localPodsOf makes the handler list consumer pods from an informer of
 // the consumer, as the virtual node's PodController has; start starts it.
 func localPodsOf(t *testing.T) (tweak func(*Options), informer *cache.SharedIndexInformer, start func()) {

@@ -115,7 +115,6 @@ func TestTokenDueWhenOfAnotherPodOrNearItsExpiry(t *testing.T) {
 	}
 }
 
-
 // RenewTokens reads no token Secret whose token the handler wrote and
 // knows is not due, and still renews the ones that are.
 func TestRenewTokensReadsOnlyTheSecretsThatAreDue(t *testing.T) {
