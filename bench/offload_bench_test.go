@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
@@ -502,7 +503,7 @@ func (p *pair) restartAgent(ctx context.Context, b *testing.B) (ready time.Durat
 			return false, err.Error()
 		}
 		for i := range list.Items {
-			if q := &list.Items[i]; q.Name != old && q.DeletionTimestamp == nil && podReady(q) {
+			if q := &list.Items[i]; q.Name != old && q.DeletionTimestamp == nil && podutils.IsPodReady(q) {
 				current = q
 				return true, ""
 			}
@@ -527,16 +528,6 @@ func (p *pair) restartAgent(ctx context.Context, b *testing.B) (ready time.Durat
 		}
 	}
 	return ready, rss, restarts
-}
-
-// podReady reports whether pod q has condition Ready.
-func podReady(q *corev1.Pod) bool {
-	for _, c := range q.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // profileAgentEvery, when the benchmark profiles, takes a heap profile of
