@@ -4,12 +4,14 @@
 package slim
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -67,20 +69,7 @@ func Resources(l corev1.ResourceList) corev1.ResourceList {
 	if len(l) == 0 {
 		return l
 	}
-	names := make([]string, 0, len(l))
-	for name := range l {
-		names = append(names, string(name))
-	}
-	slices.Sort(names)
-	var key strings.Builder
-	for _, name := range names {
-		q := l[corev1.ResourceName(name)]
-		key.WriteString(name)
-		key.WriteByte('=')
-		key.WriteString(q.String())
-		key.WriteByte(';')
-	}
-	return lists.share(key.String(), l)
+	return lists.share(mapKey(l, func(q resource.Quantity) string { return q.String() }), l)
 }
 
 // Requirements is r with Resources' requests and limits.
@@ -113,16 +102,7 @@ func Labels(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return m
 	}
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	var key strings.Builder
-	for _, k := range names {
-		fields(&key, k, m[k])
-	}
-	return labels.share(key.String(), m)
+	return labels.share(mapKey(m, func(v string) string { return v }), m)
 }
 
 // OwnerReferences returns a list equal to refs, the one other callers got
@@ -142,6 +122,16 @@ func OwnerReferences(refs []metav1.OwnerReference) []metav1.OwnerReference {
 		fields(&key, r.APIVersion, r.Kind, r.Name, string(r.UID), flag(r.Controller), flag(r.BlockOwnerDeletion))
 	}
 	return owners.share(key.String(), slices.Clip(refs))
+}
+
+// mapKey is the key of map m: its entries in the order of their keys,
+// each value as str prints it.
+func mapKey[K ~string, V any](m map[K]V, str func(V) string) string {
+	var key strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fields(&key, string(k), str(m[k]))
+	}
+	return key.String()
 }
 
 // fields writes each of values to key, prefixed with its length, so that
