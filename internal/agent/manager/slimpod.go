@@ -38,6 +38,7 @@ func SlimPod(obj any) (any, error) {
 	}
 	// The pods of a ReplicaSet carry the same labels and owner.
 	out.Labels, out.OwnerReferences = slim.Labels(out.Labels), slim.OwnerReferences(p.OwnerReferences)
+	slim.PodStrings(out)
 	return out, nil
 }
 
@@ -51,5 +52,5 @@ func slimContainers(cs []corev1.Container) []corev1.Container {
 	for i, c := range cs {
 		out[i] = corev1.Container{Name: c.Name, Resources: slim.Requirements(c.Resources), RestartPolicy: c.RestartPolicy}
 	}
-	return out
+	return slim.Containers(out)
 }

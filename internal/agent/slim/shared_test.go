@@ -99,8 +99,11 @@ func TestEveryTableIsBounded(t *testing.T) {
 		Tolerations([]corev1.Toleration{{Key: string(rune('a' + i%26)), Value: string(rune(i))}})
 		Labels(map[string]string{"n": string(rune(i))})
 		OwnerReferences([]metav1.OwnerReference{{Name: string(rune(i))}})
+		String(string(rune(i)))
+		Containers([]corev1.Container{{Name: string(rune(i))}})
 	}
-	for name, n := range map[string]int{"tolerations": tolerations.size(), "labels": labels.size(), "owners": owners.size()} {
+	for name, n := range map[string]int{"tolerations": tolerations.size(), "labels": labels.size(), "owners": owners.size(),
+		"strings": strs.size(), "containers": containers.size()} {
 		if n > maxShared {
 			t.Errorf("%d %s kept, want at most %d", n, name, maxShared)
 		}

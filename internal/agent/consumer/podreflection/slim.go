@@ -46,6 +46,7 @@ func slimRemotePod(obj any) (any, error) {
 			break
 		}
 	}
+	slim.PodStrings(out)
 	return out, nil
 }
 
@@ -61,7 +62,7 @@ func slimContainers(cs []corev1.Container) []corev1.Container {
 			Resources: corev1.ResourceRequirements{Requests: slim.Resources(cpuAndMemory(c.Resources.Requests)),
 				Limits: slim.Resources(cpuAndMemory(c.Resources.Limits))}}
 	}
-	return out
+	return slim.Containers(out)
 }
 
 // cpuAndMemory keeps the cpu and memory of l, nil when it has neither.
@@ -135,6 +136,7 @@ func SlimConsumerPod(obj any) (any, error) {
 	p.ManagedFields = nil
 	// The pods of a ReplicaSet carry the same labels and owner.
 	p.Labels, p.OwnerReferences = slim.Labels(p.Labels), slim.OwnerReferences(p.OwnerReferences)
+	slim.PodStrings(p)
 	return p, nil
 }
 
@@ -149,5 +151,5 @@ func consumerContainers(cs []corev1.Container) []corev1.Container {
 		out[i] = corev1.Container{Name: c.Name, Image: c.Image, Resources: slim.Requirements(c.Resources),
 			RestartPolicy: c.RestartPolicy, ResizePolicy: c.ResizePolicy}
 	}
-	return out
+	return slim.Containers(out)
 }
