@@ -23,10 +23,11 @@ func String(s string) string {
 
 // PodStrings makes p's strings that its workload's other pods have too
 // those other callers got (String): its namespace and generated name, its
-// node and service account, and the addresses, phase, conditions and container statuses of its status, but
-// for what tells one container from another (its ID, its start) and the
-// messages, which can be long and each pod's own. Its containers are
-// Containers' to share. It changes p, which nobody else may be reading.
+// node and service account, and the addresses, phase, conditions and
+// container statuses of its status, but for what tells one container from
+// another (its ID, its start) and the messages, which can be long and each
+// pod's own. Its containers are Containers' to share. It changes p, which
+// nobody else may be reading.
 func PodStrings(p *corev1.Pod) {
 	p.Namespace, p.GenerateName = String(p.Namespace), String(p.GenerateName)
 	p.Spec.NodeName, p.Spec.ServiceAccountName = String(p.Spec.NodeName), String(p.Spec.ServiceAccountName)
