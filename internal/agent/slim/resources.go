@@ -52,6 +52,7 @@ var (
 	tolerations table[[]corev1.Toleration]
 	labels      table[map[string]string]
 	owners      table[[]metav1.OwnerReference]
+	containers  table[[]corev1.Container]
 )
 
 // What the functions below return is read-only, as everything in an
@@ -76,6 +77,27 @@ func Resources(l corev1.ResourceList) corev1.ResourceList {
 func Requirements(r corev1.ResourceRequirements) corev1.ResourceRequirements {
 	r.Requests, r.Limits = Resources(r.Requests), Resources(r.Limits)
 	return r
+}
+
+// Containers returns a list equal to cs, the one other callers got for an
+// equal list: what a slim cache keeps of a workload's containers (their
+// names, images, resources, policies) is the same in each of its pods, and
+// a container is some 400 bytes even when little of it is set. Lists are
+// compared in their protobuf encoding, which gives each field, and a map's
+// entries in the order of their keys.
+func Containers(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return cs
+	}
+	var key strings.Builder
+	for i := range cs {
+		b, err := cs[i].Marshal()
+		if err != nil {
+			return cs
+		}
+		fields(&key, string(b))
+	}
+	return containers.share(key.String(), slices.Clip(cs))
 }
 
 // Tolerations returns a list equal to ts, in the same order, the one

@@ -1,9 +1,6 @@
 package slim
 
 import (
-	"slices"
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -64,27 +61,4 @@ func containerStatusStrings(c *corev1.ContainerStatus) {
 		m := &c.VolumeMounts[i]
 		m.Name, m.MountPath = String(m.Name), String(m.MountPath)
 	}
-}
-
-var containers table[[]corev1.Container]
-
-// Containers returns a list equal to cs, the one other callers got for an
-// equal list: what a slim cache keeps of a workload's containers (their
-// names, images, resources, policies) is the same in each of its pods, and
-// a container is some 400 bytes even when little of it is set. Lists are
-// compared in their protobuf encoding, which gives each field, and a map's
-// entries in the order of their keys.
-func Containers(cs []corev1.Container) []corev1.Container {
-	if len(cs) == 0 {
-		return cs
-	}
-	var key strings.Builder
-	for i := range cs {
-		b, err := cs[i].Marshal()
-		if err != nil {
-			return cs
-		}
-		fields(&key, string(b))
-	}
-	return containers.share(key.String(), slices.Clip(cs))
 }
