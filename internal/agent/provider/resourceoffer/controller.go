@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
@@ -80,6 +82,9 @@ type Reconciler struct {
 	identity *peering.Identity
 	// counts is each Tenant's last count of the free resources, by name.
 	counts map[string]count
+	// queue is the controller's, once it has started: usageChanged wakes
+	// the Tenants through it.
+	queue workqueue.TypedRateLimitingInterface[reconcile.Request]
 }
 
 // count is a Tenant's share of the free resources, when it was counted,
@@ -88,11 +93,17 @@ type count struct {
 	share  corev1.ResourceList
 	at     time.Time
 	policy offloadv1alpha1.ConsumerPolicy
+	// clusterID is the Tenant's: its own pods leave its share as it is.
+	clusterID string
+	// stale says the pods' usage changed since the count, and the Tenant
+	// was woken for a new one: the next count is due, so further changes
+	// need not wake it again.
+	stale bool
 }
 
 // SetupWithManager registers the controller with mgr. It reconciles every
-// Tenant when a Node or a Pod changes in a way that changes the free
-// resources.
+// Tenant when a Node changes in a way that changes the free resources, and
+// the Tenants whose share a pod's event changed (usageChanged).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.SharingPercentage < 0 || r.SharingPercentage > 100 {
 		return fmt.Errorf("the sharing percentage must be between 0 and 100, got %d", r.SharingPercentage)
@@ -103,7 +114,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("setting up the %s controller: the pod informer: %w", ControllerName, err)
 	}
 	usage := NewUsage()
-	registration, err := pods.AddEventHandler(usage.Handler())
+	registration, err := pods.AddEventHandler(usage.Handler(r.usageChanged))
 	if err != nil {
 		return fmt.Errorf("setting up the %s controller: counting the pods' requests: %w", ControllerName, err)
 	}
@@ -115,7 +126,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&offloadv1alpha1.Tenant{}).
 		Owns(&offloadv1alpha1.ResourceOffer{}).
 		Watches(&corev1.Node{}, enqueueTenants, builder.WithPredicates(nodeChanged())).
-		Watches(&corev1.Pod{}, enqueueTenants, builder.WithPredicates(podChanged())).
+		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.queue = q
+			return nil
+		})).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the %s controller: %w", ControllerName, err)
@@ -208,10 +224,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) (corev1.ResourceList, time.Duration, error) {
 	r.mu.Lock()
 	last, ok := r.counts[tenant.Name]
-	r.mu.Unlock()
 	if age := time.Since(last.at); ok && age < MinUpdateInterval && last.policy.Equal(tenant.Spec.Policy) {
+		r.mu.Unlock()
 		return last.share, MinUpdateInterval - age, nil
 	}
+	// A change from now on is one this count may miss: it marks the
+	// count stale again, and wakes the Tenant.
+	if ok {
+		last.stale = false
+		r.counts[tenant.Name] = last
+	}
+	r.mu.Unlock()
 	// Read-only lists of the whole cache: no deep copies.
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
@@ -233,8 +256,32 @@ func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) 
 	if r.counts == nil {
 		r.counts = map[string]count{}
 	}
-	r.counts[tenant.Name] = count{share: share, at: time.Now(), policy: *tenant.Spec.Policy.DeepCopy()}
+	r.counts[tenant.Name] = count{share: share, at: time.Now(), policy: *tenant.Spec.Policy.DeepCopy(),
+		clusterID: tenant.Spec.ClusterID, stale: r.counts[tenant.Name].stale}
 	return share, 0, nil
+}
+
+// usageChanged wakes, for a change of what the pods of origin use, the
+// Tenants whose share it changes: all but the one origin names (its own
+// pods leave its share as it is), and only those whose last count is not
+// already stale. Every pod event of the cluster that changes a count comes
+// here; it costs a look at the counts, and at most one reconcile per
+// Tenant and count: a Tenant woken within MinUpdateInterval of its last
+// count waits for the next (share).
+func (r *Reconciler) usageChanged(origin string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.queue == nil {
+		return
+	}
+	for name, c := range r.counts {
+		if c.stale || origin != "" && origin == c.clusterID {
+			continue
+		}
+		c.stale = true
+		r.counts[name] = c
+		r.queue.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	}
 }
 
 // forget drops the count of a Tenant that went.
@@ -317,31 +364,6 @@ func nodeChanged() predicate.Funcs {
 				old.Spec.Unschedulable != cur.Spec.Unschedulable ||
 				ready(*old) != ready(*cur) ||
 				!sameResources(old.Status.Allocatable, cur.Status.Allocatable)
-		},
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
-}
-
-// podChanged lets through the Pod events that can change the free
-// resources: a bound pod appearing or going away, a binding, a phase change
-// or a resize; not the other status updates.
-func podChanged() predicate.Funcs {
-	bound := func(o client.Object) bool {
-		p, ok := o.(*corev1.Pod)
-		return !ok || p.Spec.NodeName != ""
-	}
-	return predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool { return bound(e.Object) },
-		DeleteFunc: func(e event.DeleteEvent) bool { return bound(e.Object) },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			old, okOld := e.ObjectOld.(*corev1.Pod)
-			cur, okNew := e.ObjectNew.(*corev1.Pod)
-			if !okOld || !okNew {
-				return true
-			}
-			return old.Spec.NodeName != cur.Spec.NodeName ||
-				old.Status.Phase != cur.Status.Phase ||
-				!sameResources(podRequests(old), podRequests(cur))
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

@@ -3,6 +3,7 @@ package resourceoffer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -192,6 +194,7 @@ func (c podListCounter) List(ctx context.Context, list client.ObjectList, opts .
 func TestOnlyEventsThatChangeTheFreeResourcesTrigger(t *testing.T) {
 	pod := func(node string, phase corev1.PodPhase, cpu string) *corev1.Pod {
 		p := &corev1.Pod{Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c"}}}, Status: corev1.PodStatus{Phase: phase}}
+		p.UID = "uid"
 		if cpu != "" {
 			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
 		}
@@ -199,25 +202,49 @@ func TestOnlyEventsThatChangeTheFreeResourcesTrigger(t *testing.T) {
 	}
 	withIP := pod("n", corev1.PodRunning, "1")
 	withIP.Status.PodIP = "10.0.0.1"
+	// The cache's slim pods share a workload's container list.
+	sameList := pod("n", corev1.PodRunning, "1")
+	sameList.Spec.Containers = withIP.Spec.Containers
+	relabelled := pod("n", corev1.PodRunning, "1")
+	relabelled.Labels = map[string]string{offloadv1alpha1.LabelOriginClusterID: "tenant"}
 	podTests := []struct {
 		name     string
 		old, cur *corev1.Pod
-		want     bool
+		want     []string
 	}{
-		{"binding a pod triggers", pod("", corev1.PodPending, "1"), pod("n", corev1.PodPending, "1"), true},
-		{"a phase change triggers", pod("n", corev1.PodRunning, "1"), pod("n", corev1.PodSucceeded, "1"), true},
-		{"a resize triggers", pod("n", corev1.PodRunning, "1"), pod("n", corev1.PodRunning, "2"), true},
-		{"another status update does not", pod("n", corev1.PodRunning, "1"), withIP, false},
+		{"binding a pod triggers", pod("", corev1.PodPending, "1"), pod("n", corev1.PodPending, "1"), []string{""}},
+		{"a phase change triggers", pod("n", corev1.PodRunning, "1"), pod("n", corev1.PodSucceeded, "1"), []string{""}},
+		{"a resize triggers", pod("n", corev1.PodRunning, "1"), pod("n", corev1.PodRunning, "2"), []string{""}},
+		{"a new origin triggers both", pod("n", corev1.PodRunning, "1"), relabelled, []string{"", "tenant"}},
+		{"another status update does not", pod("n", corev1.PodRunning, "1"), withIP, nil},
+		{"nor one of a pod sharing its containers", sameList, withIP, nil},
+		{"nor an unbound pod's", pod("", corev1.PodPending, "1"), pod("", corev1.PodPending, "2"), nil},
 	}
 	for _, tt := range podTests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := podChanged().Update(event.UpdateEvent{ObjectOld: tt.old, ObjectNew: tt.cur}); got != tt.want {
-				t.Errorf("got %v, want %v", got, tt.want)
+			u := NewUsage()
+			var got []string
+			h := u.Handler(func(origin string) { got = append(got, origin) })
+			h.OnAdd(tt.old, true)
+			got = nil
+			h.OnUpdate(tt.old, tt.cur)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("changed origins %q, want %q", got, tt.want)
 			}
 		})
 	}
-	if podChanged().Create(event.CreateEvent{Object: pod("", corev1.PodPending, "1")}) {
-		t.Error("creating an unbound pod triggers")
+	u := NewUsage()
+	var got []string
+	h := u.Handler(func(origin string) { got = append(got, origin) })
+	h.OnAdd(pod("", corev1.PodPending, "1"), false)
+	h.OnDelete(pod("", corev1.PodPending, "1"))
+	if got != nil {
+		t.Errorf("an unbound pod created and deleted changed origins %q", got)
+	}
+	h.OnAdd(relabelled, false)
+	h.OnDelete(cache.DeletedFinalStateUnknown{Obj: relabelled})
+	if want := []string{"tenant", "tenant"}; !slices.Equal(got, want) {
+		t.Errorf("a tenant's pod created and deleted changed origins %q, want %q", got, want)
 	}
 
 	node := func(ready bool, cpu string) *corev1.Node {

@@ -56,20 +56,30 @@ func usageOf(pods []corev1.Pod) *Usage {
 }
 
 // Set counts pod as it is now: bound to a node and neither Succeeded nor
-// Failed, or not at all.
-func (u *Usage) Set(pod *corev1.Pod) {
-	u.set(string(pod.UID), pod)
+// Failed, or not at all. It returns the origins whose use changed: none
+// when the pod counts as it did (a status update, most of a pod's events),
+// else its origin before and after (one when they are the same).
+func (u *Usage) Set(pod *corev1.Pod) []string {
+	return u.set(string(pod.UID), pod)
 }
 
 // set counts pod under key.
-func (u *Usage) set(key string, pod *corev1.Pod) {
+func (u *Usage) set(key string, pod *corev1.Pod) []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.remove(key)
+	was, had := u.pods[key]
 	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return
+		if !had {
+			return nil
+		}
+		u.remove(key)
+		return []string{was.origin}
 	}
 	p := podUse{node: pod.Spec.NodeName, origin: pod.Labels[offloadv1alpha1.LabelOriginClusterID], requests: slim.Resources(podRequests(pod))}
+	if had && was.node == p.node && was.origin == p.origin && sameResources(was.requests, p.requests) {
+		return nil
+	}
+	u.remove(key)
 	u.pods[key] = p
 	byOrigin := u.nodes[p.node]
 	if byOrigin == nil {
@@ -87,13 +97,23 @@ func (u *Usage) set(key string, pod *corev1.Pod) {
 		total.Add(q)
 		sum.requests[r] = total
 	}
+	if had && was.origin != p.origin {
+		return []string{was.origin, p.origin}
+	}
+	return []string{p.origin}
 }
 
-// Delete stops counting pod.
-func (u *Usage) Delete(pod *corev1.Pod) {
+// Delete stops counting pod. It returns the pod's origin when it was
+// counted, else nothing.
+func (u *Usage) Delete(pod *corev1.Pod) []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	was, had := u.pods[string(pod.UID)]
+	if !had {
+		return nil
+	}
 	u.remove(string(pod.UID))
+	return []string{was.origin}
 }
 
 // remove takes the contribution of the pod under key out of the sums.
@@ -139,26 +159,57 @@ func (u *Usage) subtract(total map[corev1.ResourceName]*resource.Quantity, usabl
 	}
 }
 
-// Handler keeps u up to date with the events of a pod informer.
-func (u *Usage) Handler() cache.ResourceEventHandler {
+// Handler keeps u up to date with the events of a pod informer, and calls
+// changed (when not nil) with each origin whose use an event changed.
+func (u *Usage) Handler(changed func(origin string)) cache.ResourceEventHandler {
+	notify := func(origins []string) {
+		if changed != nil {
+			for _, o := range origins {
+				changed(o)
+			}
+		}
+	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if p, ok := obj.(*corev1.Pod); ok {
-				u.Set(p)
+				notify(u.Set(p))
 			}
 		},
-		UpdateFunc: func(_, obj any) {
-			if p, ok := obj.(*corev1.Pod); ok {
-				u.Set(p)
+		UpdateFunc: func(old, obj any) {
+			p, ok := obj.(*corev1.Pod)
+			if !ok {
+				return
 			}
+			if o, ok := old.(*corev1.Pod); ok && countsAsBefore(o, p) {
+				return
+			}
+			notify(u.Set(p))
 		},
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
 			if p, ok := obj.(*corev1.Pod); ok {
-				u.Delete(p)
+				notify(u.Delete(p))
 			}
 		},
 	}
+}
+
+// countsAsBefore tells, without adding up requests, that cur counts as old
+// did: same node, origin and requests, and neither or both finished. It
+// is the quick answer for a pod's status updates, where the cache's slim
+// pods share their container lists (slim.Containers); when it cannot tell,
+// it says no, and Set compares what the pod requests.
+func countsAsBefore(old, cur *corev1.Pod) bool {
+	finished := func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	}
+	same := func(a, b []corev1.Container) bool {
+		return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+	}
+	return old.Spec.NodeName == cur.Spec.NodeName && finished(old) == finished(cur) &&
+		old.Labels[offloadv1alpha1.LabelOriginClusterID] == cur.Labels[offloadv1alpha1.LabelOriginClusterID] &&
+		same(old.Spec.Containers, cur.Spec.Containers) && same(old.Spec.InitContainers, cur.Spec.InitContainers) &&
+		old.Spec.Overhead == nil && cur.Spec.Overhead == nil && old.Spec.Resources == nil && cur.Spec.Resources == nil
 }

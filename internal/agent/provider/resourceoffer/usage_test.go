@@ -3,6 +3,7 @@ package resourceoffer
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +17,8 @@ import (
 // events (pods bound, moved on in phase, resized, relabelled, deleted,
 // some through a tombstone) through Usage's handler, and checks after
 // each that what is free, for each tenant, is what Free counts from the
-// pods as they are then.
+// pods as they are then, and that a step which changed it woke the tenant
+// (the origins the handler reports are what the offers' reconciles follow).
 func TestTheUsageKeptFromEventsCountsAsARecountOfEveryPod(t *testing.T) {
 	nodes := []corev1.Node{
 		node("a", "8", "16Gi", "110", true, nil),
@@ -37,9 +39,15 @@ func TestTheUsageKeptFromEventsCountsAsARecountOfEveryPod(t *testing.T) {
 		return &p
 	}
 	u := NewUsage()
-	h := u.Handler()
+	var changed []string
+	h := u.Handler(func(origin string) { changed = append(changed, origin) })
+	wakes := func(tenant string) bool {
+		return slices.ContainsFunc(changed, func(o string) bool { return o == "" || o != tenant })
+	}
 	current := map[types.UID]*corev1.Pod{}
+	before := map[string]corev1.ResourceList{}
 	for step := range 2000 {
+		changed = nil
 		uid := rng.IntN(60)
 		old, exists := current[types.UID(fmt.Sprintf("uid-%d", uid))]
 		switch {
@@ -69,6 +77,10 @@ func TestTheUsageKeptFromEventsCountsAsARecountOfEveryPod(t *testing.T) {
 			if !sameResources(got, want) {
 				t.Fatalf("step %d, tenant %q: the usage kept from events leaves %v free, a recount %v", step, tenant, got, want)
 			}
+			if step > 0 && !sameResources(before[tenant], want) && !wakes(tenant) {
+				t.Fatalf("step %d changed what is free for tenant %q (%v, then %v) but reported origins %q", step, tenant, before[tenant], want, changed)
+			}
+			before[tenant] = want
 		}
 	}
 	// Every pod gone: nothing is left of the sums.
