@@ -418,7 +418,7 @@ func waitUntilRefused(t *testing.T, kube kubernetes.Interface, ns string) {
 	})
 }
 
-func newNamespace(t *testing.T, kube kubernetes.Interface, labels map[string]string) string {
+func newNamespace(t testing.TB, kube kubernetes.Interface, labels map[string]string) string {
 	t.Helper()
 	ns, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pods-", Labels: labels}}, metav1.CreateOptions{})
 	if err != nil {

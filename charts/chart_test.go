@@ -51,14 +51,14 @@ func TestEmbeddedChartLoads(t *testing.T) {
 	}
 }
 
-func render(t *testing.T, vals map[string]any) map[string]map[string]any {
+func render(t testing.TB, vals map[string]any) map[string]map[string]any {
 	t.Helper()
 	return renderFor(t, vals)
 }
 
 // renderFor renders the chart with vals for a cluster that also serves
 // apiVersions (such as "monitoring.coreos.com/v1/ServiceMonitor").
-func renderFor(t *testing.T, vals map[string]any, apiVersions ...string) map[string]map[string]any {
+func renderFor(t testing.TB, vals map[string]any, apiVersions ...string) map[string]map[string]any {
 	t.Helper()
 	files, err := loadFiles(Offload())
 	if err != nil {

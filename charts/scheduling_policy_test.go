@@ -161,7 +161,7 @@ func TestTheSchedulingPolicyMutatesPodsAsTheWebhookDoes(t *testing.T) {
 // expectClaimsOnlyWebhook checks that, with the policies, the webhook gets
 // only the creation of pods that mount claims, which the policy leaves to
 // it: a policy cannot read the claims.
-func expectClaimsOnlyWebhook(t *testing.T, objs map[string]map[string]any) {
+func expectClaimsOnlyWebhook(t testing.TB, objs map[string]map[string]any) {
 	t.Helper()
 	var cfg admissionregistrationv1.MutatingWebhookConfiguration
 	var policy admissionregistrationv1.MutatingAdmissionPolicy
@@ -287,7 +287,7 @@ func TestTheSchedulingPolicyKeepsTheOffloadingTolerationsThroughUpdates(t *testi
 // They fail closed here, unlike in the chart, so that an expression the
 // API server cannot evaluate fails the test instead of leaving a pod as
 // it is.
-func schedulingPolicies(t *testing.T, seconds *int64) (kubernetes.Interface, client.Client) {
+func schedulingPolicies(t testing.TB, seconds *int64) (kubernetes.Interface, client.Client) {
 	t.Helper()
 	cfg := envtest.APIServer(t)
 	kube, err := kubernetes.NewForConfig(cfg)
@@ -336,7 +336,7 @@ func schedulingPolicies(t *testing.T, seconds *int64) (kubernetes.Interface, cli
 // offloadedNamespace creates a namespace labelled offloaded with no as its
 // NamespaceOffloading, and waits until the policy mutates its pods as the
 // webhook would with opts (a pod in namespace plain shows them before).
-func offloadedNamespace(t *testing.T, kube kubernetes.Interface, c client.Client, no *offloadv1alpha1.NamespaceOffloading, plain string, opts webhook.Options) string {
+func offloadedNamespace(t testing.TB, kube kubernetes.Interface, c client.Client, no *offloadv1alpha1.NamespaceOffloading, plain string, opts webhook.Options) string {
 	t.Helper()
 	ns := newNamespace(t, kube, map[string]string{offloadv1alpha1.LabelOffloaded: "true"})
 	no.Name, no.Namespace = offloadv1alpha1.NamespaceOffloadingName, ns

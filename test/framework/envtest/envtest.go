@@ -37,7 +37,7 @@ var apiServer struct {
 // (controller-runtime envtest, from the binaries hack/tools.sh builds),
 // shared by the tests of a package. Call StopAPIServer from TestMain.
 // With -short the test is skipped.
-func APIServer(t *testing.T) *rest.Config {
+func APIServer(t testing.TB) *rest.Config {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs a real API server; skipped with -short")
@@ -119,7 +119,7 @@ var crds struct {
 
 // InstallCRDs applies the chart's CRDs to the API server c talks to, once
 // per test process, and waits until they are served.
-func InstallCRDs(t *testing.T, c client.Client) {
+func InstallCRDs(t testing.TB, c client.Client) {
 	t.Helper()
 	crds.once.Do(func() {
 		crds.err = install.ApplyCRDs(context.Background(), c, time.Minute)
