@@ -229,11 +229,13 @@ func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) 
 		return last.share, MinUpdateInterval - age, nil
 	}
 	// A change from now on is one this count may miss: it marks the
-	// count stale again, and wakes the Tenant.
-	if ok {
-		last.stale = false
-		r.counts[tenant.Name] = last
+	// count stale again, and wakes the Tenant (a Tenant counted for the
+	// first time is listed already, with no share yet, to be woken too).
+	if r.counts == nil {
+		r.counts = map[string]count{}
 	}
+	last.stale, last.clusterID = false, tenant.Spec.ClusterID
+	r.counts[tenant.Name] = last
 	r.mu.Unlock()
 	// Read-only lists of the whole cache: no deep copies.
 	var nodes corev1.NodeList
@@ -253,9 +255,6 @@ func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) 
 	share := Share(free, r.SharingPercentage)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.counts == nil {
-		r.counts = map[string]count{}
-	}
 	r.counts[tenant.Name] = count{share: share, at: time.Now(), policy: *tenant.Spec.Policy.DeepCopy(),
 		clusterID: tenant.Spec.ClusterID, stale: r.counts[tenant.Name].stale}
 	return share, 0, nil
