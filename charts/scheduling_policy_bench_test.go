@@ -43,12 +43,12 @@ func BenchmarkTheSchedulingPolicy(b *testing.B) {
 		var perPod [2]float64
 		for round := range 2 {
 			for i, ns := range []string{plain, offloaded} {
-				stop := func() {}
+				profiled := func() {}
 				if round == 1 && i == 1 {
-					stop = profileAPIServer(b, kube)
+					profiled = profileAPIServer(b, kube)
 				}
 				perPod[i] = apiServerCPUPerPod(b, kube, pid, ns, pods)
-				stop()
+				profiled()
 			}
 		}
 		b.ReportMetric(perPod[0], "ms-cpu-per-pod-plain")
