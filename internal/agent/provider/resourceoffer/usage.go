@@ -68,7 +68,7 @@ func (u *Usage) set(key string, pod *corev1.Pod) []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	was, had := u.pods[key]
-	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if pod.Spec.NodeName == "" || finished(pod) {
 		if !had {
 			return nil
 		}
@@ -202,9 +202,6 @@ func (u *Usage) Handler(changed func(origin string)) cache.ResourceEventHandler 
 // pods share their container lists (slim.Containers); when it cannot tell,
 // it says no, and Set compares what the pod requests.
 func countsAsBefore(old, cur *corev1.Pod) bool {
-	finished := func(p *corev1.Pod) bool {
-		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-	}
 	same := func(a, b []corev1.Container) bool {
 		return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 	}
@@ -212,4 +209,10 @@ func countsAsBefore(old, cur *corev1.Pod) bool {
 		old.Labels[offloadv1alpha1.LabelOriginClusterID] == cur.Labels[offloadv1alpha1.LabelOriginClusterID] &&
 		same(old.Spec.Containers, cur.Spec.Containers) && same(old.Spec.InitContainers, cur.Spec.InitContainers) &&
 		old.Spec.Overhead == nil && cur.Spec.Overhead == nil && old.Spec.Resources == nil && cur.Spec.Resources == nil
+}
+
+// finished tells whether p has ended (Succeeded or Failed): it no longer
+// counts against its node.
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
