@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"regexp"
@@ -107,6 +108,10 @@ func BenchmarkOffload(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	runs, err := benchRuns(os.Getenv("OFFLOAD_BENCH_RUNS"), sizes)
+	if err != nil {
+		b.Fatal(err)
+	}
 	modes, err := cpuModes(os.Getenv("OFFLOAD_BENCH_CPUS"))
 	if err != nil {
 		b.Fatal(err)
@@ -122,7 +127,7 @@ func BenchmarkOffload(b *testing.B) {
 			setup, setupCancel := context.WithTimeout(ctx, 15*time.Minute)
 			defer setupCancel()
 			p := startPair(setup, b, slices.Max(append(sizes, sequentialPods)), mode)
-			results := p.run(ctx, b, sizes)
+			results := p.run(ctx, b, sizes, runs)
 			status := p.statusTime(ctx, b)
 			all = append(all, modeResults{mode: mode, results: results, peer: p.peerReturned, status: status})
 			b.ReportMetric(p.peerReturned.Seconds(), "s-P3-peer")
@@ -134,8 +139,7 @@ func BenchmarkOffload(b *testing.B) {
 	// A parent benchmark's log is dropped when its sub-benchmarks pass.
 	fmt.Print(summaries.String())
 	if path := os.Getenv("OFFLOAD_BENCH_REPORT"); path != "" && len(all) > 0 {
-		runs, _ := benchRuns(os.Getenv("OFFLOAD_BENCH_RUNS"))
-		command := fmt.Sprintf("OFFLOAD_BENCH_N=%s OFFLOAD_BENCH_CPUS=%s OFFLOAD_BENCH_RUNS=%d make bench-offload", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), ","), "[]"), cpuModeNames(modes), runs)
+		command := fmt.Sprintf("OFFLOAD_BENCH_N=%s OFFLOAD_BENCH_CPUS=%s OFFLOAD_BENCH_RUNS=%s make bench-offload", joinInts(sizes), cpuModeNames(modes), runsArg(sizes, runs))
 		for _, env := range []string{schedulingEnv, agentMemoryEnv} {
 			if m := os.Getenv(env); m != "" {
 				command = env + "=" + m + " " + command
@@ -197,8 +201,8 @@ func cpuModes(s string) ([]cpuMode, error) {
 	return out, nil
 }
 
-// run measures P2 one pod at a time, then each size, on p.
-func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResult {
+// run measures P2 one pod at a time, then each size, runs[size] times, on p.
+func (p *pair) run(ctx context.Context, b *testing.B, sizes []int, runs map[int]int) []offloadResult {
 	if pid, err := machine.AgentPID(p.consumer.Name); err == nil {
 		p.idleRSS, _ = machine.RSSMiB(pid)
 	}
@@ -219,16 +223,12 @@ func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResu
 				samples, overhead[0], overhead[1], createLeg[0], createLeg[1], statusLeg[0], statusLeg[1])
 		}
 	})
-	runs, err := benchRuns(os.Getenv("OFFLOAD_BENCH_RUNS"))
-	if err != nil {
-		b.Fatal(err)
-	}
 	var results []offloadResult
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				var these []offloadResult
-				for range runs {
+				for range runs[n] {
 					these = append(these, p.measure(ctx, b, n))
 				}
 				results = append(results, these...)
@@ -265,17 +265,49 @@ func (p *pair) run(ctx context.Context, b *testing.B, sizes []int) []offloadResu
 	return results
 }
 
-// benchRuns parses OFFLOAD_BENCH_RUNS, how many times each size runs on
-// the same pair; empty is once.
-func benchRuns(s string) (int, error) {
-	if strings.TrimSpace(s) == "" {
-		return 1, nil
+// benchRuns parses OFFLOAD_BENCH_RUNS, how many times each of sizes runs
+// on the same pair, by size: one number for every size, or one per size
+// in the order of sizes (3,3,1); empty is once each.
+func benchRuns(s string, sizes []int) (map[int]int, error) {
+	fields := []string{"1"}
+	if strings.TrimSpace(s) != "" {
+		fields = strings.Split(s, ",")
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("OFFLOAD_BENCH_RUNS=%q: want a positive number of runs", s)
+	if len(fields) != 1 && len(fields) != len(sizes) {
+		return nil, fmt.Errorf("OFFLOAD_BENCH_RUNS=%q: want one number of runs, or one for each of the %d sizes (%s)", s, len(sizes), joinInts(sizes))
 	}
-	return n, nil
+	out := make(map[int]int, len(sizes))
+	for i, n := range sizes {
+		f := fields[min(i, len(fields)-1)]
+		runs, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || runs <= 0 {
+			return nil, fmt.Errorf("OFFLOAD_BENCH_RUNS=%q: %q is not a positive number of runs", s, f)
+		}
+		out[n] = runs
+	}
+	return out, nil
+}
+
+// runsArg is OFFLOAD_BENCH_RUNS for runs of sizes: one number when every
+// size runs as often.
+func runsArg(sizes []int, runs map[int]int) string {
+	each := make([]int, len(sizes))
+	for i, n := range sizes {
+		each[i] = runs[n]
+	}
+	if len(slices.Compact(slices.Clone(each))) == 1 {
+		return strconv.Itoa(each[0])
+	}
+	return joinInts(each)
+}
+
+// joinInts writes ns comma-separated.
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // perPodKiB is the consumer agent's memory per offloaded pod: its RSS with
@@ -947,4 +979,37 @@ func machineBusySeconds() float64 {
 		}
 	}
 	return busy / machine.ClockTicks
+}
+
+func TestRunsAreOneNumberForEverySizeOrOneForEach(t *testing.T) {
+	sizes := []int{1000, 5000, 10000}
+	for _, tc := range []struct {
+		env  string
+		want map[int]int
+		arg  string
+	}{
+		{"", map[int]int{1000: 1, 5000: 1, 10000: 1}, "1"},
+		{"3", map[int]int{1000: 3, 5000: 3, 10000: 3}, "3"},
+		{"3, 3,1", map[int]int{1000: 3, 5000: 3, 10000: 1}, "3,3,1"},
+	} {
+		got, err := benchRuns(tc.env, sizes)
+		if err != nil {
+			t.Fatalf("OFFLOAD_BENCH_RUNS=%q: %v", tc.env, err)
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("OFFLOAD_BENCH_RUNS=%q gave %v, want %v", tc.env, got, tc.want)
+		}
+		if arg := runsArg(sizes, got); arg != tc.arg {
+			t.Errorf("OFFLOAD_BENCH_RUNS=%q is reported as %q, want %q", tc.env, arg, tc.arg)
+		}
+	}
+	for env, want := range map[string]string{
+		"3,1":   "want one number of runs, or one for each of the 3 sizes (1000,5000,10000)",
+		"3,0,1": `"0" is not a positive number of runs`,
+		"x":     `"x" is not a positive number of runs`,
+	} {
+		if _, err := benchRuns(env, sizes); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("OFFLOAD_BENCH_RUNS=%q: error %v, want one saying %s", env, err, want)
+		}
+	}
 }
