@@ -64,6 +64,15 @@ type pair struct {
 	// idleRSS is the consumer agent's RSS in MiB, peered, before the
 	// first benchmark pod.
 	idleRSS float64
+	// sequential is P2 one pod at a time, on the idle pair.
+	sequential sequentialP2
+}
+
+// sequentialP2 is P2 measured one pod at a time: p50 and p99 in ms of the
+// overhead and of its two legs, over samples pods.
+type sequentialP2 struct {
+	overhead, createLeg, statusLeg [2]float64
+	samples                        int
 }
 
 // statusTime runs kubectl offload status on the consumer, as a user does,
