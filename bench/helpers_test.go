@@ -66,6 +66,8 @@ type pair struct {
 	idleRSS float64
 	// sequential is P2 one pod at a time, on the idle pair.
 	sequential sequentialP2
+	// fakeNodes is how many kwok nodes the provider has, for every size.
+	fakeNodes int
 }
 
 // sequentialP2 is P2 measured one pod at a time: p50 and p99 in ms of the
@@ -109,7 +111,7 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 		localcluster.ClusterOptions{Name: consumerName, RealNode: true, DisableQPSLimits: true, CPUs: mode.consumer},
 		localcluster.ClusterOptions{Name: providerName, FakeNodes: fakeNodes, TaintFakeNodes: true, RealNode: true, DisableQPSLimits: true, CPUs: mode.provider},
 	)
-	p := &pair{consumer: clusters[0], provider: clusters[1], bin: bin}
+	p := &pair{consumer: clusters[0], provider: clusters[1], bin: bin, fakeNodes: fakeNodes}
 	fmt.Printf("BenchmarkOffload %s: clusters up with %d fake provider nodes: %s; %s", mode.name, fakeNodes, time.Since(start).Round(time.Millisecond), mode.describe())
 
 	// P1-P5 measure the control plane as before the fabric existed; P6

@@ -129,7 +129,7 @@ func BenchmarkOffload(b *testing.B) {
 			p := startPair(setup, b, slices.Max(append(sizes, sequentialPods)), mode)
 			results := p.run(ctx, b, sizes, runs)
 			status := p.statusTime(ctx, b)
-			all = append(all, modeResults{mode: mode, results: results, peer: p.peerReturned, status: status, sequential: p.sequential})
+			all = append(all, modeResults{mode: mode, results: results, peer: p.peerReturned, status: status, sequential: p.sequential, fakeNodes: p.fakeNodes})
 			b.ReportMetric(p.peerReturned.Seconds(), "s-P3-peer")
 			b.ReportMetric(status.Seconds(), "s-P5-status")
 			fmt.Fprintf(&summaries, "\n%s: %s%sP3 peer out-of-band to virtual node Ready: %s; P5 kubectl offload status: %s\n",
