@@ -71,6 +71,9 @@ type nodeLAN struct {
 // the pod range podCIDR formatted with i (10.244.i.0/24). With lan, the node joins the LAN's bridge
 // and subnet instead: its address is the next in the first node's subnet.
 func nodeNetwork(ctx context.Context, dir string, lan *nodeLAN, podCIDR string) (*RealNode, error) {
+	if err := removeAbandonedNodes(ctx, machine.AbandonedAfter); err != nil {
+		return nil, err
+	}
 	if err := machine.AcquireHostState(); err != nil {
 		return nil, err
 	}
@@ -286,6 +289,42 @@ func (n *RealNode) spawn(name, binary string, args ...string) error {
 	go func() { _ = cmd.Wait() }()
 	n.PIDs[name] = cmd.Process.Pid
 	return n.save()
+}
+
+// removeAbandonedNodes removes what a killed run left of its real nodes:
+// each node namespace older than age with no process in it (see
+// machine.NamespaceAbandoned), its host interfaces with their routes, its
+// isolation rules and its cgroups. The namespaces of its pods go when the
+// last node stops (machine.ReleaseHostState), which such a leftover would
+// otherwise prevent for every later run.
+func removeAbandonedNodes(ctx context.Context, age time.Duration) error {
+	entries, _ := os.ReadDir("/run/netns")
+	var errs []error
+	for _, e := range entries {
+		ns := e.Name()
+		i, ok := strings.CutPrefix(ns, "offload-")
+		if !ok || !machine.NamespaceAbandoned(ns, age) {
+			continue
+		}
+		if _, err := machine.Run(ctx, "ip", "link", "delete", "ovh"+i); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+			errs = append(errs, err)
+		}
+		// A LAN's bridge is named after its first node; it goes when no
+		// other node's port is on it any more.
+		if ports, err := machine.Run(ctx, "ip", "-o", "link", "show", "master", "ovb"+i); err == nil && strings.TrimSpace(ports) == "" {
+			if _, err := machine.Run(ctx, "ip", "link", "delete", "ovb"+i); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if _, err := machine.Run(ctx, "ip", "netns", "delete", ns); err != nil && !strings.Contains(err.Error(), "No such file") {
+			errs = append(errs, err)
+		}
+		errs = append(errs, removeIsolation(ns), machine.RemoveCgroupRoot(ns))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("removing the nodes a killed run left: %w", err)
+	}
+	return nil
 }
 
 // nodeAPIServerURL is the API server as real nodes reach it: at the host end

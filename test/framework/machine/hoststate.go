@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // hostSysctls are the host-wide settings a real node changes: the kubelet
@@ -84,7 +86,7 @@ func ReleaseHostState() error {
 	return WithHostLock(func() error {
 		entries, _ := os.ReadDir("/run/netns")
 		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), "offload-") {
+			if strings.HasPrefix(e.Name(), "offload-") && !NamespaceAbandoned(e.Name(), AbandonedAfter) {
 				return nil // another node still runs
 			}
 		}
@@ -132,4 +134,38 @@ func HostSysctls() map[string]string {
 		}
 	}
 	return out
+}
+
+// AbandonedAfter is how long a node's network namespace may hold no process
+// before it counts as left by a run that was killed. A node that is starting
+// has none until its containerd starts, seconds after the namespace.
+const AbandonedAfter = 3 * time.Minute
+
+// NamespaceAbandoned reports whether the network namespace name (of ip
+// netns, under /run/netns) was left by a run that was killed: it is older
+// than age and no process is in it. A test run killed between creating a
+// node and removing it leaves such a namespace; counting it as a running
+// node would keep every later run from cleaning up after itself.
+func NamespaceAbandoned(name string, age time.Duration) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join("/run/netns", name), &st); err != nil {
+		return false
+	}
+	if time.Since(time.Unix(st.Mtim.Sec, st.Mtim.Nsec)) < age {
+		return false
+	}
+	want := fmt.Sprintf("net:[%d]", st.Ino)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if link, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "net")); err == nil && link == want {
+			return false
+		}
+	}
+	return true
 }
