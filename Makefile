@@ -48,7 +48,7 @@ e2e: ## Run the end-to-end tests on local clusters, one package at a time.
 .PHONY: bench
 bench: ## Run the cluster benchmarks under bench/ once each; they print figures.
 	@hack/setup.sh
-	$(GO) test -p 1 -run '^$$' -bench 'LocalClusters' -benchtime 1x -timeout 30m ./bench/...
+	$(GO) test -p 1 -run '^$$' -bench 'LocalClusters|APICalls' -benchtime 1x -timeout 30m ./bench/...
 
 .PHONY: conformance
 conformance: ## Run Kubernetes' pod conformance tests (sig-node, ConfigMap/Secret/Downward API/Projected volumes) through the virtual node; needs root.
