@@ -319,7 +319,7 @@ func removeAbandonedNodes(ctx context.Context, age time.Duration) error {
 		if _, err := machine.Run(ctx, "ip", "netns", "delete", ns); err != nil && !strings.Contains(err.Error(), "No such file") {
 			errs = append(errs, err)
 		}
-		errs = append(errs, removeIsolation(ns), machine.RemoveCgroupRoot(ns))
+		errs = append(errs, removeIsolation(ns), machine.KillCgroupProcesses(ns, 5*time.Second), machine.RemoveCgroupRoot(ns))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("removing the nodes a killed run left: %w", err)
@@ -364,7 +364,9 @@ func (n *RealNode) stop(ctx context.Context, c *Cluster) error {
 		errs = append(errs, machine.StopProcesses(machine.ProcessesMatching(n.Dir), 5*time.Second))
 	}
 	machine.UnmountUnder(n.Dir)
-	errs = append(errs, machine.RemoveCgroupRoot(n.CgroupRoot))
+	if n.CgroupRoot != "" {
+		errs = append(errs, machine.KillCgroupProcesses(n.CgroupRoot, 5*time.Second), machine.RemoveCgroupRoot(n.CgroupRoot))
+	}
 	if n.NetNS != "" {
 		// The host end of the veth goes first and explicitly: the kernel
 		// destroys a deleted namespace's interfaces later, in the

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -93,6 +94,52 @@ func CreateCgroupRoot(name string) error {
 		}
 	}
 	return nil
+}
+
+// KillCgroupProcesses kills every process in cgroup /name or below, in any
+// hierarchy, and waits up to grace for the cgroups to be empty. A container
+// that runc was still creating when its node's containerd stopped is left
+// behind as "runc init" with no parent, matching no node path, and keeps
+// the node's cgroups busy.
+func KillCgroupProcesses(name string, grace time.Duration) error {
+	if strings.Trim(filepath.Clean("/"+name), "/") == "" || strings.Contains(name, "..") {
+		return fmt.Errorf("refusing to kill the processes of cgroup %q: not a cgroup below the root", name)
+	}
+	var pids []int
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, grace, true, func(context.Context) (bool, error) {
+		pids = cgroupProcesses(name)
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return len(pids) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("processes %v are still in cgroup /%s after %s", pids, name, grace)
+	}
+	return nil
+}
+
+// cgroupProcesses returns the processes in cgroup /name or below, in any
+// hierarchy.
+func cgroupProcesses(name string) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, h := range cgroupControllers() {
+		_ = filepath.WalkDir(filepath.Join(h, name), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+					seen[pid] = true
+					out = append(out, pid)
+				}
+			}
+			return nil
+		})
+	}
+	return out
 }
 
 // RemoveCgroupRoot removes cgroup /name and everything below it, deepest
