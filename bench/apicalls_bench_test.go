@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 	"github.com/kubectl-offload/kubectl-offload/test/framework/localcluster"
 	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 )
@@ -50,17 +51,10 @@ func BenchmarkAPICalls(b *testing.B) {
 	}
 	// The token controller makes the default service account a moment
 	// after the namespace.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	framework.Eventually(b, time.Minute, "the default service account", func(ctx context.Context) bool {
 		_, err := kube.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("no default service account after a minute: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil
+	})
 	for i := 0; i < b.N; i++ {
 		pods := make([]*corev1.Pod, apiCalls)
 		prefix := fmt.Sprintf("p%d-", i)

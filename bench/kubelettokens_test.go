@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 )
 
 // kubeletTokens says whether the direct run pays for its pods'
@@ -142,20 +145,18 @@ func (m *tokenMinter) mint(ctx context.Context, pod *corev1.Pod) {
 func (m *tokenMinter) wait(ctx context.Context, b *testing.B, n int, timeout time.Duration) time.Time {
 	b.Helper()
 	defer m.stop()
-	deadline := time.Now().Add(timeout)
-	for {
+	var last time.Time
+	_, err := framework.Poll(ctx, 50*time.Millisecond, timeout, func(context.Context) (bool, string) {
 		m.mu.Lock()
-		done, errs, first, last := m.done, m.errs, m.first, m.last
-		m.mu.Unlock()
-		if errs > 0 {
-			b.Fatalf("requesting the tokens of the direct run's pods as kubelets do: %d failed, the first with: %v", errs, first)
+		defer m.mu.Unlock()
+		if m.errs > 0 {
+			b.Fatalf("requesting the tokens of the direct run's pods as kubelets do: %d failed, the first with: %v", m.errs, m.first)
 		}
-		if done >= n {
-			return last
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			b.Fatalf("the tokens of %d of %d pods were requested after %s", done, n, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
+		last = m.last
+		return m.done >= n, fmt.Sprintf("the tokens of %d of %d pods requested", m.done, n)
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
+	return last
 }

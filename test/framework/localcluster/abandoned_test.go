@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubectl-offload/kubectl-offload/test/framework"
 	"github.com/kubectl-offload/kubectl-offload/test/framework/machine"
 )
 
@@ -66,13 +67,9 @@ func TestTheNodesAKilledRunLeftAreRemovedAndRunningOnesAreNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for machine.NamespaceAbandoned(runningNS, 0) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no process shows in namespace %s", runningNS)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	framework.Eventually(t, 10*time.Second, "a process in namespace "+runningNS, func(context.Context) bool {
+		return !machine.NamespaceAbandoned(runningNS, 0)
+	})
 
 	// Younger than the age given: a node that is starting.
 	if err := removeAbandonedNodes(context.Background(), time.Hour); err != nil {

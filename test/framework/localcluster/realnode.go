@@ -306,25 +306,47 @@ func removeAbandonedNodes(ctx context.Context, age time.Duration) error {
 		if !ok || !machine.NamespaceAbandoned(ns, age) {
 			continue
 		}
-		if _, err := machine.Run(ctx, "ip", "link", "delete", "ovh"+i); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
-			errs = append(errs, err)
-		}
+		errs = append(errs, removeNodeHostParts(ctx, ns, ns, ""))
 		// A LAN's bridge is named after its first node; it goes when no
 		// other node's port is on it any more.
 		if ports, err := machine.Run(ctx, "ip", "-o", "link", "show", "master", "ovb"+i); err == nil && strings.TrimSpace(ports) == "" {
-			if _, err := machine.Run(ctx, "ip", "link", "delete", "ovb"+i); err != nil {
-				errs = append(errs, err)
-			}
+			errs = append(errs, removeNodeHostParts(ctx, "", "", "ovb"+i))
 		}
-		if _, err := machine.Run(ctx, "ip", "netns", "delete", ns); err != nil && !strings.Contains(err.Error(), "No such file") {
-			errs = append(errs, err)
-		}
-		errs = append(errs, removeIsolation(ns), machine.KillCgroupProcesses(ns, 5*time.Second), machine.RemoveCgroupRoot(ns))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("removing the nodes a killed run left: %w", err)
 	}
 	return nil
+}
+
+// removeNodeHostParts removes what a node put on the host beside its
+// processes and files: what is left in its cgroups and the cgroups, the
+// host end of its veth with the routes through it, its network namespace,
+// its isolation rules and bridge, when not empty.
+func removeNodeHostParts(ctx context.Context, ns, cgroupRoot, bridge string) error {
+	var errs []error
+	if cgroupRoot != "" {
+		errs = append(errs, machine.KillCgroupProcesses(cgroupRoot, 5*time.Second), machine.RemoveCgroupRoot(cgroupRoot))
+	}
+	if ns != "" {
+		// The host end of the veth goes first and explicitly: the kernel
+		// destroys a deleted namespace's interfaces later, in the
+		// background, so the host end would outlive "ip netns delete".
+		host := "ovh" + strings.TrimPrefix(ns, "offload-")
+		if _, err := machine.Run(ctx, "ip", "link", "delete", host); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+			errs = append(errs, err)
+		}
+		if _, err := machine.Run(ctx, "ip", "netns", "delete", ns); err != nil && !strings.Contains(err.Error(), "No such file") {
+			errs = append(errs, err)
+		}
+		errs = append(errs, removeIsolation(ns))
+	}
+	if bridge != "" {
+		if _, err := machine.Run(ctx, "ip", "link", "delete", bridge); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // nodeAPIServerURL is the API server as real nodes reach it: at the host end
@@ -364,30 +386,8 @@ func (n *RealNode) stop(ctx context.Context, c *Cluster) error {
 		errs = append(errs, machine.StopProcesses(machine.ProcessesMatching(n.Dir), 5*time.Second))
 	}
 	machine.UnmountUnder(n.Dir)
-	if n.CgroupRoot != "" {
-		errs = append(errs, machine.KillCgroupProcesses(n.CgroupRoot, 5*time.Second), machine.RemoveCgroupRoot(n.CgroupRoot))
-	}
-	if n.NetNS != "" {
-		// The host end of the veth goes first and explicitly: the kernel
-		// destroys a deleted namespace's interfaces later, in the
-		// background, so the host end would outlive "ip netns delete".
-		host := "ovh" + strings.TrimPrefix(n.NetNS, "offload-")
-		if _, err := machine.Run(ctx, "ip", "link", "delete", host); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
-			errs = append(errs, err)
-		}
-		if _, err := machine.Run(ctx, "ip", "netns", "delete", n.NetNS); err != nil && !strings.Contains(err.Error(), "No such file") {
-			errs = append(errs, err)
-		}
-	}
-	if n.NetNS != "" {
-		errs = append(errs, removeIsolation(n.NetNS))
-	}
 	// The other nodes' ports left the bridge with their namespaces.
-	if n.Bridge != "" {
-		if _, err := machine.Run(ctx, "ip", "link", "delete", n.Bridge); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, removeNodeHostParts(ctx, n.NetNS, n.CgroupRoot, n.Bridge))
 	removeContainerLogLinks(n.path("pod-logs"))
 	if err := os.RemoveAll(n.Dir); err != nil {
 		errs = append(errs, err)
