@@ -174,18 +174,18 @@ func expectTheProviderChoosesItsNodes(ctx context.Context, t *testing.T, consume
 		})
 	}()
 
-	// The offer counts the chosen node only (the chart lends 50% of what is
-	// free: at most 4 cpu, a little less for the DaemonSet pods there), not
+	// The offer counts the chosen node only (the chart lends 50% of its
+	// allocatable: 4 cpu, whatever the DaemonSet pods there request), not
 	// the other fake node (64 cpu) nor the real node, and the consumer's
 	// agent and both sides' status learn the choice.
-	most, least := resource.MustParse("4"), resource.MustParse("3")
+	half := resource.MustParse("4")
 	waitFor(ctx, t, time.Minute, "the offer to count the chosen node only, and the consumer to know the choice", func(ctx context.Context) (bool, string) {
 		var offers offloadv1alpha1.ResourceOfferList
 		if err := pc.List(ctx, &offers, client.InNamespace(tenant.Spec.TenantNamespace)); err != nil || len(offers.Items) != 1 {
 			return false, fmt.Sprintf("offers %d, %v", len(offers.Items), err)
 		}
-		if got := offers.Items[0].Spec.Resources[corev1.ResourceCPU]; got.Cmp(most) > 0 || got.Cmp(least) < 0 {
-			return false, "offer cpu " + got.String() + ", want half the chosen node's free cpu, 3 to 4"
+		if got := offers.Items[0].Spec.Resources[corev1.ResourceCPU]; got.Cmp(half) != 0 {
+			return false, "offer cpu " + got.String() + ", want half the chosen node's allocatable cpu, 4"
 		}
 		var fc offloadv1alpha1.ForeignCluster
 		if err := ctrlClient(t, consumer).Get(ctx, client.ObjectKey{Name: "provider"}, &fc); err != nil {

@@ -57,8 +57,12 @@ const controllerManagerExample = `  # In a pod, as the chart runs it
 // controllerManagerOptions are the options of offload-agent controller-manager.
 type controllerManagerOptions struct {
 	manager.Options
-	// SharingPercentage is the share of free resources offered to each consumer.
+	// SharingPercentage is the share of the resources (OfferBasis) offered
+	// to each consumer.
 	SharingPercentage int
+	// OfferBasis is what an offer is a share of: the lent nodes'
+	// allocatable resources, or what is free of them.
+	OfferBasis string
 	// UnreachableTolerationSeconds is how long offloaded pods stay bound to
 	// an unreachable or NotReady virtual node; negative means for ever.
 	UnreachableTolerationSeconds int64
@@ -103,6 +107,7 @@ type controllerManagerOptions struct {
 
 func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	o := &controllerManagerOptions{Options: manager.NewOptions(), SharingPercentage: resourceoffer.DefaultSharingPercentage,
+		OfferBasis:                   string(resourceoffer.BasisAllocatable),
 		UnreachableTolerationSeconds: -1, SchedulingWebhook: true, VirtualNodeTaint: true, KubeletPort: 10250, RemapPools: []string{"10.64.0.0/12"},
 		GatewayServiceType: string(corev1.ServiceTypeNodePort), CredentialGrace: tenant.DefaultCredentialGrace, AbandonedAfter: tenant.DefaultAbandonedAfter, global: g}
 	cmd := &cobra.Command{
@@ -126,7 +131,8 @@ func newCmdControllerManager(g *globalOptions) *cobra.Command {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus /metrics endpoint, such as ":8443", served over HTTPS to the clients the API server authorizes to get /metrics; "0" turns it off.`)
 	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress, `Address of Go's /debug/pprof profiling endpoints, such as "127.0.0.1:6060"; empty or "0" (the default) turns them off.`)
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Run the controllers on one replica at a time, elected through Lease "+offloadv1alpha1.ControllerManager+".")
-	fs.IntVar(&o.SharingPercentage, "sharing-percentage", o.SharingPercentage, "Percentage of this cluster's free cpu, memory and pods offered to each consumer.")
+	fs.IntVar(&o.SharingPercentage, "sharing-percentage", o.SharingPercentage, "Percentage of the lent nodes' cpu, memory and pods (--offer-basis) offered to each consumer.")
+	fs.StringVar(&o.OfferBasis, "offer-basis", o.OfferBasis, `What an offer is a share of: "allocatable", the lent nodes' allocatable resources (this cluster's scheduler leaves pending what does not fit beside its own pods), or "free", what this cluster's other pods leave of them (at the cost of watching every pod of the cluster).`)
 	fs.Int64Var(&o.UnreachableTolerationSeconds, "unreachable-toleration-seconds", o.UnreachableTolerationSeconds,
 		"How long offloaded pods stay bound to an unreachable or NotReady virtual node; negative means for ever.")
 	fs.BoolVar(&o.SchedulingWebhook, "scheduling-webhook", o.SchedulingWebhook,
@@ -173,6 +179,9 @@ func (o *controllerManagerOptions) Validate() error {
 	}
 	if o.SharingPercentage < 0 || o.SharingPercentage > 100 {
 		return fmt.Errorf("--sharing-percentage must be between 0 and 100, got %d", o.SharingPercentage)
+	}
+	if err := resourceoffer.Basis(o.OfferBasis).Validate(); err != nil {
+		return fmt.Errorf("--offer-basis: %w", err)
 	}
 	if o.Network {
 		if _, err := o.networkSettings(); err != nil {
@@ -249,7 +258,7 @@ func (o *controllerManagerOptions) Run(ctx context.Context) error {
 	o.Controllers = append(o.Controllers,
 		// Provider side: what each consumer may use.
 		func(mgr ctrlmanager.Manager) error {
-			r := &resourceoffer.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, SharingPercentage: o.SharingPercentage}
+			r := &resourceoffer.Reconciler{Client: mgr.GetClient(), Namespace: o.Namespace, SharingPercentage: o.SharingPercentage, Basis: resourceoffer.Basis(o.OfferBasis)}
 			return r.SetupWithManager(mgr)
 		},
 		// Provider side: twin namespaces for the consumers' RemoteNamespaces,

@@ -30,9 +30,40 @@ import (
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
 
-// DefaultSharingPercentage is the share of its free resources a provider
+// DefaultSharingPercentage is the share of its resources a provider
 // offers each tenant unless told otherwise.
 const DefaultSharingPercentage = 50
+
+// Basis is what an offer is a share of.
+type Basis string
+
+const (
+	// BasisAllocatable, the default, offers a share of the lent nodes'
+	// allocatable resources. It is the capacity a provider lends, as a
+	// virtual kubelet's node would show: the provider's scheduler places
+	// the tenant's pods there and leaves pending what does not fit beside
+	// its own. It needs no pod of the cluster: the provider's own pods
+	// cost the agent nothing, and its bursts change no offer.
+	BasisAllocatable Basis = "allocatable"
+	// BasisFree offers a share of the lent nodes' free resources: their
+	// allocatable minus what the bound pods request, but the tenant's own.
+	// A consumer's scheduler then sees what really fits, for the price of
+	// a watch of every bound pod of the provider (about a millisecond of
+	// the agent's CPU for each pod the provider runs) and an offer that
+	// changes with the provider's own load.
+	BasisFree Basis = "free"
+)
+
+// Bases are the valid values of Basis, the default first.
+var Bases = []Basis{BasisAllocatable, BasisFree}
+
+// Validate says whether b is one of Bases ("" is the default).
+func (b Basis) Validate() error {
+	if b == "" || slices.Contains(Bases, b) {
+		return nil
+	}
+	return fmt.Errorf("the offer basis must be %q or %q, got %q", BasisAllocatable, BasisFree, b)
+}
 
 // ControllerName names the controller in logs and metrics.
 const ControllerName = "resourceoffer"
@@ -58,9 +89,11 @@ type Reconciler struct {
 	Client client.Client
 	// Namespace is the agent's namespace, which holds the cluster identity.
 	Namespace string
-	// SharingPercentage is the percentage of the free resources offered to
-	// each tenant.
+	// SharingPercentage is the percentage of the resources (Basis) offered
+	// to each tenant.
 	SharingPercentage int
+	// Basis is what the offer is a share of: BasisAllocatable when empty.
+	Basis Basis
 
 	// identityReader reads the identity ConfigMap uncached, so that the
 	// cache does not watch every ConfigMap of the cluster. SetupWithManager
@@ -73,8 +106,8 @@ type Reconciler struct {
 
 	// usage is what the pods request, node by node, kept up to date by
 	// the events of the manager's pod informer once usageSynced says it
-	// has seen every pod. SetupWithManager sets both; without them, each
-	// count lists every pod.
+	// has seen every pod. SetupWithManager sets both for BasisFree;
+	// without them, each count of the free resources lists every pod.
 	usage       *Usage
 	usageSynced func() bool
 
@@ -102,25 +135,31 @@ type count struct {
 }
 
 // SetupWithManager registers the controller with mgr. It reconciles every
-// Tenant when a Node changes in a way that changes the free resources, and
-// the Tenants whose share a pod's event changed (usageChanged).
+// Tenant when a Node changes in a way that changes the lent resources, and,
+// for BasisFree, the Tenants whose share a pod's event changed
+// (usageChanged). With BasisAllocatable it never reads a pod.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.SharingPercentage < 0 || r.SharingPercentage > 100 {
 		return fmt.Errorf("the sharing percentage must be between 0 and 100, got %d", r.SharingPercentage)
 	}
+	if err := r.Basis.Validate(); err != nil {
+		return err
+	}
 	r.identityReader = mgr.GetAPIReader()
-	pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
-	if err != nil {
-		return fmt.Errorf("setting up the %s controller: the pod informer: %w", ControllerName, err)
+	if r.Basis == BasisFree {
+		pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+		if err != nil {
+			return fmt.Errorf("setting up the %s controller: the pod informer: %w", ControllerName, err)
+		}
+		usage := NewUsage()
+		registration, err := pods.AddEventHandler(usage.Handler(r.usageChanged))
+		if err != nil {
+			return fmt.Errorf("setting up the %s controller: counting the pods' requests: %w", ControllerName, err)
+		}
+		r.usage, r.usageSynced = usage, registration.HasSynced
 	}
-	usage := NewUsage()
-	registration, err := pods.AddEventHandler(usage.Handler(r.usageChanged))
-	if err != nil {
-		return fmt.Errorf("setting up the %s controller: counting the pods' requests: %w", ControllerName, err)
-	}
-	r.usage, r.usageSynced = usage, registration.HasSynced
 	enqueueTenants := handler.EnqueueRequestsFromMapFunc(r.allTenants)
-	err = ctrl.NewControllerManagedBy(mgr).
+	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{SkipNameValidation: &r.skipNameValidation}).
 		For(&offloadv1alpha1.Tenant{}).
@@ -202,7 +241,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		Type:               offloadv1alpha1.ConditionReady,
 		Status:             metav1.ConditionTrue,
 		Reason:             "Published",
-		Message:            fmt.Sprintf("%d%% of the free resources of cluster %s", r.SharingPercentage, id.Name),
+		Message:            fmt.Sprintf("%d%% of the %s resources of cluster %s", r.SharingPercentage, r.basis(), id.Name),
 		ObservedGeneration: offer.Generation,
 	})
 	if err := r.Client.Status().Update(ctx, offer); err != nil {
@@ -213,11 +252,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return later, nil
 }
 
-// share returns the tenant's share of the free resources, counted at most
+// basis is r.Basis, BasisAllocatable when empty.
+func (r *Reconciler) basis() Basis {
+	if r.Basis == "" {
+		return BasisAllocatable
+	}
+	return r.Basis
+}
+
+// share returns the tenant's share of the lent resources, counted at most
 // once per MinUpdateInterval, and how long until the next count when it
-// is the last count's. Counting lists every node, and reads the pods'
-// requests from the Usage the pod informer keeps (every bound pod of the cluster
-// until it has synced), and the tenant's own pods do not change it: in an
+// is the last count's. Counting lists every node. For BasisFree, it reads
+// the pods' requests from the Usage the pod informer keeps (every bound
+// pod of the cluster until it has synced), and the tenant's own pods do
+// not change it: in an
 // offloaded burst every pod event would recount and find the offer
 // unchanged, so that the LastUpdate throttle never held and the counts ran
 // back to back.
@@ -243,9 +291,12 @@ func (r *Reconciler) share(ctx context.Context, tenant *offloadv1alpha1.Tenant) 
 		return nil, 0, fmt.Errorf("listing nodes: %w", err)
 	}
 	var free corev1.ResourceList
-	if r.usage != nil && r.usageSynced() {
+	switch {
+	case r.basis() == BasisAllocatable:
+		free = Allocatable(nodes.Items, tenant.Spec.Policy)
+	case r.usage != nil && r.usageSynced():
 		free = freeOf(nodes.Items, r.usage, tenant.Spec.ClusterID, tenant.Spec.Policy)
-	} else {
+	default:
 		var pods corev1.PodList
 		if err := r.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, 0, fmt.Errorf("listing pods: %w", err)

@@ -3,7 +3,9 @@ package resourceoffer
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,7 +35,7 @@ const providerName = "provider"
 
 func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
 	cfg, c, agentNS := newEnv(t)
-	startManager(t, cfg, agentNS)
+	startManager(t, cfg, agentNS, BasisFree)
 
 	nodeA := createNode(t, c, "4", "8Gi", "110")
 	createNode(t, c, "2", "4Gi", "110")
@@ -90,6 +92,71 @@ func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
 	}
 }
 
+// By default an offer is a share of the lent nodes' allocatable
+// resources: it follows the nodes, no pod of the cluster changes it, and
+// the agent never asks the API server for one (a provider's own pods cost
+// it nothing).
+func TestTheDefaultOfferIsAShareOfTheAllocatableAndReadsNoPod(t *testing.T) {
+	cfg, c, agentNS := newEnv(t)
+	var podRequests atomic.Int32
+	counted := rest.CopyConfig(cfg)
+	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if slices.Contains(strings.Split(req.URL.Path, "/"), "pods") {
+				podRequests.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	startManager(t, counted, agentNS, "")
+
+	nodeA := createNode(t, c, "4", "8Gi", "110")
+	createNode(t, c, "2", "4Gi", "110")
+	tenant := createTenant(t, c)
+	offer := waitForOffer(t, c, tenant, resources("3", "6Gi", "110"))
+	if cond := meta.FindStatusCondition(offer.Status.Conditions, offloadv1alpha1.ConditionReady); cond == nil || !strings.Contains(cond.Message, "50% of the allocatable resources") {
+		t.Errorf("the offer's Ready condition %+v does not say it is half the allocatable resources", cond)
+	}
+
+	// The provider's own pod and the tenant's, both bound to node A, leave
+	// the offer as it is.
+	for _, p := range []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "own", Namespace: agentNS}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "offloaded", Namespace: tenant.Spec.TenantNamespace,
+			Labels: map[string]string{offloadv1alpha1.LabelOriginClusterID: tenant.Spec.ClusterID}}},
+	} {
+		p.Spec = corev1.PodSpec{NodeName: nodeA, Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: resources("1", "2Gi", "")}}}}
+		mustCreate(t, c, p)
+	}
+	// Node B going NotReady does change it, to half of node A's
+	// allocatable: the pods on node A are still not subtracted.
+	for _, n := range otherNodes(t, c, nodeA) {
+		setNodeReady(t, c, n, false)
+	}
+	waitForOffer(t, c, tenant, resources("2", "4Gi", "55"))
+	if n := podRequests.Load(); n != 0 {
+		t.Errorf("the agent made %d requests for pods; an offer of the allocatable resources needs none", n)
+	}
+}
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+func TestAnOfferBasisOtherThanAllocatableOrFreeIsRefused(t *testing.T) {
+	for _, b := range []Basis{"", BasisAllocatable, BasisFree} {
+		if err := b.Validate(); err != nil {
+			t.Errorf("basis %q: %v", b, err)
+		}
+	}
+	err := Basis("capacity").Validate()
+	if err == nil || !strings.Contains(err.Error(), `"allocatable" or "free", got "capacity"`) {
+		t.Errorf("basis capacity: got %v, want an error naming the valid bases", err)
+	}
+}
+
 func TestReconcilingAnUnchangedTenantWritesNothing(t *testing.T) {
 	_, c, agentNS := newEnv(t)
 	tenant := createTenant(t, c)
@@ -141,7 +208,7 @@ func TestReconcileWaitsForTheTenantNamespace(t *testing.T) {
 func TestABurstOfTheTenantsPodsCountsTheClusterOncePerInterval(t *testing.T) {
 	cfg, c, agentNS := newEnv(t)
 	var podLists atomic.Int32
-	startManagerWith(t, cfg, agentNS, func(c client.Client) client.Client { return podListCounter{c, &podLists} })
+	startManagerWith(t, cfg, agentNS, BasisFree, func(c client.Client) client.Client { return podListCounter{c, &podLists} })
 	node := createNode(t, c, "40", "80Gi", "110")
 	tenant := createTenant(t, c)
 	offer := waitForOffer(t, c, tenant, resources("20", "40Gi", "55"))
@@ -288,13 +355,13 @@ func newEnv(t *testing.T) (*rest.Config, client.Client, string) {
 }
 
 // startManager runs a controller-manager with the Reconciler until the test ends.
-func startManager(t *testing.T, cfg *rest.Config, namespace string) {
+func startManager(t *testing.T, cfg *rest.Config, namespace string, basis Basis) {
 	t.Helper()
-	startManagerWith(t, cfg, namespace, func(c client.Client) client.Client { return c })
+	startManagerWith(t, cfg, namespace, basis, func(c client.Client) client.Client { return c })
 }
 
 // startManagerWith is startManager with the Reconciler's client wrapped.
-func startManagerWith(t *testing.T, cfg *rest.Config, namespace string, wrap func(client.Client) client.Client) {
+func startManagerWith(t *testing.T, cfg *rest.Config, namespace string, basis Basis, wrap func(client.Client) client.Client) {
 	t.Helper()
 	port, err := netlab.FreePort()
 	if err != nil {
@@ -310,7 +377,7 @@ func startManagerWith(t *testing.T, cfg *rest.Config, namespace string, wrap fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Reconciler{Client: wrap(mgr.GetClient()), Namespace: namespace, SharingPercentage: DefaultSharingPercentage, skipNameValidation: true}
+	r := &Reconciler{Client: wrap(mgr.GetClient()), Namespace: namespace, SharingPercentage: DefaultSharingPercentage, Basis: basis, skipNameValidation: true}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

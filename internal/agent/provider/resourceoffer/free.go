@@ -1,7 +1,8 @@
 // Package resourceoffer runs on the provider: it publishes, in each tenant
 // namespace, the ResourceOffer that tells a consumer how much it may use, a
-// share of this cluster's free allocatable cpu, memory and pods, and of
-// the extended resources the tenant's policy lends.
+// share of the allocatable cpu, memory and pods of the nodes lent to it
+// (or of what is free of them, Basis), and of the extended resources the
+// tenant's policy lends.
 package resourceoffer
 
 import (
@@ -31,6 +32,13 @@ var offered = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, c
 // than the pods already bound to it.
 func Free(nodes []corev1.Node, pods []corev1.Pod, tenant string, policy offloadv1alpha1.ConsumerPolicy) corev1.ResourceList {
 	return freeOf(nodes, usageOf(pods), tenant, policy)
+}
+
+// Allocatable returns what Free does with no pod bound: the allocatable
+// resources of the nodes that serve the tenant's pods and of the devices
+// the policy lends.
+func Allocatable(nodes []corev1.Node, policy offloadv1alpha1.ConsumerPolicy) corev1.ResourceList {
+	return freeOf(nodes, NewUsage(), "", policy)
 }
 
 // freeOf is Free with the pods' requests summed up in usage.
