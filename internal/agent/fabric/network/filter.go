@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
 )
@@ -42,36 +44,52 @@ type ConsumerFilterReconciler struct {
 	// skipNameValidation lets tests start the controller more than once
 	// in a process.
 	skipNameValidation bool
+
+	// watchPods starts the watch of this cluster's pods, once: at the first
+	// client Tunnel, so that a cluster that only provides never watches
+	// its pods (its own pods cost the agent nothing).
+	watchPods func() error
 }
 
 // SetupWithManager registers the controller: it watches the client
-// Tunnels, the pods of this cluster's pod CIDRs and the namespaces' labels.
+// Tunnels and the namespaces' labels, and, once there is a client Tunnel,
+// the pods of this cluster's pod CIDRs.
 func (r *ConsumerFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	all := handler.EnqueueRequestsFromMapFunc(r.clientTunnels)
-	err := ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named(FilterControllerName).
 		WithOptions(controller.Options{SkipNameValidation: &r.skipNameValidation}).
 		For(&offloadv1alpha1.Tunnel{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			t, ok := o.(*offloadv1alpha1.Tunnel)
 			return ok && t.Spec.Role == offloadv1alpha1.TunnelClient
 		}))).
-		Watches(&corev1.Pod{}, all, builder.WithPredicates(r.localPodChanged())).
 		Watches(&corev1.Namespace{}, all, builder.WithPredicates(reachabilityChanged)).
-		Complete(r)
+		Build(r)
 	if err != nil {
 		return fmt.Errorf("setting up the %s controller: %w", FilterControllerName, err)
 	}
+	pods := source.Kind(mgr.GetCache(), client.Object(&corev1.Pod{}), all, r.localPodChanged())
+	r.watchPods = sync.OnceValue(func() error { return c.Watch(pods) })
 	return nil
 }
 
-// Reconcile writes the filter of one Tunnel.
+// Reconcile writes the filter of one Tunnel of the agent's namespace.
 func (r *ConsumerFilterReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if req.Namespace != r.Settings.Namespace {
+		return reconcile.Result{}, nil
+	}
 	var t offloadv1alpha1.Tunnel
 	if err := r.Client.Get(ctx, req.NamespacedName, &t); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if t.Spec.Role != offloadv1alpha1.TunnelClient || !t.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
+	}
+	// Watched from before the list below: no change of a pod falls between.
+	if r.watchPods != nil {
+		if err := r.watchPods(); err != nil {
+			return reconcile.Result{}, fmt.Errorf("watching this cluster's pods for the filter of Tunnel %s: %w", klog.KObj(&t), err)
+		}
 	}
 	allowed, err := r.Settings.reachablePods(ctx, r.Client)
 	if err != nil {

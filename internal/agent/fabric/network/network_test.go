@@ -300,14 +300,22 @@ func TestTheConsumerAndTheProviderExchangeKeysEndpointsAndViews(t *testing.T) {
 			fc.Status.Network == offloadv1alpha1.PhaseEstablished
 	})
 
-	// The tenant filter follows the pods of the consumer's twin namespaces,
-	// and no other.
+	// The tenant filter follows the consumer's pods in its twin
+	// namespaces, and no other: not a pod of another namespace, though it
+	// is labelled as a consumer's, nor one in the twin namespace without
+	// the label every pod a consumer sends carries (the provider does not
+	// watch it, and lets nothing reach it).
 	twin := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "twin-" + suffix, Labels: map[string]string{offloadv1alpha1.LabelTenant: consumerID}}}
 	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other-" + suffix}}
-	for i, ns := range []*corev1.Namespace{twin, other} {
-		must(t, admin.Create(ctx, ns))
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns.Name},
-			Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "app", Image: "x"}}}}
+	must(t, admin.Create(ctx, twin))
+	must(t, admin.Create(ctx, other))
+	sent := map[string]string{offloadv1alpha1.LabelOriginPodUID: "3f0c6a7e-0000-4000-8000-000000000001"}
+	for i, p := range []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: twin.Name, Labels: sent}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: other.Name, Labels: sent}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "unlabelled", Namespace: twin.Name}},
+	} {
+		p.Spec = corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "app", Image: "x"}}}
 		must(t, admin.Create(ctx, p))
 		p.Status.PodIP = fmt.Sprintf("10.244.1.%d", 7+i)
 		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}

@@ -18,17 +18,21 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
+	"github.com/kubectl-offload/kubectl-offload/internal/agent/manager"
 	"github.com/kubectl-offload/kubectl-offload/internal/ipam"
 	"github.com/kubectl-offload/kubectl-offload/internal/peering"
 )
@@ -46,17 +50,61 @@ type ProviderReconciler struct {
 	// Reader reads Secrets and ConfigMaps of the install namespace uncached.
 	Reader   client.Reader
 	Settings Settings
+
+	// pods holds the pods the answers read, and no other (tenantPodCache).
+	pods cache.Cache
+}
+
+// tenantPodCache returns a cache of the pods a provider's answers read: the
+// consumers' pods, in their twin namespaces (every pod a consumer sends
+// carries label LabelOriginPodUID; one without it is left out of the
+// tenant filter, which lets nothing reach it), and the gateways' pods in
+// the agent's namespace. Not the provider's own pods: the manager's cache
+// would hold every pod of the cluster, and their events would cost the
+// agent about a millisecond each.
+func tenantPodCache(mgr ctrl.Manager, namespace string) (cache.Cache, error) {
+	selector := func(key string) labels.Selector {
+		req, err := labels.NewRequirement(key, selection.Exists, nil)
+		if err != nil {
+			panic(err) // the keys are constants
+		}
+		return labels.NewSelector().Add(*req)
+	}
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		HTTPClient: mgr.GetHTTPClient(),
+		Scheme:     mgr.GetScheme(),
+		Mapper:     mgr.GetRESTMapper(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {
+			Transform: manager.SlimPod,
+			Namespaces: map[string]cache.Config{
+				namespace:           {LabelSelector: selector(offloadv1alpha1.LabelTunnel)},
+				cache.AllNamespaces: {LabelSelector: selector(offloadv1alpha1.LabelOriginPodUID)},
+			},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the cache of the consumers' and gateways' pods: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, fmt.Errorf("adding the cache of the consumers' and gateways' pods: %w", err)
+	}
+	return c, nil
 }
 
 // SetupWithManager registers the controller.
 func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	err := ctrl.NewControllerManagedBy(mgr).
+	pods, err := tenantPodCache(mgr, r.Settings.Namespace)
+	if err != nil {
+		return fmt.Errorf("setting up the %s controller: %w", ProviderControllerName, err)
+	}
+	r.pods = pods
+	err = ctrl.NewControllerManagedBy(mgr).
 		Named(ProviderControllerName).
 		For(&offloadv1alpha1.NetworkPeering{}).
 		// A Tunnel whose NetworkPeering went while the agent was down is
 		// found at start; its gateway's state wakes the answer.
 		Watches(&offloadv1alpha1.Tunnel{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfTunnel)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfPod), builder.WithPredicates(podAddressChanged())).
+		WatchesRawSource(source.Kind(pods, client.Object(&corev1.Pod{}), handler.EnqueueRequestsFromMapFunc(r.peeringOfPod), podAddressChanged())).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.peeringOfTunnelObject)).
 		Complete(r)
 	if err != nil {
@@ -416,7 +464,7 @@ func (r *ProviderReconciler) tenantPods(ctx context.Context, consumerID string) 
 		}
 	}
 	anyIPv4 := func(p *corev1.Pod) []string { return podIPs(p, func(netip.Addr) bool { return true }) }
-	return r.Settings.allowList(ctx, r.Client, twins, anyIPv4)
+	return r.Settings.allowList(ctx, r.pods, twins, anyIPv4)
 }
 
 // endpoint is where the consumer dials the gateway: the configured
@@ -445,7 +493,7 @@ func (r *ProviderReconciler) endpoint(ctx context.Context, t *offloadv1alpha1.Tu
 		return "", fmt.Sprintf("Service %s has no NodePort yet", klog.KObj(svc))
 	}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels(gatewayLabels(t.Name))); err != nil {
+	if err := r.pods.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels(gatewayLabels(t.Name))); err != nil {
 		return "", err.Error()
 	}
 	for _, p := range pods.Items {

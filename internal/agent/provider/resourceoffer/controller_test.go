@@ -98,15 +98,8 @@ func TestTheResourceOfferFollowsTheFreeResourcesOfTheNodes(t *testing.T) {
 // it nothing).
 func TestTheDefaultOfferIsAShareOfTheAllocatableAndReadsNoPod(t *testing.T) {
 	cfg, c, agentNS := newEnv(t)
-	var podRequests atomic.Int32
-	counted := rest.CopyConfig(cfg)
-	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if slices.Contains(strings.Split(req.URL.Path, "/"), "pods") {
-				podRequests.Add(1)
-			}
-			return rt.RoundTrip(req)
-		})
+	counted, podRequests := envtest.CountRequests(cfg, func(req *http.Request) bool {
+		return slices.Contains(strings.Split(req.URL.Path, "/"), "pods")
 	})
 	startManager(t, counted, agentNS, "")
 
@@ -139,11 +132,6 @@ func TestTheDefaultOfferIsAShareOfTheAllocatableAndReadsNoPod(t *testing.T) {
 		t.Errorf("the agent made %d requests for pods; an offer of the allocatable resources needs none", n)
 	}
 }
-
-// roundTripFunc is an http.RoundTripper made of a function.
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 func TestAnOfferBasisOtherThanAllocatableOrFreeIsRefused(t *testing.T) {
 	for _, b := range []Basis{"", BasisAllocatable, BasisFree} {
