@@ -99,7 +99,7 @@ type ResourceOfferSpec struct {
 	ClusterID string `json:"clusterID"`
 	// ClusterName is the provider's cluster name.
 	ClusterName string `json:"clusterName"`
-	// Resources are the cpu, memory and pods lent: a share of the provider's free allocatable resources.
+	// Resources are the cpu, memory, pods and devices lent: a share of the allocatable resources of the provider's nodes that serve the consumer (of what its pods leave free of them, with offerBasis free).
 	Resources corev1.ResourceList `json:"resources"`
 	// Policy is the tenant's policy, published for the consumer so that its
 	// agent leaves out of the pods it sends what the provider would refuse.

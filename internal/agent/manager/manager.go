@@ -95,9 +95,11 @@ func New(cfg *rest.Config, o Options) (ctrlmanager.Manager, error) {
 	}
 	// Every pod of the cluster bound to a node, slimmed: the consumer's
 	// offloaded pods are held again, whole, by the virtual nodes' pod
-	// controllers. Every reader counts or addresses bound pods only (the
-	// offer, the network filters), so the API server leaves out a pod's
-	// creation event and a pending pod costs nothing.
+	// controllers. Its readers count or address bound pods only (the
+	// offer of the free resources, the consumer's network filter), so the
+	// API server leaves out a pod's creation event and a pending pod costs
+	// nothing. The informer starts with its first reader: a cluster that
+	// only provides, with the default offer, has none.
 	byObject[&corev1.Pod{}] = cache.ByObject{Transform: SlimPod, Field: fields.OneTermNotEqualSelector("spec.nodeName", "")}
 	var lock resourcelock.Interface
 	if o.LeaderElection {
