@@ -154,10 +154,16 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 		if out, err := execIn(t, consumer, "net", gatewayNodeClient.Name, "get", "http://"+viewIP+":8080/whoami"); err != nil || out != real.Name+" "+sameNodeSeen {
 			t.Errorf("from the gateway's node %s: answer %q, %v; want %q", gateway.Spec.NodeName, out, err, real.Name+" "+sameNodeSeen)
 		}
-		// A 1 MiB response through a consumer Service crosses the tunnel whole.
-		if out, err := kubectl(t, consumer, "-n", "net", "exec", clientPod.Name, "--", "/testapp", "get", "http://web-remote:8080/bytes?n=1048576"); err != nil || len(out) != 1<<20 {
-			t.Errorf("1 MiB through Service web-remote: %d bytes, %v", len(out), err)
-		}
+		// A 1 MiB response through a consumer Service crosses the tunnel
+		// whole, once kube-proxy has the pod's new address as the Service's
+		// endpoint (it had none a second ago).
+		waitFor(ctx, t, 30*time.Second, "1 MiB through Service web-remote", func(ctx context.Context) (bool, string) {
+			out, err := kubectl(t, consumer, "-n", "net", "exec", clientPod.Name, "--", "/testapp", "get", "http://web-remote:8080/bytes?n=1048576")
+			if err != nil || len(out) != 1<<20 {
+				return false, fmt.Sprintf("%d bytes, %v: %.200s", len(out), err, out)
+			}
+			return true, ""
+		})
 		if rx := gatewayStatus(ctx, t, consumer, tunnel.Name).RxBytes; rx-rxBefore < 1<<20 {
 			t.Errorf("the consumer gateway's received bytes grew by %d, less than the 1 MiB that came through it", rx-rxBefore)
 		}
