@@ -72,8 +72,9 @@ const ControllerName = "resourceoffer"
 const namespaceRetry = 5 * time.Second
 
 // Reconciler publishes, for each Tenant, a ResourceOffer named after this
-// cluster in the tenant namespace, and keeps it in step with the free
-// resources of the cluster's nodes.
+// cluster in the tenant namespace, and keeps it in step with the resources
+// of the nodes lent to the tenant (their allocatable, or what is free of
+// them: Basis).
 //
 // +kubebuilder:rbac:groups=offload.io,resources=tenants,verbs=get;list;watch
 // +kubebuilder:rbac:groups=offload.io,resources=tenants/finalizers,verbs=update
