@@ -8,7 +8,8 @@
 // one of its PodLifecycleHandlers, less GetPods) without its copies of
 // every pod: the informer's copy is the only one, and it may be slim (the
 // whole pod is read from the API server for the Provider, once per remote
-// pod created or updated). virtual-kubelet's keeps the version of each pod
+// pod created or updated, unless the informer's transform kept it whole
+// until then: WholePods). virtual-kubelet's keeps the version of each pod
 // it last reflected and a deep copy of the last
 // status notified, besides the informer's, which made the agent's memory
 // grow by about two pods' worth for every pod offloaded. Here a notified
@@ -87,6 +88,10 @@ type Config struct {
 	// Client reads the consumer's pods whole, and writes their statuses
 	// and deletions.
 	Client typedcorev1.PodsGetter
+	// Whole, if not nil, has the whole version of the new pods, kept by
+	// the informer's transform (WholePods.Keep): a pod found there is not
+	// read from Client.
+	Whole *WholePods
 	// Provider runs the pods.
 	Provider Provider
 	// Events records the Warning events of the pods the Provider failed.
@@ -254,11 +259,14 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	}
 	pod, err := c.cfg.Lister.Pods(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		c.cfg.Whole.forget(key, "")
 		return c.deleteGone(ctx, ns, name)
 	}
 	if err != nil {
 		return err
 	}
+	// This version is synced, whether its whole version was needed or not.
+	defer c.cfg.Whole.forget(key, pod.ResourceVersion)
 	if pod.DeletionTimestamp != nil {
 		if !running(&pod.Status) {
 			// Nothing runs any more: the pod goes at once, and its sync,
@@ -327,11 +335,16 @@ func (c *Controller) createOrUpdate(ctx context.Context, pod *corev1.Pod) error 
 	return nil
 }
 
-// whole reads pod whole, for the Provider: the informer may keep slim
-// pods (Config.Pods). It reads at the informer's resourceVersion or later,
-// which the API server serves from its watch cache. A pod that is gone or
-// was replaced gives nil: its own events bring what follows.
+// whole returns pod whole, for the Provider: the informer may keep slim
+// pods (Config.Pods). The version the informer has is taken from
+// Config.Whole if it is there; otherwise it is read at the informer's
+// resourceVersion or later, which the API server serves from its watch
+// cache. A pod that is gone or was replaced gives nil: its own events
+// bring what follows.
 func (c *Controller) whole(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	if kept := c.cfg.Whole.take(cache.MetaObjectToName(pod).String(), pod.UID, pod.ResourceVersion); kept != nil {
+		return kept, nil
+	}
 	got, err := c.cfg.Client.Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{ResourceVersion: pod.ResourceVersion})
 	if apierrors.IsNotFound(err) {
 		return nil, nil

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -109,11 +110,45 @@ type env struct {
 	node   string
 	p      *provider
 	events *record.FakeRecorder
+	reads  *countingPods
+}
+
+// countingPods counts the pod reads made through it.
+type countingPods struct {
+	typedcorev1.PodsGetter
+	mu    sync.Mutex
+	reads int
+}
+
+func (c *countingPods) Pods(ns string) typedcorev1.PodInterface {
+	return countingPodInterface{PodInterface: c.PodsGetter.Pods(ns), c: c}
+}
+
+func (c *countingPods) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads
+}
+
+type countingPodInterface struct {
+	typedcorev1.PodInterface
+	c *countingPods
+}
+
+func (p countingPodInterface) Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error) {
+	p.c.mu.Lock()
+	p.c.reads++
+	p.c.mu.Unlock()
+	return p.PodInterface.Get(ctx, name, opts)
 }
 
 // newEnv starts a controller over an API server's pods on a node of its
 // own.
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// newEnvWith starts a controller whose informer keeps the new pods whole
+// in whole.
+func newEnvWith(t *testing.T, whole *WholePods) *env {
 	t.Helper()
 	cfg := envtest.APIServer(t)
 	admin := envtest.NewClient(t, cfg)
@@ -122,13 +157,16 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{kube: kube, ns: envtest.NewNamespace(t, admin, "consumer"), node: "offload-" + rand.String(6),
-		p: &provider{pods: map[string]*corev1.Pod{}}, events: record.NewFakeRecorder(100)}
+		p: &provider{pods: map[string]*corev1.Pod{}}, events: record.NewFakeRecorder(100), reads: &countingPods{PodsGetter: kube.CoreV1()}}
 	ctx, cancel := context.WithCancel(t.Context())
 	onNode := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.node).String()
-	}), informers.WithTransform(func(obj any) (any, error) { return slim(obj.(*corev1.Pod)), nil }))
+	}), informers.WithTransform(func(obj any) (any, error) {
+		whole.Keep(obj)
+		return slim(obj.(*corev1.Pod)), nil
+	}))
 	pods := onNode.Core().V1().Pods()
-	c, err := New(Config{Pods: pods.Informer(), Lister: pods.Lister(), Client: kube.CoreV1(), Provider: e.p, Events: e.events,
+	c, err := New(Config{Pods: pods.Informer(), Lister: pods.Lister(), Client: e.reads, Whole: whole, Provider: e.p, Events: e.events,
 		RateLimiter: func() workqueue.TypedRateLimiter[string] {
 			return workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second)
 		},

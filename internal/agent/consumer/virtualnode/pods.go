@@ -63,9 +63,15 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	name := rt.peer.node()
+	// The informer keeps slim pods, and the new ones whole until their
+	// remote pods are created, which spares reading each back.
+	whole := podcontroller.NewWholePods(0)
 	onNode := informers.NewSharedInformerFactoryWithOptions(r.podsKube(), 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", name).String()
-	}), informers.WithTransform(podreflection.SlimConsumerPod))
+	}), informers.WithTransform(func(obj any) (any, error) {
+		whole.Keep(obj)
+		return podreflection.SlimConsumerPod(obj)
+	}))
 	pods := onNode.Core().V1().Pods()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.podsKube().CoreV1().Events("")})
@@ -78,7 +84,7 @@ func (r *Reconciler) runPodController(ctx context.Context, rt *peerRuntime) erro
 	if _, err := pods.Informer().AddEventHandler(o.handler()); err != nil {
 		return fmt.Errorf("following the pods of %q: %w", name, err)
 	}
-	pc, err := r.newPodController(name, instrumented{Handler: h, o: o}, podsClient{PodsGetter: r.podsKube().CoreV1(), o: o}, pods, broadcaster, log.FromContext(ctx).WithName("podcontroller"))
+	pc, err := r.newPodController(name, instrumented{Handler: h, o: o}, podsClient{PodsGetter: r.podsKube().CoreV1(), o: o}, pods, whole, broadcaster, log.FromContext(ctx).WithName("podcontroller"))
 	if err != nil {
 		return err
 	}
@@ -151,13 +157,15 @@ func (r *Reconciler) newPodHandler(ctx context.Context, p *peer, pods coreinform
 }
 
 // newPodController builds the pod controller of node name over h,
-// writing the consumer's pods with podClient. It records Warning events
-// only: the failures of the provider, as a kubelet would.
-func (r *Reconciler) newPodController(name string, h instrumented, podClient typedcorev1.PodsGetter, pods coreinformers.PodInformer, broadcaster record.EventBroadcaster, logger logr.Logger) (*podcontroller.Controller, error) {
+// writing the consumer's pods with podClient, and reading them whole from
+// whole or podClient. It records Warning events only: the failures of the
+// provider, as a kubelet would.
+func (r *Reconciler) newPodController(name string, h instrumented, podClient typedcorev1.PodsGetter, pods coreinformers.PodInformer, whole *podcontroller.WholePods, broadcaster record.EventBroadcaster, logger logr.Logger) (*podcontroller.Controller, error) {
 	pc, err := podcontroller.New(podcontroller.Config{
 		Pods:        pods.Informer(),
 		Lister:      pods.Lister(),
 		Client:      podClient,
+		Whole:       whole,
 		Provider:    h,
 		Events:      broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "offload-virtual-kubelet", Host: name}),
 		RateLimiter: queueRateLimiter,
