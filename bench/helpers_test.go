@@ -43,6 +43,10 @@ const (
 	// agentMemoryEnv replaces the chart's memory limit of the
 	// controller-manager.
 	agentMemoryEnv = "OFFLOAD_BENCH_AGENT_MEMORY"
+	// fakeNodesEnv sets how many kwok nodes the provider has, to measure
+	// a smaller N on as many nodes as a run up to a larger one
+	// (benchFakeNodes).
+	fakeNodesEnv = "OFFLOAD_BENCH_FAKE_NODES"
 	// consumerName and providerName are the clusters' names.
 	consumerName, providerName = "bench-consumer", "bench-provider"
 	// providerAgents is componentCPU's key of the provider's agents: every
@@ -93,6 +97,10 @@ func (p *pair) statusTime(ctx context.Context, b *testing.B) time.Duration {
 // maxPods, peers them and offloads offloadedNS with the Remote strategy.
 func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pair {
 	b.Helper()
+	fakeNodes, err := benchFakeNodes(os.Getenv(fakeNodesEnv), maxPods)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := tools.EnsureTools(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -102,10 +110,6 @@ func startPair(ctx context.Context, b *testing.B, maxPods int, mode cpuMode) *pa
 	}
 	// The binaries serve every benchmark of the process: TestMain removes
 	// them at the end.
-	// Room for the direct and the offloaded Deployment at once: the offer,
-	// and so the twin namespace's quota, follow the provider's free pods,
-	// which the direct run uses up for a while.
-	fakeNodes := (2*maxPods+99)/100 + 1
 	start := time.Now()
 	clusters := localcluster.StartClusters(b,
 		localcluster.ClusterOptions{Name: consumerName, RealNode: true, DisableQPSLimits: true, CPUs: mode.consumer},
@@ -413,4 +417,24 @@ func chartMemoryLimit() string {
 		return "unknown"
 	}
 	return v.ControllerManager.Resources.Limits.Memory + " (the chart's)"
+}
+
+// benchFakeNodes is how many kwok nodes the provider needs for maxPods
+// pods: room for the direct and the offloaded Deployment at once, two
+// nodes per 100 pods and one (the offer, and so the twin namespace's quota,
+// may follow the provider's free pods, which the direct run uses up for a
+// while). s (OFFLOAD_BENCH_FAKE_NODES), if set, asks for more: the
+// provider's scheduler works more per pod on more nodes, so a P1 measured
+// alone at N=1000 compares with one of a run up to N=10000 only on as
+// many nodes (201).
+func benchFakeNodes(s string, maxPods int) (int, error) {
+	need := (2*maxPods+99)/100 + 1
+	if strings.TrimSpace(s) == "" {
+		return need, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < need {
+		return 0, fmt.Errorf("%s=%q: want a number of nodes of at least %d, enough for %d pods directly and offloaded at once", fakeNodesEnv, s, need, maxPods)
+	}
+	return n, nil
 }

@@ -140,7 +140,7 @@ func BenchmarkOffload(b *testing.B) {
 	fmt.Print(summaries.String())
 	if path := os.Getenv("OFFLOAD_BENCH_REPORT"); path != "" && len(all) > 0 {
 		command := fmt.Sprintf("OFFLOAD_BENCH_N=%s OFFLOAD_BENCH_CPUS=%s OFFLOAD_BENCH_RUNS=%s make bench-offload", joinInts(sizes), cpuModeNames(modes), runsArg(sizes, runs))
-		for _, env := range []string{schedulingEnv, agentMemoryEnv} {
+		for _, env := range []string{schedulingEnv, agentMemoryEnv, fakeNodesEnv, kubeletTokensEnv} {
 			if m := os.Getenv(env); m != "" {
 				command = env + "=" + m + " " + command
 			}
@@ -1023,6 +1023,20 @@ func TestRunsAreOneNumberForEverySizeOrOneForEach(t *testing.T) {
 	} {
 		if _, err := benchRuns(env, sizes); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("OFFLOAD_BENCH_RUNS=%q: error %v, want one saying %s", env, err, want)
+		}
+	}
+}
+
+func TestTheProviderHasNodesForTheLargestNUnlessMoreAreAskedFor(t *testing.T) {
+	for env, want := range map[string]int{"": 21, "21": 21, " 201 ": 201} {
+		got, err := benchFakeNodes(env, 1000)
+		if err != nil || got != want {
+			t.Errorf("%s=%q for 1000 pods: %d nodes (%v), want %d", fakeNodesEnv, env, got, err, want)
+		}
+	}
+	for _, env := range []string{"20", "x", "-1"} {
+		if _, err := benchFakeNodes(env, 1000); err == nil || !strings.Contains(err.Error(), "want a number of nodes of at least 21, enough for 1000 pods") {
+			t.Errorf("%s=%q for 1000 pods: error %v, want one saying at least 21", fakeNodesEnv, env, err)
 		}
 	}
 }

@@ -80,10 +80,16 @@ func writeReport(path, command string, all []modeResults) error {
 	for _, m := range all {
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n", m.mode.name, m.mode.describe())
 		if m.fakeNodes > 0 {
-			fmt.Fprintf(&b, "The provider has %d kwok nodes for every N below (two per 100 pods of the largest N, and one): its scheduler's work per pod grows with them, and so does the direct time. Compare a P1 only with one measured on as many nodes.\n\n", m.fakeNodes)
+			why := "two per 100 pods of the largest N, and one"
+			if os.Getenv(fakeNodesEnv) != "" {
+				why = "`" + fakeNodesEnv + "`"
+			}
+			fmt.Fprintf(&b, "The provider has %d kwok nodes for every N below (%s): its scheduler's work per pod grows with them, and so does the direct time. Compare a P1 only with one measured on as many nodes.\n\n", m.fakeNodes, why)
 		}
 		if m.kubeletTokens {
-			b.WriteString("The direct run requested a service-account token for each pod, as a kubelet does before it starts a pod (`OFFLOAD_BENCH_KUBELET_TOKENS=1`; kwok's nodes request none), as the offloaded run does through the consumer's agent. Compare a P1 only with one measured the same way.\n\n")
+			b.WriteString("The direct run requested a service-account token for each pod, as a kubelet does before it starts a pod (kwok's nodes request none), as the offloaded run does through the consumer's agent. Compare a P1 only with one measured the same way; `OFFLOAD_BENCH_KUBELET_TOKENS=0` measures without them.\n\n")
+		} else {
+			b.WriteString("The direct run requested no service-account token (`OFFLOAD_BENCH_KUBELET_TOKENS=0`): kwok's nodes request none, while the offloaded run requests each pod's through the consumer's agent, as a real node's kubelet would. Compare a P1 only with one measured the same way.\n\n")
 		}
 		b.WriteString("| N | runs | direct s | offloaded s | P1 ratio | P2 overhead p50 ms | P2 overhead p99 ms | consumer agent RSS MiB | anonymous MiB | KiB per pod | agent CPU s | provider agent RSS MiB | provider agents CPU s, direct run (beyond idle) | machine CPU s direct/offloaded | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, rs := range bySize(m.results) {
