@@ -59,6 +59,10 @@ type offloadResult struct {
 	// machineDirect and machineOffloaded are the CPU seconds the whole
 	// machine (both clusters, the agents, this process) used in each run.
 	machineDirect, machineOffloaded float64
+	// stealDirect and stealOffloaded are the CPU seconds the hypervisor
+	// gave to other machines during each run while this one had work
+	// (steal): what competed for the cores from outside.
+	stealDirect, stealOffloaded float64
 	// requestsDirect is what the provider's API server served per pod in
 	// the direct run; requestsConsumer and requestsProvider what each
 	// served per pod in the offloaded one (apiserver_request_total).
@@ -427,7 +431,8 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	// Direct: the provider's own controllers, scheduler and kwok.
 	direct := newTracker(n)
 	stop := direct.watch(ctx, b, p.provider.Kube, directNS, name, local)
-	busy0, parts0 := machineBusySeconds(), componentCPU()
+	busy0, steal0 := machineCPU()
+	parts0 := componentCPU()
 	requests := p.mustStartRequests(ctx, b)
 	var minter *tokenMinter
 	if kubeletTokens() {
@@ -444,11 +449,12 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 		fmt.Printf("N=%d direct: a service-account token requested for each pod, as kubelets do\n", n)
 	}
 	profiledDirect()
-	r.machineDirect = machineBusySeconds() - busy0
+	busy1, steal1 := machineCPU()
+	r.machineDirect, r.stealDirect = busy1-busy0, steal1-steal0
 	parts1 := componentCPU()
 	r.providerAgentsDirect = agentsCPU(parts1) - agentsCPU(parts0)
 	r.startupDirect = direct.startup()
-	fmt.Printf("N=%d direct, CPU seconds by process: %s\n", n, cpuDelta(parts0, parts1))
+	fmt.Printf("N=%d direct, CPU seconds by process: %s; the machine %.1f, and %.1f stolen by the hypervisor\n", n, cpuDelta(parts0, parts1), r.machineDirect, r.stealDirect)
 	fmt.Printf("N=%d direct, the provider's agents: %.2f CPU s, %.2f of it beyond their idle %.3f CPU s/s\n", n, r.providerAgentsDirect, r.ownPods(), r.providerAgentsIdle)
 	if _, perPod, line, err := requests.perPod(ctx, n); err == nil {
 		r.requestsDirect = perPod
@@ -479,13 +485,15 @@ func (p *pair) measure(ctx context.Context, b *testing.B, n int) offloadResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	busy0, parts0 = machineBusySeconds(), componentCPU()
+	busy0, steal0 = machineCPU()
+	parts0 = componentCPU()
 	requests = p.mustStartRequests(ctx, b)
 	profiled := p.profileAPIServers(ctx, b, name, profileWindow(b))
 	r.offloaded = p.runDeployment(ctx, b, p.consumer, offloadedNS, name, n, offloaded, timeout)
 	profiled()
-	r.machineOffloaded = machineBusySeconds() - busy0
-	fmt.Printf("N=%d offloaded, CPU seconds by process: %s\n", n, cpuDelta(parts0, componentCPU()))
+	busy1, steal1 = machineCPU()
+	r.machineOffloaded, r.stealOffloaded = busy1-busy0, steal1-steal0
+	fmt.Printf("N=%d offloaded, CPU seconds by process: %s; the machine %.1f, and %.1f stolen by the hypervisor\n", n, cpuDelta(parts0, componentCPU()), r.machineOffloaded, r.stealOffloaded)
 	r.agent = p.agentFigures(ctx, b, &r, pid, cpu0, restarts)
 	// After agentFigures' pause: the requests of the last status updates count.
 	if c, pr, line, err := requests.perPod(ctx, n); err == nil {
@@ -890,12 +898,12 @@ func quantiles(d []time.Duration, qs ...float64) []float64 {
 func summary(results []offloadResult) string {
 	var sb strings.Builder
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS (anonymous) MiB\tKiB/pod\tagent CPU s\tprovider agent RSS MiB\tprovider agents CPU s direct (beyond idle)\tmachine CPU s direct/offloaded\tAPI requests/pod direct, consumer/provider\t\n")
+	fmt.Fprintf(w, "\nN\tdirect s\toffloaded s\tratio\toverhead p50/p99 ms\tcreate leg p50/p99 ms\tstatus leg p50/p99 ms\tpods timed\tnot offloaded\tagent RSS (anonymous) MiB\tKiB/pod\tagent CPU s\tprovider agent RSS MiB\tprovider agents CPU s direct (beyond idle)\tmachine CPU s direct/offloaded (stolen)\tAPI requests/pod direct, consumer/provider\t\n")
 	for _, r := range results {
-		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f (%.0f)\t%.1f\t%.1f\t%.0f\t%.2f (%.2f)\t%.1f/%.1f\t%.1f, %.1f/%.1f\t\n",
+		fmt.Fprintf(w, "%d\t%.1f\t%.1f\t%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f (%.0f)\t%.1f\t%.1f\t%.0f\t%.2f (%.2f)\t%.1f/%.1f (%.1f/%.1f)\t%.1f, %.1f/%.1f\t\n",
 			r.n, r.direct.Seconds(), r.offloaded.Seconds(), r.ratio(),
 			r.overhead[0], r.overhead[1], r.createLeg[0], r.createLeg[1], r.statusLeg[0], r.statusLeg[1],
-			r.samples, r.notOffloaded, r.consumerRSS, r.consumerAnonRSS, r.perPodKiB(), r.agent, r.providerRSS, r.providerAgentsDirect, r.ownPods(), r.machineDirect, r.machineOffloaded,
+			r.samples, r.notOffloaded, r.consumerRSS, r.consumerAnonRSS, r.perPodKiB(), r.agent, r.providerRSS, r.providerAgentsDirect, r.ownPods(), r.machineDirect, r.machineOffloaded, r.stealDirect, r.stealOffloaded,
 			r.requestsDirect, r.requestsConsumer, r.requestsProvider)
 	}
 	_ = w.Flush()
@@ -969,29 +977,37 @@ func (p *pair) oneAtATime(ctx context.Context, b *testing.B, m int) (overhead, c
 	return overhead, createLeg, statusLeg, samples
 }
 
-// machineBusySeconds is the CPU time the machine has spent busy (not idle
-// or waiting for I/O) since boot, from /proc/stat; NaN when unreadable.
-func machineBusySeconds() float64 {
+// machineCPU is the CPU time the machine has spent busy since boot (user,
+// nice, system, irq and softirq: not idle, waiting for I/O or stolen),
+// and the time the hypervisor ran other machines while this one had work
+// (steal), from /proc/stat; NaN when unreadable.
+func machineCPU() (busy, steal float64) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return math.NaN()
+		return math.NaN(), math.NaN()
 	}
 	line, _, _ := strings.Cut(string(data), "\n")
 	fields := strings.Fields(line)
-	if len(fields) < 5 || fields[0] != "cpu" {
-		return math.NaN()
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return math.NaN(), math.NaN()
 	}
-	var busy float64
-	for i, f := range fields[1:] {
+	// user nice system idle iowait irq softirq steal [guest guest_nice],
+	// guest time being counted in user already.
+	for i, f := range fields[1:8] {
 		v, err := strconv.ParseFloat(f, 64)
 		if err != nil {
-			return math.NaN()
+			return math.NaN(), math.NaN()
 		}
-		if i != 3 && i != 4 { // idle, iowait
+		switch i {
+		case 3, 4: // idle, iowait
+			continue
+		case 7:
+			steal = v
+		default:
 			busy += v
 		}
 	}
-	return busy / machine.ClockTicks
+	return busy / machine.ClockTicks, steal / machine.ClockTicks
 }
 
 func TestRunsAreOneNumberForEverySizeOrOneForEach(t *testing.T) {
@@ -1038,5 +1054,24 @@ func TestTheProviderHasNodesForTheLargestNUnlessMoreAreAskedFor(t *testing.T) {
 		if _, err := benchFakeNodes(env, 1000); err == nil || !strings.Contains(err.Error(), "want a number of nodes of at least 21, enough for 1000 pods") {
 			t.Errorf("%s=%q for 1000 pods: error %v, want one saying at least 21", fakeNodesEnv, env, err)
 		}
+	}
+}
+
+func TestTheMachineCPUAndWhatTheHypervisorStoleAreRead(t *testing.T) {
+	busy0, steal0 := machineCPU()
+	if math.IsNaN(busy0) || math.IsNaN(steal0) || busy0 <= 0 || steal0 < 0 {
+		t.Fatalf("machineCPU() = %v busy, %v stolen: want the seconds since boot", busy0, steal0)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for busy1, _ := machineCPU(); busy1 <= busy0; busy1, _ = machineCPU() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the machine's busy CPU time stayed %v while this test spun", busy0)
+		}
+		for i := 0; i < 1e6; i++ {
+			_ = math.Sqrt(float64(i))
+		}
+	}
+	if _, steal1 := machineCPU(); steal1 < steal0 {
+		t.Errorf("the stolen CPU time went back from %v to %v", steal0, steal1)
 	}
 }

@@ -91,10 +91,10 @@ func writeReport(path, command string, all []modeResults) error {
 		} else {
 			b.WriteString("The direct run requested no service-account token (`OFFLOAD_BENCH_KUBELET_TOKENS=0`): kwok's nodes request none, while the offloaded run requests each pod's through the consumer's agent, as a real node's kubelet would. Compare a P1 only with one measured the same way.\n\n")
 		}
-		b.WriteString("| N | runs | direct s | offloaded s | P1 ratio | P2 overhead p50 ms | P2 overhead p99 ms | consumer agent RSS MiB | anonymous MiB | KiB per pod | agent CPU s | provider agent RSS MiB | provider agents CPU s, direct run (beyond idle) | machine CPU s direct/offloaded | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| N | runs | direct s | offloaded s | P1 ratio | P2 overhead p50 ms | P2 overhead p99 ms | consumer agent RSS MiB | anonymous MiB | KiB per pod | agent CPU s | provider agent RSS MiB | provider agents CPU s, direct run (beyond idle) | machine CPU s direct/offloaded (stolen by the hypervisor) | API requests per pod: direct, consumer/provider |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, rs := range bySize(m.results) {
 			med := func(f func(offloadResult) float64) float64 { return spreadOf(rs, f).median }
-			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %.0f | %.1f | %.1f | %.0f | %.2f (%.2f) | %.1f/%.1f | %.1f, %.1f/%.1f |\n", rs[0].n, len(rs),
+			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %.0f | %.1f | %.1f | %.0f | %.2f (%.2f) | %.1f/%.1f (%.1f/%.1f) | %.1f, %.1f/%.1f |\n", rs[0].n, len(rs),
 				spreadOf(rs, func(r offloadResult) float64 { return r.direct.Seconds() }).format(1),
 				spreadOf(rs, func(r offloadResult) float64 { return r.offloaded.Seconds() }).format(1),
 				spreadOf(rs, offloadResult.ratio).format(2),
@@ -105,6 +105,7 @@ func writeReport(path, command string, all []modeResults) error {
 				med(func(r offloadResult) float64 { return r.agent }), med(func(r offloadResult) float64 { return r.providerRSS }),
 				med(func(r offloadResult) float64 { return r.providerAgentsDirect }), med(offloadResult.ownPods),
 				med(func(r offloadResult) float64 { return r.machineDirect }), med(func(r offloadResult) float64 { return r.machineOffloaded }),
+				med(func(r offloadResult) float64 { return r.stealDirect }), med(func(r offloadResult) float64 { return r.stealOffloaded }),
 				med(func(r offloadResult) float64 { return r.requestsDirect }), med(func(r offloadResult) float64 { return r.requestsConsumer }),
 				med(func(r offloadResult) float64 { return r.requestsProvider }))
 		}
@@ -176,7 +177,8 @@ func TestTheReportHasTheTablesAndTheCharts(t *testing.T) {
 	results := []offloadResult{
 		{n: 100, direct: 2 * time.Second, offloaded: 3 * time.Second, consumerRSS: 80, consumerAnonRSS: 50, consumerIdleRSS: 70, providerRSS: 60,
 			startupDirect: [3]float64{400, 700, 900}, startupOffloaded: [3]float64{600, 900, 1200}, providerAgentsDirect: 0.4, providerAgentsIdle: 0.05,
-			restartReady: 2300 * time.Millisecond, restartRSS: 95, deleted: 40 * time.Second},
+			restartReady: 2300 * time.Millisecond, restartRSS: 95, deleted: 40 * time.Second,
+			machineDirect: 3, machineOffloaded: 5, stealDirect: 0.5, stealOffloaded: 1.5},
 		{n: 1000, direct: 10 * time.Second, offloaded: 11 * time.Second, consumerRSS: 130, providerRSS: 70},
 		{n: 1000, direct: 10 * time.Second, offloaded: 13 * time.Second, consumerRSS: 140, providerRSS: 70},
 		{n: 1000, direct: 10 * time.Second, offloaded: 12 * time.Second, consumerRSS: 120, providerRSS: 70},
@@ -195,6 +197,7 @@ func TestTheReportHasTheTablesAndTheCharts(t *testing.T) {
 	}
 	for _, want := range []string{"`make bench-offload`", "## isolated", "## shared", "| 100 | 1 | 2.0 | 3.0 | 1.50 |", "| 1000 | 3 | 10.0 | 12.0 [11.0–13.0] | 1.20 [1.10–1.30] |", "(benchmarks/time.svg)", "(benchmarks/rss.svg)", "P5 `kubectl offload status`: 90ms",
 		"| 100 | 1 | 2.0 | 3.0 | 1.50 | 0 | 0 | 80 | 50 | 102.4 | 0.0 | 60 | 0.40 (0.30) |", "| 100 | 400 | 700 | 900 | 600 | 900 | 1200 |", "(benchmarks/startup.svg)", "| 100 | 2.3 | 95 | 0 | 40 | 0 |", "The provider has 21 kwok nodes for every N below", "The direct run requested a service-account token for each pod",
+		"The direct run requested no service-account token (`OFFLOAD_BENCH_KUBELET_TOKENS=0`)", "| 3.0/5.0 (0.5/1.5) |",
 		"P2 one pod at a time, on the idle pair (50 pods, each once the previous one is Running): overhead p50 47 ms, p99 145 ms; create leg p50 30, p99 90 ms; status leg p50 17, p99 60 ms."} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the report lacks %q:\n%s", want, md)

@@ -222,7 +222,11 @@ func (c *Controller) updated(oldObj, newObj any) {
 	}
 	if !specEqual(o, n) || !ptr.Equal(o.DeletionGracePeriodSeconds, n.DeletionGracePeriodSeconds) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) {
 		c.enqueue(n)
+		return
 	}
+	// No sync will take this version whole: a pod pending on the provider,
+	// whose status changes, stays new without holding a place in Whole.
+	c.cfg.Whole.forget(cache.MetaObjectToName(n).String(), n.ResourceVersion)
 }
 
 // deleted queues a pod that is gone for sync, which deletes its remote pod.

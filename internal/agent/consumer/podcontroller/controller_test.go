@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -111,6 +112,7 @@ type env struct {
 	p      *provider
 	events *record.FakeRecorder
 	reads  *countingPods
+	lister corelisters.PodLister
 }
 
 // countingPods counts the pod reads made through it.
@@ -166,6 +168,7 @@ func newEnvWith(t *testing.T, whole *WholePods) *env {
 		return slim(obj.(*corev1.Pod)), nil
 	}))
 	pods := onNode.Core().V1().Pods()
+	e.lister = pods.Lister()
 	c, err := New(Config{Pods: pods.Informer(), Lister: pods.Lister(), Client: e.reads, Whole: whole, Provider: e.p, Events: e.events,
 		RateLimiter: func() workqueue.TypedRateLimiter[string] {
 			return workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second)

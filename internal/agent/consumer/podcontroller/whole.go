@@ -22,8 +22,9 @@ const DefaultWholeBytes = 2 << 20
 // It is bounded by the pods' encoded size: a pod that does not fit is not
 // kept, and the controller reads it from the API server. A pod leaves it
 // when the controller syncs that version, when a later version of it is
-// not new any more, and when it is gone; so it holds at most the pods
-// waiting for their remote pods' creation.
+// not new any more or differs only in its status (which no sync follows),
+// and when it is gone; so it holds at most the pods waiting for their
+// remote pods' creation.
 type WholePods struct {
 	mu     sync.Mutex
 	budget int

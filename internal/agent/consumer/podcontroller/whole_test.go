@@ -55,12 +55,25 @@ func TestANewPodKeptWholeGetsItsRemotePodWithoutBeingReadBack(t *testing.T) {
 		t.Errorf("%d pods (%d bytes) still kept after their remote pods' creation, want none", pods, bytes)
 	}
 
-	// Once the remote pod runs, the pod is not new: an update of its image
-	// reads it whole from the API server.
+	// While the provider keeps the remote pod Pending, the pod is new, but
+	// a change of its status, which no sync follows, does not keep it.
 	p, err := e.get(t.Context(), "kept")
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.p.send(p, corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}})
+	framework.Eventually(t, waitTimeout, "the informer has the pod Unschedulable", func(context.Context) bool {
+		got, err := e.lister.Pods(e.ns).Get("kept")
+		return err == nil && len(got.Status.Conditions) == 1 && got.Status.Conditions[0].Reason == corev1.PodReasonUnschedulable
+	})
+	framework.Eventually(t, waitTimeout, "the Pending pod is not kept whole", func(context.Context) bool {
+		pods, _ := whole.Len()
+		return pods == 0
+	})
+
+	// Once the remote pod runs, the pod is not new: an update of its image
+	// reads it whole from the API server.
 	e.p.send(p, runningStatus())
 	framework.Eventually(t, waitTimeout, "the pod is Running", func(ctx context.Context) bool {
 		p, err = e.get(ctx, "kept")
