@@ -338,26 +338,10 @@ func TestADeletedPodGoesAfterItsRemotePodEndsOrItsGracePeriod(t *testing.T) {
 
 func TestTheProviderGetsTheWholePodThoughTheInformerKeepsItSlim(t *testing.T) {
 	e := newEnv(t)
-	whole := func(p *corev1.Pod) bool {
-		return len(p.Spec.Volumes) == 1 && len(p.Spec.Containers[0].Env) == 1
-	}
-	_, err := e.kube.CoreV1().Pods(e.ns).Create(t.Context(), &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "whole"},
-		Spec: corev1.PodSpec{NodeName: e.node,
-			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
-				Env: []corev1.EnvVar{{Name: "GREETING", Value: "hello"}}}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	remote := func() *corev1.Pod {
-		e.p.mu.Lock()
-		defer e.p.mu.Unlock()
-		return e.p.pods[e.ns+"/whole"]
-	}
+	e.wholePod(t, "whole")
+	remote := func() *corev1.Pod { return e.remote("whole") }
 	framework.Eventually(t, waitTimeout, "the remote pod exists", func(context.Context) bool { return remote() != nil })
-	if got := remote(); !whole(got) {
+	if got := remote(); !isWhole(got) {
 		t.Errorf("CreatePod got volumes %v and environment %v, want the pod's own", got.Spec.Volumes, got.Spec.Containers[0].Env)
 	}
 
@@ -373,7 +357,7 @@ func TestTheProviderGetsTheWholePodThoughTheInformerKeepsItSlim(t *testing.T) {
 	framework.Eventually(t, waitTimeout, "the new image reaches the remote pod", func(context.Context) bool {
 		return remote().Spec.Containers[0].Image == "registry.k8s.io/pause:3.9"
 	})
-	if got := remote(); !whole(got) {
+	if got := remote(); !isWhole(got) {
 		t.Errorf("UpdatePod got volumes %v and environment %v, want the pod's own", got.Spec.Volumes, got.Spec.Containers[0].Env)
 	}
 	e.p.mu.Lock()
