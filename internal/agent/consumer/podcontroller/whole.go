@@ -60,9 +60,12 @@ func (w *WholePods) Keep(obj any) {
 		w.forget(key, "")
 		return
 	}
+	// Without managedFields, which the Provider does not read and which
+	// are often a third of a pod: not copied only to be dropped.
+	managed := p.ManagedFields
+	p.ManagedFields = nil
 	kept := p.DeepCopy()
-	// Nothing the Provider reads, and often a third of a pod.
-	kept.ManagedFields = nil
+	p.ManagedFields = managed
 	size := kept.Size()
 	w.mu.Lock()
 	defer w.mu.Unlock()

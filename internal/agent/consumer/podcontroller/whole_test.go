@@ -28,6 +28,17 @@ func (e *env) wholePod(t *testing.T, name string) {
 	}
 }
 
+// wholePodIsCreated creates wholePod name and waits for its remote pod,
+// which must have what the informer's slim copy lacks.
+func (e *env) wholePodIsCreated(t *testing.T, name string) {
+	t.Helper()
+	e.wholePod(t, name)
+	framework.Eventually(t, waitTimeout, "the remote pod exists", func(context.Context) bool { return e.remote(name) != nil })
+	if got := e.remote(name); !isWhole(got) {
+		t.Errorf("CreatePod got volumes %v and environment %v, want the pod's own", got.Spec.Volumes, got.Spec.Containers[0].Env)
+	}
+}
+
 // remote returns the Provider's remote pod of name, nil if there is none.
 func (e *env) remote(name string) *corev1.Pod {
 	e.p.mu.Lock()
@@ -43,11 +54,7 @@ func isWhole(p *corev1.Pod) bool {
 func TestANewPodKeptWholeGetsItsRemotePodWithoutBeingReadBack(t *testing.T) {
 	whole := NewWholePods(0)
 	e := newEnvWith(t, whole)
-	e.wholePod(t, "kept")
-	framework.Eventually(t, waitTimeout, "the remote pod exists", func(context.Context) bool { return e.remote("kept") != nil })
-	if got := e.remote("kept"); !isWhole(got) {
-		t.Errorf("CreatePod got volumes %v and environment %v, want the pod's own", got.Spec.Volumes, got.Spec.Containers[0].Env)
-	}
+	e.wholePodIsCreated(t, "kept")
 	if n := e.reads.count(); n != 0 {
 		t.Errorf("the controller read the pod %d times from the API server, want 0: the informer kept it whole", n)
 	}
@@ -100,11 +107,7 @@ func TestANewPodKeptWholeGetsItsRemotePodWithoutBeingReadBack(t *testing.T) {
 func TestANewPodBeyondTheBudgetIsReadWholeFromTheAPIServer(t *testing.T) {
 	whole := NewWholePods(1)
 	e := newEnvWith(t, whole)
-	e.wholePod(t, "too-big")
-	framework.Eventually(t, waitTimeout, "the remote pod exists", func(context.Context) bool { return e.remote("too-big") != nil })
-	if got := e.remote("too-big"); !isWhole(got) {
-		t.Errorf("CreatePod got volumes %v and environment %v, want the pod's own", got.Spec.Volumes, got.Spec.Containers[0].Env)
-	}
+	e.wholePodIsCreated(t, "too-big")
 	if n := e.reads.count(); n != 1 {
 		t.Errorf("the controller read the pod %d times from the API server, want 1: it did not fit the budget", n)
 	}
@@ -127,6 +130,9 @@ func TestWholePodsKeepsOnlyTheLatestVersionOfANewPodWithinItsBudget(t *testing.T
 	w.Keep(p)
 	if pods, bytes := w.Len(); pods != 1 || bytes <= 0 {
 		t.Fatalf("kept %d pods (%d bytes), want the new pod", pods, bytes)
+	}
+	if len(p.ManagedFields) != 1 {
+		t.Errorf("Keep left the informer's pod with managedFields %v, want its own", p.ManagedFields)
 	}
 	p.Spec.Containers[0].Image = "changed after Keep"
 	if got := w.take(key, "a", "2"); got != nil {
