@@ -52,8 +52,15 @@ func reflectionConfig(cfg *rest.Config) *rest.Config {
 }
 
 // DefaultPodWorkers is how many pods of one virtual node are reflected at
-// once when Reconciler.PodWorkers is zero.
-const DefaultPodWorkers = 32
+// once when Reconciler.PodWorkers is zero. Creating a remote pod takes three
+// requests one after the other (the consumer's token, the provider's token
+// Secret, the provider's pod), and during a burst each waits behind the
+// API servers' other work. With 32 workers, the pods of a 1,000-pod burst
+// waited a median 6 to 16 s between binding and remote creation while the
+// two clusters' CPUs were partly idle; with 128, 3 to 5 s, and P1 fell
+// from 1.41 to 1.24 (bench/offload_bench_test.go). The clients' rates
+// (reflectionQPS) still bound what the workers send.
+const DefaultPodWorkers = 128
 
 // runPodController runs the pod controller of the peer's virtual node
 // (podcontroller) over a podreflection.Handler, and the handler's own loops
