@@ -142,10 +142,12 @@ func (c *Controller) Done() <-chan struct{} { return c.done }
 // Err is the error Run returned.
 func (c *Controller) Err() error { return c.err }
 
-// Run runs the controller with workers workers per queue until ctx is
-// done. It waits for the informer to sync, deletes the remote pods whose
-// consumer pods are gone, then follows the consumer's pods.
-func (c *Controller) Run(ctx context.Context, workers int) (err error) {
+// Run runs the controller until ctx is done, with syncWorkers workers
+// bringing pods to the Provider and otherWorkers on each of the other
+// queues (statuses to write, pods to delete). It waits for the informer to
+// sync, deletes the remote pods whose consumer pods are gone, then follows
+// the consumer's pods.
+func (c *Controller) Run(ctx context.Context, syncWorkers, otherWorkers int) (err error) {
 	defer func() {
 		c.err = err
 		close(c.done)
@@ -167,8 +169,10 @@ func (c *Controller) Run(ctx context.Context, workers int) (err error) {
 	}
 	defer func() { _ = c.cfg.Pods.RemoveEventHandler(reg) }()
 	var wg sync.WaitGroup
-	for range workers {
+	for range syncWorkers {
 		wg.Go(func() { c.work(ctx, c.sync, c.syncPod) })
+	}
+	for range otherWorkers {
 		wg.Go(func() { c.work(ctx, c.status, c.writeStatus) })
 		wg.Go(func() { c.work(ctx, c.remove, c.removePod) })
 	}

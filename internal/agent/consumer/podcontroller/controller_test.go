@@ -178,7 +178,7 @@ func newEnvWith(t *testing.T, whole *WholePods) *env {
 		t.Fatal(err)
 	}
 	onNode.Start(ctx.Done())
-	go func() { _ = c.Run(ctx, 2) }()
+	go func() { _ = c.Run(ctx, 2, 2) }()
 	t.Cleanup(func() {
 		cancel()
 		<-c.Done()

@@ -41,7 +41,7 @@ func runPodController(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	onNode.Start(ctx.Done())
-	go func() { _ = pc.Run(ctx, 2) }()
+	go func() { _ = pc.Run(ctx, 2, 2) }()
 	t.Cleanup(func() {
 		cancel()
 		<-pc.Done()

@@ -81,8 +81,8 @@ type Reconciler struct {
 	// KubeletPorts serves the virtual nodes' kubelet API, a port each;
 	// nil publishes none.
 	KubeletPorts KubeletPorts
-	// PodWorkers is how many pods of one virtual node are reflected at
-	// once; zero means DefaultPodWorkers.
+	// PodWorkers is how many pods of one virtual node are brought to the
+	// provider at once; zero means DefaultPodWorkers.
 	PodWorkers int
 	// Providers is the one source of the providers' credentials, shared
 	// with the other consumer controllers; nil means a Set of its own over
