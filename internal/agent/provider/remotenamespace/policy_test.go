@@ -164,32 +164,24 @@ func TestPodsWithoutRequestsGetTheDefaultRequests(t *testing.T) {
 	}
 }
 
-// twoTwinNamespaces gives the tenant an offer and two ready
-// RemoteNamespaces, a and b, and returns them with a's quota.
-func (e *env) twoTwinNamespaces() (a, b *offloadv1alpha1.RemoteNamespace, qa *corev1.ResourceQuota) {
-	e.t.Helper()
-	e.offer(e.tenant, "4", "8Gi", "20")
-	a, b = e.ready(e.tenant), e.ready(e.tenant)
-	qa = &corev1.ResourceQuota{}
-	if err := e.c.Get(context.Background(), key(a.Spec.TargetNamespace, QuotaName), qa); err != nil {
-		e.t.Fatal(err)
-	}
-	return a, b, qa
-}
-
 func TestTheOfferIsOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
 	e := newEnv(t)
-	_, b, qa := e.twoTwinNamespaces()
+	e.offer(e.tenant, "4", "8Gi", "20")
+	a, b := e.ready(e.tenant), e.ready(e.tenant)
 	ctx := context.Background()
 	// What the quota controller records as used in a's namespace (the test
 	// API server runs none).
+	var qa corev1.ResourceQuota
+	if err := e.c.Get(ctx, key(a.Spec.TargetNamespace, QuotaName), &qa); err != nil {
+		t.Fatal(err)
+	}
 	qa.Status.Hard = qa.Spec.Hard
 	qa.Status.Used = corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("3"),
 		corev1.ResourceRequestsMemory: resource.MustParse("2Gi"), corev1.ResourcePods: resource.MustParse("5")}
-	if err := e.c.Status().Update(ctx, qa); err != nil {
+	if err := e.c.Status().Update(ctx, &qa); err != nil {
 		t.Fatal(err)
 	}
-	reqs := e.r.requestsOfTenantOf(ctx, qa)
+	reqs := e.r.requestsOfTenantOf(ctx, &qa)
 	if len(reqs) != 2 {
 		t.Errorf("a change of use in one twin namespace requeues %v, want both RemoteNamespaces of the tenant", reqs)
 	}
@@ -220,8 +212,13 @@ func TestTheOfferIsOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
 
 func TestAChangeOfUseRequeuesTheTenantsOtherTwinNamespacesOnly(t *testing.T) {
 	e := newEnv(t)
-	a, b, before := e.twoTwinNamespaces()
+	e.offer(e.tenant, "4", "8Gi", "20")
+	a, b := e.ready(e.tenant), e.ready(e.tenant)
 	ctx := context.Background()
+	var before corev1.ResourceQuota
+	if err := e.c.Get(ctx, key(a.Spec.TargetNamespace, QuotaName), &before); err != nil {
+		t.Fatal(err)
+	}
 	used := before.DeepCopy()
 	used.Status.Hard = used.Spec.Hard
 	used.Status.Used = corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1"), corev1.ResourcePods: resource.MustParse("2")}
@@ -236,7 +233,7 @@ func TestAChangeOfUseRequeuesTheTenantsOtherTwinNamespacesOnly(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	if got := names(e.r.requestsOfQuotaUpdate(ctx, before, used)); !slices.Equal(got, []string{b.Name}) {
+	if got := names(e.r.requestsOfQuotaUpdate(ctx, &before, used)); !slices.Equal(got, []string{b.Name}) {
 		t.Errorf("a change of use in %s's twin namespace requeues %v, want only the other RemoteNamespace %s", a.Name, got, b.Name)
 	}
 	both := []string{a.Name, b.Name}
@@ -265,7 +262,7 @@ func TestAChangeOfUseRequeuesTheTenantsOtherTwinNamespacesOnly(t *testing.T) {
 		return names(out)
 	}
 	if got := queued(func(h handler.Funcs, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		h.Update(ctx, event.UpdateEvent{ObjectOld: before, ObjectNew: used}, q)
+		h.Update(ctx, event.UpdateEvent{ObjectOld: &before, ObjectNew: used}, q)
 	}); !slices.Equal(got, []string{b.Name}) {
 		t.Errorf("the watch queues %v for a change of use, want only %s", got, b.Name)
 	}
