@@ -19,11 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -207,69 +205,6 @@ func TestTheOfferIsOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
 	}
 	if got := qc.Spec.Hard[corev1.ResourceRequestsCPU]; got.Cmp(resource.MustParse("4")) != 0 {
 		t.Errorf("another tenant's quota: cpu %s, want its whole offer", got.String())
-	}
-}
-
-func TestAChangeOfUseRequeuesTheTenantsOtherTwinNamespacesOnly(t *testing.T) {
-	e := newEnv(t)
-	e.offer(e.tenant, "4", "8Gi", "20")
-	a, b := e.ready(e.tenant), e.ready(e.tenant)
-	ctx := context.Background()
-	var before corev1.ResourceQuota
-	if err := e.c.Get(ctx, key(a.Spec.TargetNamespace, QuotaName), &before); err != nil {
-		t.Fatal(err)
-	}
-	used := before.DeepCopy()
-	used.Status.Hard = used.Spec.Hard
-	used.Status.Used = corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1"), corev1.ResourcePods: resource.MustParse("2")}
-	if err := e.c.Status().Update(ctx, used); err != nil {
-		t.Fatal(err)
-	}
-	names := func(reqs []reconcile.Request) []string {
-		var out []string
-		for _, r := range reqs {
-			out = append(out, r.Name)
-		}
-		slices.Sort(out)
-		return out
-	}
-	if got := names(e.r.requestsOfQuotaUpdate(ctx, &before, used)); !slices.Equal(got, []string{b.Name}) {
-		t.Errorf("a change of use in %s's twin namespace requeues %v, want only the other RemoteNamespace %s", a.Name, got, b.Name)
-	}
-	both := []string{a.Name, b.Name}
-	slices.Sort(both)
-	drifted := used.DeepCopy()
-	drifted.Spec.Hard[corev1.ResourceRequestsCPU] = resource.MustParse("100")
-	if got := names(e.r.requestsOfQuotaUpdate(ctx, used, drifted)); !slices.Equal(got, both) {
-		t.Errorf("a change of the quota's limits requeues %v, want every RemoteNamespace of the tenant %v", got, both)
-	}
-	relabelled := used.DeepCopy()
-	relabelled.Labels = map[string]string{"someone": "else"}
-	if got := names(e.r.requestsOfQuotaUpdate(ctx, used, relabelled)); !slices.Equal(got, both) {
-		t.Errorf("a change of the quota's labels requeues %v, want every RemoteNamespace of the tenant %v", got, both)
-	}
-	// The controller's watch of quotas queues the same.
-	queued := func(send func(handler.Funcs, workqueue.TypedRateLimitingInterface[reconcile.Request])) []string {
-		q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-		defer q.ShutDown()
-		send(e.r.quotaEvents(), q)
-		var out []reconcile.Request
-		for q.Len() > 0 {
-			req, _ := q.Get()
-			out = append(out, req)
-			q.Done(req)
-		}
-		return names(out)
-	}
-	if got := queued(func(h handler.Funcs, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		h.Update(ctx, event.UpdateEvent{ObjectOld: &before, ObjectNew: used}, q)
-	}); !slices.Equal(got, []string{b.Name}) {
-		t.Errorf("the watch queues %v for a change of use, want only %s", got, b.Name)
-	}
-	if got := queued(func(h handler.Funcs, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		h.Delete(ctx, event.DeleteEvent{Object: used}, q)
-	}); !slices.Equal(got, both) {
-		t.Errorf("the watch queues %v for a deleted quota, want every RemoteNamespace of the tenant %v", got, both)
 	}
 }
 
