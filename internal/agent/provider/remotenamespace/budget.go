@@ -3,13 +3,19 @@ package remotenamespace
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -98,4 +104,56 @@ func (r *Reconciler) requestsOfTenantOf(ctx context.Context, o client.Object) []
 		return nil
 	}
 	return r.requestsIn(ctx, ns)
+}
+
+// quotaEvents queues the RemoteNamespaces a change of a quota the
+// controller made concerns (requestsOfQuotaUpdate).
+func (r *Reconciler) quotaEvents() handler.Funcs {
+	all := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range r.requestsOfTenantOf(ctx, o) {
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			for _, req := range r.requestsOfQuotaUpdate(ctx, e.ObjectOld, e.ObjectNew) {
+				q.Add(req)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, e.Object, q)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, e.Object, q)
+		},
+	}
+}
+
+// requestsOfQuotaUpdate maps an update of a quota the controller made to
+// the RemoteNamespaces it concerns. A change of its use only (its status,
+// which the quota controller rewrites as the tenant's pods come and go)
+// changes the budget of the tenant's other twin namespaces, not the
+// quota's own: its own RemoteNamespace is left out, so that a burst of pods
+// in one twin namespace does not reconcile it once per quota update. Any
+// other change (its limits, labels or annotations, its deletion) may be
+// drift to repair, and concerns every RemoteNamespace of the tenant.
+func (r *Reconciler) requestsOfQuotaUpdate(ctx context.Context, oldObj, newObj client.Object) []reconcile.Request {
+	reqs := r.requestsOfTenantOf(ctx, newObj)
+	o, ok1 := oldObj.(*corev1.ResourceQuota)
+	n, ok2 := newObj.(*corev1.ResourceQuota)
+	if !ok1 || !ok2 || !useOnly(o, n) {
+		return reqs
+	}
+	own := requestFromAnnotation(ctx, n)
+	return slices.DeleteFunc(reqs, func(req reconcile.Request) bool { return len(own) == 1 && req == own[0] })
+}
+
+// useOnly reports whether quota b differs from a in its status only.
+func useOnly(a, b *corev1.ResourceQuota) bool {
+	return equality.Semantic.DeepEqual(a.Spec, b.Spec) && maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) &&
+		a.DeletionTimestamp.Equal(b.DeletionTimestamp) && slices.Equal(a.Finalizers, b.Finalizers) &&
+		equality.Semantic.DeepEqual(a.OwnerReferences, b.OwnerReferences)
 }

@@ -116,7 +116,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&offloadv1alpha1.Tunnel{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTunnel)).
 		Watches(&corev1.Namespace{}, byAnnotation, owned).
 		Watches(&rbacv1.RoleBinding{}, byAnnotation, owned).
-		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfTenantOf), owned).
+		Watches(&corev1.ResourceQuota{}, r.quotaEvents(), owned).
 		Watches(&corev1.LimitRange{}, byAnnotation, owned).
 		Watches(&networkingv1.NetworkPolicy{}, byAnnotation, owned).
 		Watches(&schedulingv1.PriorityClass{}, handler.EnqueueRequestsFromMapFunc(r.requestsOfAll), builder.WithPredicates(defaultChanged)).

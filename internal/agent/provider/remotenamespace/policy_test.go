@@ -19,9 +19,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -162,24 +164,32 @@ func TestPodsWithoutRequestsGetTheDefaultRequests(t *testing.T) {
 	}
 }
 
+// twoTwinNamespaces gives the tenant an offer and two ready
+// RemoteNamespaces, a and b, and returns them with a's quota.
+func (e *env) twoTwinNamespaces() (a, b *offloadv1alpha1.RemoteNamespace, qa *corev1.ResourceQuota) {
+	e.t.Helper()
+	e.offer(e.tenant, "4", "8Gi", "20")
+	a, b = e.ready(e.tenant), e.ready(e.tenant)
+	qa = &corev1.ResourceQuota{}
+	if err := e.c.Get(context.Background(), key(a.Spec.TargetNamespace, QuotaName), qa); err != nil {
+		e.t.Fatal(err)
+	}
+	return a, b, qa
+}
+
 func TestTheOfferIsOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
 	e := newEnv(t)
-	e.offer(e.tenant, "4", "8Gi", "20")
-	a, b := e.ready(e.tenant), e.ready(e.tenant)
+	_, b, qa := e.twoTwinNamespaces()
 	ctx := context.Background()
 	// What the quota controller records as used in a's namespace (the test
 	// API server runs none).
-	var qa corev1.ResourceQuota
-	if err := e.c.Get(ctx, key(a.Spec.TargetNamespace, QuotaName), &qa); err != nil {
-		t.Fatal(err)
-	}
 	qa.Status.Hard = qa.Spec.Hard
 	qa.Status.Used = corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("3"),
 		corev1.ResourceRequestsMemory: resource.MustParse("2Gi"), corev1.ResourcePods: resource.MustParse("5")}
-	if err := e.c.Status().Update(ctx, &qa); err != nil {
+	if err := e.c.Status().Update(ctx, qa); err != nil {
 		t.Fatal(err)
 	}
-	reqs := e.r.requestsOfTenantOf(ctx, &qa)
+	reqs := e.r.requestsOfTenantOf(ctx, qa)
 	if len(reqs) != 2 {
 		t.Errorf("a change of use in one twin namespace requeues %v, want both RemoteNamespaces of the tenant", reqs)
 	}
@@ -205,6 +215,64 @@ func TestTheOfferIsOneBudgetForAllTheTenantsTwinNamespaces(t *testing.T) {
 	}
 	if got := qc.Spec.Hard[corev1.ResourceRequestsCPU]; got.Cmp(resource.MustParse("4")) != 0 {
 		t.Errorf("another tenant's quota: cpu %s, want its whole offer", got.String())
+	}
+}
+
+func TestAChangeOfUseRequeuesTheTenantsOtherTwinNamespacesOnly(t *testing.T) {
+	e := newEnv(t)
+	a, b, before := e.twoTwinNamespaces()
+	ctx := context.Background()
+	used := before.DeepCopy()
+	used.Status.Hard = used.Spec.Hard
+	used.Status.Used = corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1"), corev1.ResourcePods: resource.MustParse("2")}
+	if err := e.c.Status().Update(ctx, used); err != nil {
+		t.Fatal(err)
+	}
+	names := func(reqs []reconcile.Request) []string {
+		var out []string
+		for _, r := range reqs {
+			out = append(out, r.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := names(e.r.requestsOfQuotaUpdate(ctx, before, used)); !slices.Equal(got, []string{b.Name}) {
+		t.Errorf("a change of use in %s's twin namespace requeues %v, want only the other RemoteNamespace %s", a.Name, got, b.Name)
+	}
+	both := []string{a.Name, b.Name}
+	slices.Sort(both)
+	drifted := used.DeepCopy()
+	drifted.Spec.Hard[corev1.ResourceRequestsCPU] = resource.MustParse("100")
+	if got := names(e.r.requestsOfQuotaUpdate(ctx, used, drifted)); !slices.Equal(got, both) {
+		t.Errorf("a change of the quota's limits requeues %v, want every RemoteNamespace of the tenant %v", got, both)
+	}
+	relabelled := used.DeepCopy()
+	relabelled.Labels = map[string]string{"someone": "else"}
+	if got := names(e.r.requestsOfQuotaUpdate(ctx, used, relabelled)); !slices.Equal(got, both) {
+		t.Errorf("a change of the quota's labels requeues %v, want every RemoteNamespace of the tenant %v", got, both)
+	}
+	// The controller's watch of quotas queues the same.
+	queued := func(send func(handler.Funcs, workqueue.TypedRateLimitingInterface[reconcile.Request])) []string {
+		q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+		defer q.ShutDown()
+		send(e.r.quotaEvents(), q)
+		var out []reconcile.Request
+		for q.Len() > 0 {
+			req, _ := q.Get()
+			out = append(out, req)
+			q.Done(req)
+		}
+		return names(out)
+	}
+	if got := queued(func(h handler.Funcs, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		h.Update(ctx, event.UpdateEvent{ObjectOld: before, ObjectNew: used}, q)
+	}); !slices.Equal(got, []string{b.Name}) {
+		t.Errorf("the watch queues %v for a change of use, want only %s", got, b.Name)
+	}
+	if got := queued(func(h handler.Funcs, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		h.Delete(ctx, event.DeleteEvent{Object: used}, q)
+	}); !slices.Equal(got, both) {
+		t.Errorf("the watch queues %v for a deleted quota, want every RemoteNamespace of the tenant %v", got, both)
 	}
 }
 
