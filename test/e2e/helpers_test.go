@@ -744,21 +744,33 @@ func execIn(t *testing.T, c *localcluster.Cluster, ns, pod string, args ...strin
 	return strings.TrimSpace(out), err
 }
 
-// answers asks url from pod n times (or until want is all seen) and
-// returns the set of first words of the answers.
-func answers(t *testing.T, c *localcluster.Cluster, ns, pod, url string, n int, want ...string) map[string]bool {
+// answers asks url from pod until every one of want has answered, n
+// answers have come, or 30 s have passed, and returns the set of first
+// words of the answers and the last failure, if any. The deadline covers a
+// Service's endpoints reaching kube-proxy, on the consumer and, for its
+// reflection, on the provider, which take seconds after a pod is Ready;
+// n answers bound the load balancer's chance of never picking one of want
+// (2^-(n-1) for two).
+func answers(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns, pod, url string, n int, want ...string) (map[string]bool, string) {
 	t.Helper()
 	seen := map[string]bool{}
-	for i := 0; i < n; i++ {
+	var last string
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for got := 0; got < n && !all(seen, want) && ctx.Err() == nil; {
 		out, err := execIn(t, c, ns, pod, "get", url)
-		if err == nil {
-			seen[strings.Fields(out + " ")[0]] = true
+		if err != nil {
+			last = fmt.Sprintf("%v: %.200s", err, out)
+			select { // the next try in a quarter of a second, as waitFor's
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
 		}
-		if all(seen, want) {
-			break
-		}
+		seen[strings.Fields(out + " ")[0]] = true
+		got++
 	}
-	return seen
+	return seen, last
 }
 
 func all(seen map[string]bool, want []string) bool {

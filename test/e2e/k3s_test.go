@@ -353,13 +353,13 @@ func expectSeedFlow(ctx context.Context, t *testing.T, consumer, provider *local
 		remotePod = *p
 		return p.Status.PodIP == want, fmt.Sprintf("it shows %q, want %q, its view of %s", p.Status.PodIP, want, real.Status.PodIP)
 	})
-	seen := answers(t, consumer, ns, clientPod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
+	seen, last := answers(ctx, t, consumer, ns, clientPod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
 	if !seen[localPod.Name] || !seen[remotePod.Name] {
-		t.Errorf("Service web from a consumer pod answered from %v, want %s and %s", seen, localPod.Name, remotePod.Name)
+		t.Errorf("Service web from a consumer pod answered from %v, want %s and %s; last failure: %s", seen, localPod.Name, remotePod.Name, last)
 	}
-	seen = answers(t, consumer, ns, remotePod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
+	seen, last = answers(ctx, t, consumer, ns, remotePod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
 	if !seen[localPod.Name] || !seen[remotePod.Name] {
-		t.Errorf("Service web from the offloaded pod answered from %v, want %s and %s", seen, localPod.Name, remotePod.Name)
+		t.Errorf("Service web from the offloaded pod answered from %v, want %s and %s; last failure: %s", seen, localPod.Name, remotePod.Name, last)
 	}
 	for _, c := range []*localcluster.Cluster{consumer, provider} {
 		expectStatusHealthy(ctx, t, c)

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 
 	offloadv1alpha1 "github.com/kubectl-offload/kubectl-offload/api/v1alpha1"
@@ -118,10 +119,30 @@ func expectInPlaceResize(ctx context.Context, t *testing.T, consumer, provider *
 		}
 		return q.Status.Used[corev1.ResourceRequestsCPU], nil
 	}
-	before, err := usedCPU(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The baseline: the quota counts the twin namespace's pods as they
+	// are, none of them going (the earlier chapters' pods, whose removal
+	// would lower what it counts while this one watches it grow).
+	var before resource.Quantity
+	waitFor(ctx, t, 2*time.Minute, "the twin namespace's quota to count its pods, none of them terminating", func(ctx context.Context) (bool, string) {
+		pods, err := provider.Kube.CoreV1().Pods(twin).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var sum resource.Quantity
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			if pod.DeletionTimestamp != nil {
+				return false, "pod " + pod.Name + " is terminating"
+			}
+			if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+				sum.Add(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[corev1.ResourceCPU])
+			}
+		}
+		if before, err = usedCPU(ctx); err != nil {
+			return false, err.Error()
+		}
+		return before.Cmp(sum) == 0, fmt.Sprintf("the quota counts %s, the pods request %s", before.String(), sum.String())
+	})
 
 	patch := `{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"150m"},"limits":{"cpu":"300m"}}}]}}`
 	if out, err := kubectl(t, consumer, "-n", ns, "patch", "pod", p.Name, "--subresource", "resize", "-p", patch); err != nil {

@@ -171,15 +171,15 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 
 	t.Run("a Service answers from both clusters", func(t *testing.T) {
 		// The consumer's ClusterIP Service answers from both clusters.
-		seen := answers(t, consumer, "net", clientPod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
+		seen, last := answers(ctx, t, consumer, "net", clientPod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
 		if !seen[localPod.Name] || !seen[remotePod.Name] {
-			t.Errorf("Service web from a consumer pod answered from %v, want %s (local) and %s (offloaded)", seen, localPod.Name, remotePod.Name)
+			t.Errorf("Service web from a consumer pod answered from %v, want %s (local) and %s (offloaded); last failure: %s", seen, localPod.Name, remotePod.Name, last)
 		}
 		// The offloaded pod calls the consumer Service by name, and both
 		// replicas answer it.
-		seen = answers(t, consumer, "net", remotePod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
+		seen, last = answers(ctx, t, consumer, "net", remotePod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
 		if !seen[localPod.Name] || !seen[remotePod.Name] {
-			t.Errorf("Service web from the offloaded pod answered from %v, want %s and %s", seen, localPod.Name, remotePod.Name)
+			t.Errorf("Service web from the offloaded pod answered from %v, want %s and %s; last failure: %s", seen, localPod.Name, remotePod.Name, last)
 		}
 	})
 
