@@ -744,33 +744,29 @@ func execIn(t *testing.T, c *localcluster.Cluster, ns, pod string, args ...strin
 	return strings.TrimSpace(out), err
 }
 
-// answers asks url from pod until every one of want has answered, n
-// answers have come, or 30 s have passed, and returns the set of first
-// words of the answers and the last failure, if any. The deadline covers a
-// Service's endpoints reaching kube-proxy, on the consumer and, for its
+// expectAnswers asks url from pod, from, until every one of want has
+// answered, n answers have come, or 30 s have passed, and fails t unless
+// every one of want answered, saying the last failure. The deadline covers
+// a Service's endpoints reaching kube-proxy, on the consumer and, for its
 // reflection, on the provider, which take seconds after a pod is Ready;
 // n answers bound the load balancer's chance of never picking one of want
 // (2^-(n-1) for two).
-func answers(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns, pod, url string, n int, want ...string) (map[string]bool, string) {
+func expectAnswers(ctx context.Context, t *testing.T, c *localcluster.Cluster, ns, pod, from, url string, n int, want ...string) {
 	t.Helper()
 	seen := map[string]bool{}
-	var last string
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for got := 0; got < n && !all(seen, want) && ctx.Err() == nil; {
+	got := 0
+	_, err := framework.Poll(ctx, 250*time.Millisecond, 30*time.Second, func(ctx context.Context) (bool, string) {
 		out, err := execIn(t, c, ns, pod, "get", url)
 		if err != nil {
-			last = fmt.Sprintf("%v: %.200s", err, out)
-			select { // the next try in a quarter of a second, as waitFor's
-			case <-ctx.Done():
-			case <-time.After(250 * time.Millisecond):
-			}
-			continue
+			return false, fmt.Sprintf("%v: %.200s", err, out)
 		}
 		seen[strings.Fields(out + " ")[0]] = true
 		got++
+		return got >= n || all(seen, want), ""
+	})
+	if !all(seen, want) {
+		t.Errorf("%s from %s answered from %v, want every one of %v (%d answers; %v)", url, from, seen, want, got, err)
 	}
-	return seen, last
 }
 
 func all(seen map[string]bool, want []string) bool {

@@ -353,14 +353,8 @@ func expectSeedFlow(ctx context.Context, t *testing.T, consumer, provider *local
 		remotePod = *p
 		return p.Status.PodIP == want, fmt.Sprintf("it shows %q, want %q, its view of %s", p.Status.PodIP, want, real.Status.PodIP)
 	})
-	seen, last := answers(ctx, t, consumer, ns, clientPod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
-	if !seen[localPod.Name] || !seen[remotePod.Name] {
-		t.Errorf("Service web from a consumer pod answered from %v, want %s and %s; last failure: %s", seen, localPod.Name, remotePod.Name, last)
-	}
-	seen, last = answers(ctx, t, consumer, ns, remotePod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
-	if !seen[localPod.Name] || !seen[remotePod.Name] {
-		t.Errorf("Service web from the offloaded pod answered from %v, want %s and %s; last failure: %s", seen, localPod.Name, remotePod.Name, last)
-	}
+	expectAnswers(ctx, t, consumer, ns, clientPod.Name, "a consumer pod", "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
+	expectAnswers(ctx, t, consumer, ns, remotePod.Name, "the offloaded pod", "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
 	for _, c := range []*localcluster.Cluster{consumer, provider} {
 		expectStatusHealthy(ctx, t, c)
 	}

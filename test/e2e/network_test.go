@@ -171,16 +171,10 @@ func TestTheNetworkFabricConnectsIsolatedClustersWithTheSamePodCIDR(t *testing.T
 
 	t.Run("a Service answers from both clusters", func(t *testing.T) {
 		// The consumer's ClusterIP Service answers from both clusters.
-		seen, last := answers(ctx, t, consumer, "net", clientPod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
-		if !seen[localPod.Name] || !seen[remotePod.Name] {
-			t.Errorf("Service web from a consumer pod answered from %v, want %s (local) and %s (offloaded); last failure: %s", seen, localPod.Name, remotePod.Name, last)
-		}
+		expectAnswers(ctx, t, consumer, "net", clientPod.Name, "a consumer pod", "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
 		// The offloaded pod calls the consumer Service by name, and both
 		// replicas answer it.
-		seen, last = answers(ctx, t, consumer, "net", remotePod.Name, "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
-		if !seen[localPod.Name] || !seen[remotePod.Name] {
-			t.Errorf("Service web from the offloaded pod answered from %v, want %s and %s; last failure: %s", seen, localPod.Name, remotePod.Name, last)
-		}
+		expectAnswers(ctx, t, consumer, "net", remotePod.Name, "the offloaded pod", "http://web:8080/hostname", 30, localPod.Name, remotePod.Name)
 	})
 
 	// Two offloaded pods reach each other at the addresses the consumer
